@@ -1,0 +1,100 @@
+"""Shared fixtures: one Kafka and one SparkSession per test session.
+
+Kafka comes from, in order:
+
+1. ``KAFKA_BOOTSTRAP_SERVERS``: an existing cluster (it must allow transactions);
+2. a testcontainers Kafka, when a Docker engine answers (``TXBRIDGE_TEST_DOCKER=0`` skips it);
+3. the local broker of :mod:`txbridge.local.broker`, on free ports in a temp folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from txbridge import _kafka
+from txbridge.local.broker import LocalKafka, free_port
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+
+def _docker_answers() -> bool:
+    if os.environ.get("TXBRIDGE_TEST_DOCKER", "1") == "0":
+        return False
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bootstrap address of the session's Kafka."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        _kafka.check_reachable(external, timeout=15)
+        yield external
+        return
+    if _docker_answers():
+        from testcontainers.community.kafka import KafkaContainer
+
+        image = os.environ.get("TXBRIDGE_TEST_KAFKA_IMAGE", "confluentinc/cp-kafka:7.9.0")
+        with KafkaContainer(image).with_kraft() as container:
+            yield container.get_bootstrap_server()
+        return
+    broker = LocalKafka(tmp_path_factory.mktemp("kafka"), port=free_port(), controller_port=free_port())
+    broker.start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def unique_name() -> Callable[[str], str]:
+    def make(prefix: str = "t") -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+    return make
+
+
+@pytest.fixture
+def topic_factory(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Callable[..., str]:
+    """Create a uuid-named topic: ``topic_factory(partitions=1, config=None, prefix="t")``."""
+
+    def make(partitions: int = 1, config: dict[str, str] | None = None, prefix: str = "t") -> str:
+        name = unique_name(prefix)
+        _kafka.ensure_topics(kafka_bootstrap, [_kafka.TopicSpec(name, partitions, config or {})])
+        return name
+
+    return make
+
+
+@pytest.fixture
+def group_factory(unique_name: Callable[[str], str]) -> Callable[[], str]:
+    """A fresh uuid-named consumer group id per call."""
+    return lambda: unique_name("g")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The session's one SparkSession, with the Kafka source and Avro jars."""
+    from spark_pipelines.session import build_session
+
+    session = build_session("txbridge-tests")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,65 @@
+"""What a plain consumer sees on a topic: the yardstick of integration tests."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+from txbridge import _kafka
+
+
+@dataclass(frozen=True)
+class Seen:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+
+def read_topic(
+    bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 30.0
+) -> list[Seen]:
+    """Every record of ``topic`` visible under ``isolation``, read to the end of each partition."""
+    consumer = _kafka.consumer(
+        bootstrap,
+        f"reader-{uuid.uuid4().hex[:8]}",
+        isolation_level=isolation,
+        enable_partition_eof=True,
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        pending = set(partitions)
+        seen: list[Seen] = []
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: partitions {sorted(pending)} did not reach their end")
+            for msg in consumer.consume(500, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                        continue
+                    raise RuntimeError(str(err))
+                headers = {k: v for k, v in (msg.headers() or [])}
+                seen.append(Seen(msg.partition(), msg.offset(), msg.key(), msg.value(), headers))
+        return seen
+    finally:
+        consumer.close()
+
+
+def wait_for(
+    bootstrap: str, topic: str, count: int, *, timeout: float = 60.0, isolation: str = "read_committed"
+) -> list[Seen]:
+    """Re-read ``topic`` until at least ``count`` records are visible (or time runs out)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = read_topic(bootstrap, topic, isolation=isolation)
+        if len(seen) >= count or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.5)

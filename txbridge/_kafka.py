@@ -1,0 +1,180 @@
+"""The one module that calls confluent_kafka directly.
+
+Everything above it (producer semantics, consumers, coordinator) uses these
+helpers, so client defaults, error translation and librdkafka logging are
+decided in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from txbridge.errors import (
+    ConfigurationError,
+    KafkaOperationError,
+    KafkaUnavailableError,
+    ProducerFencedError,
+)
+
+logger = logging.getLogger(__name__)
+_librdkafka_logger = logging.getLogger("txbridge.librdkafka")
+
+Config = dict[str, Any]
+
+
+def client_config(bootstrap: str, extra: Mapping[str, Any] | None = None, **defaults: Any) -> Config:
+    """librdkafka settings: ``defaults`` first, then the user's ``extra`` on top.
+
+    librdkafka's own log lines go to the ``txbridge.librdkafka`` logger.
+    """
+    if not bootstrap:
+        raise ConfigurationError(
+            "no Kafka bootstrap address: pass --bootstrap or set KAFKA_BOOTSTRAP_SERVERS"
+        )
+    config: Config = {"bootstrap.servers": bootstrap, "logger": _librdkafka_logger}
+    config.update({k.replace("_", "."): v for k, v in defaults.items()})
+    config.update(extra or {})
+    return config
+
+
+def to_error(err: KafkaError | KafkaException | Exception, context: str) -> KafkaOperationError:
+    """Translate a confluent_kafka error into txbridge's tree, keeping its classification."""
+    kerr = err.args[0] if isinstance(err, KafkaException) and err.args else err
+    if not isinstance(kerr, KafkaError):
+        return KafkaOperationError(f"{context}: {err}")
+    if kerr.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+        return ProducerFencedError(f"{context}: fenced by a newer instance ({kerr.str()})")
+    return KafkaOperationError(
+        f"{context}: {kerr.str()} ({kerr.name()})",
+        retriable=kerr.retriable(),
+        fatal=kerr.fatal(),
+        txn_requires_abort=kerr.txn_requires_abort(),
+    )
+
+
+def producer(bootstrap: str, extra: Mapping[str, Any] | None = None, **defaults: Any) -> Producer:
+    """An idempotent, acks=all producer unless ``defaults``/``extra`` say otherwise."""
+    base = {"enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    base.update({k.replace("_", "."): v for k, v in defaults.items()})
+    return Producer(client_config(bootstrap, extra, **base))
+
+
+def consumer(bootstrap: str, group: str, extra: Mapping[str, Any] | None = None, **defaults: Any) -> Consumer:
+    """A read_committed consumer with manual offset commits unless told otherwise."""
+    base = {
+        "group.id": group,
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    base.update({k.replace("_", "."): v for k, v in defaults.items()})
+    return Consumer(client_config(bootstrap, extra, **base))
+
+
+def admin(bootstrap: str, extra: Mapping[str, Any] | None = None) -> AdminClient:
+    return AdminClient(client_config(bootstrap, extra))
+
+
+def check_reachable(bootstrap: str, *, timeout: float = 5.0, extra: Mapping[str, Any] | None = None) -> None:
+    """Raise unless a broker answers a metadata request at ``bootstrap`` within ``timeout``.
+
+    Raises:
+        KafkaUnavailableError: nothing answered; the message says what to change.
+    """
+    if not _any_listener(bootstrap):
+        raise KafkaUnavailableError(
+            f"no Kafka broker answers at {bootstrap} (connection refused): start one with "
+            "'txbridge kafka start', or pass --bootstrap / set KAFKA_BOOTSTRAP_SERVERS"
+        )
+    # Quiet: a refused connection is the expected answer here, reported once below.
+    client = AdminClient({**client_config(bootstrap, extra), "log_level": 0})
+    try:
+        client.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(
+            f"no Kafka broker answers at {bootstrap} (waited {timeout:.0f}s): start one with "
+            "'txbridge kafka start', or pass --bootstrap / set KAFKA_BOOTSTRAP_SERVERS"
+        ) from exc
+
+
+def _any_listener(bootstrap: str) -> bool:
+    """True when some bootstrap address accepts TCP (or cannot be probed plainly).
+
+    A fast path: a refused connection is known at once, where librdkafka would
+    retry until its timeout.
+    """
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        host = host.split("://")[-1].strip("[]")
+        if not host or not port.isdigit():
+            return True  # let librdkafka judge an unusual address
+        try:
+            with socket.create_connection((host, int(port)), timeout=2.0):
+                return True
+        except ConnectionRefusedError:
+            continue
+        except OSError:
+            return True  # unresolvable or filtered: librdkafka gives the real answer
+    return False
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    config: Mapping[str, str] = field(default_factory=dict)
+    replication_factor: int = -1  # the broker's default
+
+
+def ensure_topics(
+    bootstrap: str,
+    specs: Iterable[TopicSpec],
+    *,
+    extra: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> dict[str, str]:
+    """Create the topics that do not exist yet. Returns ``{name: "created" | "exists"}``.
+
+    An existing topic with fewer partitions than asked is an error (co-partitioning
+    depends on it); more partitions are accepted as they are.
+
+    Raises:
+        ConfigurationError: an existing topic has fewer partitions than ``spec``.
+        KafkaOperationError: the broker refused to create a topic.
+    """
+    client = admin(bootstrap, extra)
+    specs = list(specs)
+    metadata = client.list_topics(timeout=timeout).topics
+    outcome: dict[str, str] = {}
+    new = []
+    for spec in specs:
+        existing = metadata.get(spec.name)
+        if existing is None or existing.error is not None:
+            new.append(
+                NewTopic(spec.name, spec.partitions, spec.replication_factor, config=dict(spec.config))
+            )
+            continue
+        if len(existing.partitions) < spec.partitions:
+            raise ConfigurationError(
+                f"topic {spec.name} has {len(existing.partitions)} partitions, txbridge needs "
+                f"{spec.partitions}: raise them with kafka-topics --alter, or set a matching --partitions"
+            )
+        outcome[spec.name] = "exists"
+    if new:
+        for name, future in client.create_topics(new, operation_timeout=timeout).items():
+            try:
+                future.result(timeout=timeout)
+                outcome[name] = "created"
+            except KafkaException as exc:
+                if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    outcome[name] = "exists"
+                else:
+                    raise to_error(exc, f"creating topic {name}") from exc
+    return outcome

@@ -1,0 +1,189 @@
+"""The ``txbridge`` command: one CLI for the whole project.
+
+The CLI is the only place that configures logging and reads the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+
+from txbridge.errors import TxBridgeError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+
+
+def _one_line_errors(func: F) -> F:
+    """Turn a TxBridgeError into ``error: <message>`` and exit code 2, no traceback."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except TxBridgeError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group()
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """txbridge: RocketMQ-style transactional messages on an existing Kafka."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        # librdkafka warns about transient broker states (coordinator loading,
+        # reconnects) that it retries by itself; show them with -v.
+        logging.getLogger("txbridge.librdkafka").setLevel(logging.ERROR)
+
+
+def bootstrap_option(func: F) -> F:
+    return click.option(
+        "--bootstrap",
+        envvar=BOOTSTRAP_ENV,
+        default=None,
+        help=f"Kafka bootstrap servers (env {BOOTSTRAP_ENV}); default: the local broker.",
+    )(func)
+
+
+def resolve_bootstrap(bootstrap: str | None, *, start_local: bool = False) -> str:
+    """The bootstrap to use: the given one (checked), else the local broker."""
+    from txbridge._kafka import check_reachable
+    from txbridge.local.broker import LocalKafka
+
+    if bootstrap:
+        check_reachable(bootstrap)
+        return bootstrap
+    broker = LocalKafka.from_home()
+    status = broker.status()
+    if not status.running:
+        if not start_local:
+            raise TxBridgeError(
+                "no --bootstrap given and the local broker is not running: "
+                "start it with 'txbridge kafka start' or pass --bootstrap"
+            )
+        click.echo(f"starting the local Kafka broker at {broker.bootstrap} ...", err=True)
+        status = broker.start()
+    check_reachable(status.bootstrap)
+    return status.bootstrap
+
+
+# --------------------------------------------------------------------------- kafka
+
+
+@main.group()
+def kafka() -> None:
+    """The local single-node Kafka broker (the embedded default)."""
+
+
+@kafka.command("start")
+@click.option("--port", default=9092, show_default=True, help="Client listener port.")
+@click.option("--controller-port", default=9093, show_default=True, help="KRaft controller port.")
+@click.option("--timeout", default=90.0, show_default=True, help="Seconds to wait for the broker.")
+@_one_line_errors
+def kafka_start(port: int, controller_port: int, timeout: float) -> None:
+    """Fetch the jars (once), format (once) and start the broker in the background."""
+    from txbridge.local.broker import LocalKafka
+
+    broker = LocalKafka(port=port, controller_port=controller_port)
+    started = time.monotonic()
+    status = broker.start(timeout=timeout)
+    click.echo(f"Kafka is up at {status.bootstrap} (pid {status.pid}, {time.monotonic() - started:.1f}s)")
+    click.echo(f"log: {status.log_file}")
+
+
+@kafka.command("stop")
+@_one_line_errors
+def kafka_stop() -> None:
+    """Stop the local broker."""
+    from txbridge.local.broker import LocalKafka
+
+    broker = LocalKafka.from_home()
+    click.echo("stopped" if broker.stop() else "no local broker was running")
+
+
+@kafka.command("status")
+@bootstrap_option
+@_one_line_errors
+def kafka_status(bootstrap: str | None) -> None:
+    """Say whether the local broker (or the one at --bootstrap) answers."""
+    from txbridge._kafka import check_reachable
+    from txbridge.local.broker import LocalKafka
+
+    if bootstrap:
+        check_reachable(bootstrap)
+        click.echo(f"a broker answers at {bootstrap}")
+        return
+    status = LocalKafka.from_home().status()
+    if not status.running:
+        click.echo("local broker: not running (start it with 'txbridge kafka start')")
+        sys.exit(1)
+    check_reachable(status.bootstrap)
+    click.echo(f"local broker: running at {status.bootstrap} (pid {status.pid}); log {status.log_file}")
+
+
+@main.command()
+@click.option("--spark/--no-spark", default=True, help="Also fetch Spark's Kafka source jars.")
+@_one_line_errors
+def setup(spark: bool) -> None:
+    """Check Java and Maven and fetch every jar txbridge runs locally (once)."""
+    from txbridge.local import jars
+
+    jars.check_prerequisites()
+    sets = [jars.KAFKA_BROKER] + ([jars.SPARK_KAFKA] if spark else [])
+    for jar_set in sets:
+        started = time.monotonic()
+        folder = jars.ensure_jars(jar_set)
+        count = len(list(folder.glob("*.jar")))
+        click.echo(f"{jar_set.name}: {count} jars in {folder} ({time.monotonic() - started:.1f}s)")
+
+
+@main.command()
+@bootstrap_option
+@_one_line_errors
+def smoke(bootstrap: str | None) -> None:
+    """Send one message and read it back (starts the local broker if needed)."""
+    from txbridge import _kafka
+
+    bootstrap = resolve_bootstrap(bootstrap, start_local=True)
+    topic = f"txbridge-smoke-{uuid.uuid4().hex[:8]}"
+    _kafka.ensure_topics(bootstrap, [_kafka.TopicSpec(topic)])
+    producer = _kafka.producer(bootstrap)
+    producer.produce(topic, key=b"k", value=b"hello from txbridge")
+    if producer.flush(30) != 0:
+        raise TxBridgeError(f"the smoke message was not acknowledged by {bootstrap}")
+    consumer = _kafka.consumer(bootstrap, f"smoke-{uuid.uuid4().hex[:8]}")
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                click.echo(f"smoke ok: read {msg.value()!r} from {topic} at {bootstrap}")
+                return
+    finally:
+        consumer.close()
+    raise TxBridgeError(f"the smoke message did not come back from {topic} within 30s")
+
+
+@main.command()
+@bootstrap_option
+@click.pass_context
+def demo(ctx: click.Context, bootstrap: str | None) -> None:
+    """The main job. Until the side-by-side comparison lands, a smoke run."""
+    ctx.invoke(smoke, bootstrap=bootstrap)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

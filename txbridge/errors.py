@@ -1,0 +1,91 @@
+"""Every error txbridge raises.
+
+The tree::
+
+    TxBridgeError
+    ├── ConfigurationError       misconfiguration; the message says what to change
+    ├── SetupError               a prerequisite (JDK, Maven, jars) is missing or failed
+    ├── BrokerError              the local Kafka broker could not be started or stopped
+    ├── KafkaUnavailableError    nothing answers at a bootstrap address        (retriable)
+    ├── KafkaOperationError      a Kafka call failed; ``retriable`` says if it may be retried
+    │   └── ProducerFencedError  another instance took over the transactional id (fatal)
+    ├── WireFormatError          a record does not follow docs/wire-format.md
+    ├── CheckBackError           a back-check request or answer is unusable
+    │   └── SignatureError       a back-check request is unsigned, badly signed or stale
+    └── TransactionStateError    a transition the transaction state machine forbids
+
+Callers catch :class:`TxBridgeError`; ``retriable`` on an instance tells whether
+the same call may succeed later.
+"""
+
+from __future__ import annotations
+
+
+class TxBridgeError(Exception):
+    """Root of every txbridge error."""
+
+    retriable: bool = False
+
+
+class ConfigurationError(TxBridgeError):
+    """A setting is missing or wrong; the message names the setting to change."""
+
+
+class SetupError(TxBridgeError):
+    """A prerequisite of the local tooling (JDK, Maven, jars) is missing or failed."""
+
+
+class BrokerError(TxBridgeError):
+    """The local Kafka broker failed to start or stop."""
+
+
+class KafkaUnavailableError(TxBridgeError):
+    """No Kafka broker answers at the configured bootstrap address."""
+
+    retriable = True
+
+
+class KafkaOperationError(TxBridgeError):
+    """A Kafka client call failed.
+
+    Attributes:
+        retriable: True when librdkafka classifies the underlying error as retriable.
+        fatal: True when the client instance can no longer be used.
+        txn_requires_abort: True when the open Kafka transaction must be aborted.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retriable: bool = False,
+        fatal: bool = False,
+        txn_requires_abort: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+        self.fatal = fatal
+        self.txn_requires_abort = txn_requires_abort
+
+
+class ProducerFencedError(KafkaOperationError):
+    """A newer instance with the same transactional id fenced this one (a zombie)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, fatal=True)
+
+
+class WireFormatError(TxBridgeError):
+    """A record does not follow the txbridge wire format."""
+
+
+class CheckBackError(TxBridgeError):
+    """A back-check request or answer is unusable."""
+
+
+class SignatureError(CheckBackError):
+    """A back-check request is unsigned, badly signed or stale."""
+
+
+class TransactionStateError(TxBridgeError):
+    """A transaction was asked for a transition its state machine forbids."""

@@ -1,0 +1,303 @@
+"""A single-node Apache Kafka (KRaft, broker + controller) on 127.0.0.1.
+
+It is the embedded default of the demo, the tests and the benchmarks. The broker
+runs from the Maven Central jars (:mod:`txbridge.local.jars`), with replication
+factor and min ISR 1 for the internal topics so transactions work on one node.
+
+Layout of ``home`` (``.cache/kafka`` by default)::
+
+    server.properties  log4j2.properties  data/  logs/broker.log  broker.pid  broker.json
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from txbridge.errors import BrokerError, KafkaUnavailableError
+from txbridge.local import jars
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9092
+DEFAULT_CONTROLLER_PORT = 9093
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port the OS says is free now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _cluster_id() -> str:
+    # Kafka's Uuid string form: URL-safe base64 of 16 bytes, unpadded, not starting with '-'.
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still answers kill(0); reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == 0
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    pid: int | None
+    bootstrap: str
+    log_file: Path
+
+
+class LocalKafka:
+    """Start, stop and inspect the local single-node broker.
+
+    No I/O happens in the constructor. ``start()`` fetches the jars (once),
+    formats the log dir (once) and waits until the broker answers an admin request.
+
+    Args:
+        home: folder for config, data, logs and the pid file.
+        port: the client listener's port.
+        controller_port: the KRaft controller's port.
+        host: the address both listeners bind to.
+        heap: the JVM's maximum heap.
+    """
+
+    def __init__(
+        self,
+        home: Path | None = None,
+        *,
+        port: int = DEFAULT_PORT,
+        controller_port: int = DEFAULT_CONTROLLER_PORT,
+        host: str = "127.0.0.1",
+        heap: str = "1g",
+    ) -> None:
+        self.home = Path(home) if home else jars.cache_root() / "kafka"
+        self.port = port
+        self.controller_port = controller_port
+        self.host = host
+        self.heap = heap
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "logs" / "broker.log"
+
+    @property
+    def _pid_file(self) -> Path:
+        return self.home / "broker.pid"
+
+    @classmethod
+    def from_home(cls, home: Path | None = None) -> LocalKafka:
+        """The broker last started in ``home``, with the ports it was started on."""
+        broker = cls(home)
+        info = broker.home / "broker.json"
+        if info.is_file():
+            data = json.loads(info.read_text())
+            broker = cls(home, port=data["port"], controller_port=data["controller_port"], host=data["host"])
+        return broker
+
+    def _running_pid(self) -> int | None:
+        try:
+            pid = int(self._pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def status(self) -> BrokerStatus:
+        pid = self._running_pid()
+        return BrokerStatus(pid is not None, pid, self.bootstrap, self.log_file)
+
+    def _write_config(self) -> Path:
+        data = self.home / "data"
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(data),
+            "num.partitions": "1",
+            # One node: every internal topic must accept one replica.
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "10",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "10",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "min.insync.replicas": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "true",
+        }
+        text = "\n".join(f"{k}={v}" for k, v in props.items()) + "\n"
+        (self.home / "server.properties").write_text(text)
+        (self.home / "log4j2.properties").write_text(
+            "rootLogger.level=INFO\n"
+            "rootLogger.appenderRef.file.ref=FILE\n"
+            "appender.file.type=File\n"
+            "appender.file.name=FILE\n"
+            f"appender.file.fileName={self.log_file}\n"
+            "appender.file.layout.type=PatternLayout\n"
+            "appender.file.layout.pattern=[%d] %p %m (%c)%n\n"
+            "logger.kafka.name=kafka\nlogger.kafka.level=INFO\n"
+            "logger.state.name=state.change.logger\nlogger.state.level=WARN\n"
+        )
+        return self.home / "server.properties"
+
+    def _java(self, classpath: str, *args: str) -> list[str]:
+        log4j = self.home / "log4j2.properties"
+        return [
+            "java",
+            f"-Xmx{self.heap}",
+            "-Xms256m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            classpath,
+            *args,
+        ]
+
+    def _format(self, classpath: str, config: Path) -> None:
+        if (self.home / "data" / "meta.properties").is_file():
+            return
+        result = subprocess.run(
+            self._java(
+                classpath, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise BrokerError(f"formatting {self.home / 'data'} failed: {result.stdout}{result.stderr}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        parts = []
+        for path in (self.home / "logs" / "stdout.log", self.log_file):
+            if path.is_file():
+                parts.extend(path.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(parts[-lines:])
+
+    def start(self, *, timeout: float = 90.0) -> BrokerStatus:
+        """Start the broker in the background and wait until it answers.
+
+        Raises:
+            BrokerError: already running, a port is taken, or the broker died or
+                did not answer within ``timeout`` (the log's tail is in the message).
+            SetupError: Java or Maven missing, or the jars could not be fetched.
+        """
+        pid = self._running_pid()
+        if pid is not None:
+            raise BrokerError(
+                f"a local broker already runs from {self.home} (pid {pid}, {self.bootstrap}); "
+                "stop it with 'txbridge kafka stop'"
+            )
+        for name, port in (("port", self.port), ("controller port", self.controller_port)):
+            if port_in_use(self.host, port):
+                raise BrokerError(
+                    f"{name} {port} on {self.host} is taken by another process; "
+                    f"choose another with --{name.replace(' ', '-')} or stop what listens there"
+                )
+        classpath = jars.kafka_classpath()
+        (self.home / "logs").mkdir(parents=True, exist_ok=True)
+        config = self._write_config()
+        self._format(classpath, config)
+        stdout = (self.home / "logs" / "stdout.log").open("wb")
+        self._process = subprocess.Popen(
+            self._java(classpath, "kafka.Kafka", str(config)),
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        stdout.close()
+        self._pid_file.write_text(str(self._process.pid))
+        (self.home / "broker.json").write_text(
+            json.dumps({"host": self.host, "port": self.port, "controller_port": self.controller_port})
+        )
+        logger.info("starting Kafka %s at %s (log %s)", jars.KAFKA_VERSION, self.bootstrap, self.log_file)
+        self._wait_ready(timeout)
+        return self.status()
+
+    def _wait_ready(self, timeout: float) -> None:
+        from txbridge._kafka import check_reachable
+
+        assert self._process is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self._process.poll()
+            if code is not None:
+                self._pid_file.unlink(missing_ok=True)
+                raise BrokerError(
+                    f"the local broker exited with code {code} during start-up; "
+                    f"log {self.log_file}:\n{self.log_tail()}"
+                )
+            try:
+                check_reachable(self.bootstrap, timeout=2.0)
+            except KafkaUnavailableError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise BrokerError(
+                        f"the local broker did not answer at {self.bootstrap} within {timeout:.0f}s; "
+                        f"log {self.log_file}:\n{self.log_tail()}"
+                    ) from None
+                time.sleep(0.5)
+            else:
+                return
+
+    def stop(self, *, timeout: float = 30.0) -> bool:
+        """Stop the broker (SIGTERM, then SIGKILL after ``timeout``). False if none ran."""
+        pid = self._running_pid()
+        if pid is None:
+            self._pid_file.unlink(missing_ok=True)
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _pid_alive(pid):
+            logger.warning("broker pid %d ignored SIGTERM for %.0fs; killing it", pid, timeout)
+            os.kill(pid, signal.SIGKILL)
+            while _pid_alive(pid):
+                time.sleep(0.1)
+        if self._process is not None:
+            self._process.wait(timeout=5)
+        self._pid_file.unlink(missing_ok=True)
+        return True
