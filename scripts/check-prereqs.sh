@@ -3,14 +3,18 @@
 # Python 3.11+, a JDK 17+ and Maven. Prints what to install when one is missing.
 set -u
 fail=0
-py="${PYTHON:-}"
-if [ -z "$py" ]; then
-  for cand in python3.13 python3.12 python3.11 python3; do
-    if command -v "$cand" >/dev/null 2>&1; then py="$cand"; break; fi
+ok_python() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1; }
+py=""
+if [ -n "${PYTHON:-}" ]; then
+  ok_python "$PYTHON" && py="$PYTHON"
+else
+  # A name on PATH may be a shim that does not run (pyenv): try each until one works.
+  for cand in python3.11 python3.12 python3.13 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && ok_python "$cand"; then py="$cand"; break; fi
   done
 fi
-if [ -z "$py" ] || ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-  echo "missing: Python 3.11+ (found: ${py:-none}); install it, or set PYTHON=/path/to/python3.11" >&2
+if [ -z "$py" ]; then
+  echo "missing: Python 3.11+ (none of python3.11/3.12/3.13/python3 runs as 3.11+); install it, or set PYTHON=/path/to/python3.11" >&2
   fail=1
 fi
 if ! command -v java >/dev/null 2>&1; then

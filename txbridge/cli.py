@@ -151,6 +151,21 @@ def setup(spark: bool) -> None:
 
 @main.command()
 @bootstrap_option
+@click.option("--namespace", default="__txbridge", show_default=True, help="Internal topic prefix.")
+@click.option("--partitions", default=12, show_default=True, help="Partitions of half, op and state.")
+@click.option("--replication-factor", default=-1, help="Replicas per topic (default: the broker's).")
+@_one_line_errors
+def init(bootstrap: str | None, namespace: str, partitions: int, replication_factor: int) -> None:
+    """Create txbridge's internal topics (idempotent) and say what was done."""
+    from txbridge.topics import init_topics
+
+    bootstrap = resolve_bootstrap(bootstrap)
+    for topic, outcome in init_topics(bootstrap, namespace, partitions, replication_factor).items():
+        click.echo(f"{outcome:8} {topic}")
+
+
+@main.command()
+@bootstrap_option
 @_one_line_errors
 def smoke(bootstrap: str | None) -> None:
     """Send one message and read it back (starts the local broker if needed)."""

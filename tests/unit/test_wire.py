@@ -1,0 +1,163 @@
+"""The wire format's rules, without a broker."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from txbridge import wire
+from txbridge.errors import SignatureError, WireFormatError
+from txbridge.wire import HalfMessage, OpRecord, OpSource, TxState
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [  # Kafka's own test vectors (UtilsTest.testMurmur2)
+        (b"21", -973932308),
+        (b"foobar", -790332482),
+        (b"a-little-bit-long-string", -985981536),
+        (b"a-little-bit-longer-string", -1486304829),
+        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        (b"abc", 479470107),
+    ],
+)
+def test_murmur2_matches_kafka(data: bytes, expected: int) -> None:
+    assert wire.murmur2(data) == expected
+
+
+def test_half_partition_is_stable_and_in_range() -> None:
+    parts = {wire.half_partition(f"customer-{i}".encode(), 12) for i in range(200)}
+    assert parts <= set(range(12))
+    assert len(parts) > 6
+    assert wire.half_partition(b"customer-7", 12) == wire.half_partition(b"customer-7", 12)
+
+
+def test_tx_ids_are_uuid7_and_sort_by_time() -> None:
+    ids = [wire.new_tx_id() for _ in range(50)]
+    assert all(uuid.UUID(i).version == 7 for i in ids)
+    assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)
+
+
+def test_half_round_trip_keeps_user_headers_and_strips_protocol_on_republish() -> None:
+    msg = HalfMessage(
+        tx_id="t1",
+        seq=2,
+        topic="orders",
+        value=b"v",
+        key=b"\x00k",
+        partition=3,
+        group="g",
+        instance="i",
+        timestamp_ms=5,
+        check_after_s=1.5,
+        user_headers=(("trace", b"abc"),),
+    )
+    back = wire.decode_half(msg.value, msg.to_headers())
+    assert back == msg
+    assert msg.republish_headers() == [("trace", b"abc"), ("txb.tx", b"t1")]
+
+
+def test_half_null_value_is_a_tombstone() -> None:
+    msg = HalfMessage(tx_id="t1", seq=0, topic="orders", value=None, group="g", instance="i")
+    assert wire.decode_half(b"", msg.to_headers()).value is None
+
+
+@pytest.mark.parametrize(
+    ("drop", "match"),
+    [("txb.tx", "required headers"), ("txb.topic", "required headers"), ("txb.v", "required headers")],
+)
+def test_half_without_required_header_is_rejected(drop: str, match: str) -> None:
+    headers = [
+        h for h in HalfMessage("t", 0, "x", b"v", group="g", instance="i").to_headers() if h[0] != drop
+    ]
+    with pytest.raises(WireFormatError, match=match):
+        wire.decode_half(b"v", headers)
+
+
+def test_half_with_bad_seq_or_version_is_rejected() -> None:
+    headers = dict(HalfMessage("t", 0, "x", b"v", group="g", instance="i").to_headers())
+    with pytest.raises(WireFormatError, match="not an integer"):
+        wire.decode_half(b"v", list({**headers, "txb.seq": b"one"}.items()))
+    with pytest.raises(WireFormatError, match="version"):
+        wire.decode_half(b"v", list({**headers, "txb.v": b"9"}.items()))
+
+
+def test_op_round_trip() -> None:
+    op = OpRecord("t1", TxState.COMMIT, OpSource.PRODUCER, count=3, group="g", instance="i", timestamp_ms=7)
+    key, value = op.encode()
+    assert key == b"t1"
+    assert wire.decode_op(value) == op
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"not json",
+        b"[]",
+        b'{"v":1,"tx":"t","state":"MAYBE"}',
+        b'{"v":1,"tx":"t","state":"UNKNOWN"}',
+        b'{"v":2,"tx":"t","state":"COMMIT"}',
+        b'{"v":1,"state":"COMMIT"}',
+        b'{"v":1,"tx":"t","state":"COMMIT","count":0}',
+        b'{"v":1,"tx":"t","state":"COMMIT","source":"martians"}',
+        None,
+    ],
+)
+def test_invalid_op_records_are_rejected(value: bytes | None) -> None:
+    with pytest.raises(WireFormatError):
+        wire.decode_op(value)
+
+
+def test_check_request_round_trip() -> None:
+    req = wire.CheckRequest(
+        "t1",
+        "g",
+        "i",
+        2,
+        (wire.CheckMessage("orders", b"\xffk", (("h", b"\x00"),)), wire.CheckMessage("o", None)),
+    )
+    assert wire.decode_check_request(req.encode()) == req
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (200, b'{"state":"COMMIT"}', TxState.COMMIT),
+        (200, b'{"state":"ROLLBACK"}', TxState.ROLLBACK),
+        (200, b'{"state":"UNKNOWN"}', TxState.UNKNOWN),
+        (200, b"OK", TxState.UNKNOWN),  # DTM #535
+        (200, b'{"state":"commit"}', TxState.UNKNOWN),
+        (200, b'{"status":"COMMIT"}', TxState.UNKNOWN),
+        (200, b"", TxState.UNKNOWN),
+        (500, b'{"state":"COMMIT"}', TxState.UNKNOWN),
+        (401, b'{"state":"COMMIT"}', TxState.UNKNOWN),
+    ],
+)
+def test_only_explicit_verdicts_count(status: int, body: bytes, expected: TxState) -> None:
+    assert wire.decode_check_answer(status, body) is expected
+
+
+def test_signature_accepts_fresh_and_refuses_bad_or_stale() -> None:
+    secret, body = b"s3cret", b'{"v":1}'
+    header = wire.sign(secret, body, now=1000)
+    wire.verify(secret, header, body, now=1010)
+    with pytest.raises(SignatureError, match="unsigned"):
+        wire.verify(secret, None, body, now=1000)
+    with pytest.raises(SignatureError, match="does not match"):
+        wire.verify(b"other", header, body, now=1000)
+    with pytest.raises(SignatureError, match="does not match"):
+        wire.verify(secret, header, body + b" ", now=1000)
+    with pytest.raises(SignatureError, match="stale"):
+        wire.verify(secret, header, body, now=1000 + 301)
+    with pytest.raises(SignatureError, match="timestamp"):
+        wire.verify(secret, "v1=abc", body, now=1000)
+
+
+def test_producer_registry_round_trip() -> None:
+    inst = wire.ProducerInstance("g", "i", "http://127.0.0.1:1/check", 9)
+    assert wire.decode_producer(inst.encode()) == inst
+    assert inst.key() == b"g/i"
+    with pytest.raises(WireFormatError):
+        wire.decode_producer(json.dumps({"group": "g"}).encode())

@@ -1,0 +1,542 @@
+"""The txbridge wire format, version 1: what producers, coordinators and tools exchange.
+
+``docs/wire-format.md`` is the same contract in prose, for clients in other
+languages. This module is pure: no I/O, so every rule here is unit-tested.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from txbridge.errors import SignatureError, WireFormatError
+
+VERSION = 1
+DEFAULT_NAMESPACE = "__txbridge"
+DEFAULT_PARTITIONS = 12
+
+# ---------------------------------------------------------------- headers of a half record
+H_VERSION = "txb.v"
+H_TX = "txb.tx"
+H_SEQ = "txb.seq"
+H_TOPIC = "txb.topic"
+H_PARTITION = "txb.partition"
+H_KEY = "txb.key"
+H_GROUP = "txb.group"
+H_INSTANCE = "txb.instance"
+H_TS = "txb.ts"
+H_CHECK_AFTER = "txb.check_after"
+H_NULL = "txb.null"  # present ("1") when the original value is null (a tombstone)
+
+#: Protocol headers: stripped on republish, except ``txb.tx`` which the real
+#: topic keeps so consumers and audits can tie a message to its transaction.
+PROTOCOL_HEADERS = frozenset(
+    {H_VERSION, H_SEQ, H_TOPIC, H_PARTITION, H_KEY, H_GROUP, H_INSTANCE, H_TS, H_CHECK_AFTER, H_NULL}
+)
+REQUIRED_HALF_HEADERS = (H_VERSION, H_TX, H_SEQ, H_TOPIC, H_GROUP, H_INSTANCE)
+
+#: Consumers' tag header (RocketMQ's TAGS); an ordinary user header, passed through.
+H_TAGS = "txb.tags"
+#: Headers txbridge adds when it moves a record aside.
+H_REASON = "txb.reason"
+H_ORIGIN = "txb.origin"  # "<topic>/<partition>/<offset>"
+H_CHECKS = "txb.checks"
+H_RETRY_COUNT = "txb.retry"  # consumers: how many times a message was reconsumed
+
+
+class TxState(StrEnum):
+    """A local transaction's outcome, as the producer or a back-check reports it."""
+
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    UNKNOWN = "UNKNOWN"
+
+
+class OpSource(StrEnum):
+    """Who wrote an end-transaction (op) record."""
+
+    PRODUCER = "producer"
+    CHECK = "check"
+    ADMIN = "admin"
+    EXPIRY = "expiry"
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The internal topic names of one namespace."""
+
+    namespace: str = DEFAULT_NAMESPACE
+
+    @property
+    def half(self) -> str:
+        return f"{self.namespace}_half"
+
+    @property
+    def op(self) -> str:
+        return f"{self.namespace}_op"
+
+    @property
+    def state(self) -> str:
+        return f"{self.namespace}_state"
+
+    @property
+    def producers(self) -> str:
+        return f"{self.namespace}_producers"
+
+    @property
+    def expired(self) -> str:
+        return f"{self.namespace}_expired"
+
+    @property
+    def quarantine(self) -> str:
+        return f"{self.namespace}_quarantine"
+
+    def retry(self, group: str) -> str:
+        """A consumer group's retry topic (RocketMQ's %RETRY%group)."""
+        return f"{self.namespace}_retry-{group}"
+
+    def dead_letter(self, group: str) -> str:
+        """A consumer group's dead-letter topic (RocketMQ's %DLQ%group)."""
+        return f"{self.namespace}_dlq-{group}"
+
+
+# ---------------------------------------------------------------- ids and partitioning
+
+
+def new_tx_id() -> str:
+    """A UUIDv7 (RFC 9562): time-ordered, so tx ids sort by creation time."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76  # version 7
+    value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
+    value |= 0b10 << 62  # RFC 4122 variant
+    value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
+    return str(uuid.UUID(int=value))
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), as a signed 32-bit int."""
+    length = len(data)
+    seed = 0x9747B28C
+    m = 0x5BD1E995
+    r = 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    tail = length % 4
+    base = length - tail
+    if tail == 3:
+        h ^= data[base + 2] << 16
+    if tail >= 2:
+        h ^= data[base + 1] << 8
+    if tail >= 1:
+        h ^= data[base]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def half_partition(order_key: bytes, partitions: int) -> int:
+    """The half/op partition of a transaction: Kafka's default partitioner on its order key."""
+    if partitions <= 0:
+        raise ValueError("partitions must be positive")
+    return (murmur2(order_key) & 0x7FFFFFFF) % partitions
+
+
+# ---------------------------------------------------------------- half records
+
+Headers = list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class HalfMessage:
+    """One message of a transaction, as carried by a half record."""
+
+    tx_id: str
+    seq: int
+    topic: str
+    value: bytes | None
+    key: bytes | None = None
+    partition: int | None = None
+    group: str = ""
+    instance: str = ""
+    timestamp_ms: int = 0
+    check_after_s: float | None = None
+    user_headers: tuple[tuple[str, bytes], ...] = ()
+
+    def to_headers(self) -> Headers:
+        headers: Headers = [
+            (H_VERSION, str(VERSION).encode()),
+            (H_TX, self.tx_id.encode()),
+            (H_SEQ, str(self.seq).encode()),
+            (H_TOPIC, self.topic.encode()),
+            (H_GROUP, self.group.encode()),
+            (H_INSTANCE, self.instance.encode()),
+            (H_TS, str(self.timestamp_ms).encode()),
+        ]
+        if self.partition is not None:
+            headers.append((H_PARTITION, str(self.partition).encode()))
+        if self.key is not None:
+            headers.append((H_KEY, self.key))
+        if self.check_after_s is not None:
+            headers.append((H_CHECK_AFTER, repr(float(self.check_after_s)).encode()))
+        if self.value is None:
+            headers.append((H_NULL, b"1"))
+        headers.extend(self.user_headers)
+        return headers
+
+    def record_key(self) -> bytes:
+        """The half record's Kafka key: the tx id (the original key rides in ``txb.key``)."""
+        return self.tx_id.encode()
+
+    def republish_headers(self) -> Headers:
+        """Headers of the message on its real topic: the user's, plus ``txb.tx``."""
+        return [*self.user_headers, (H_TX, self.tx_id.encode())]
+
+
+def _text(headers: Mapping[str, bytes], name: str) -> str:
+    try:
+        return headers[name].decode("utf-8")
+    except KeyError:
+        raise WireFormatError(f"half record has no {name} header") from None
+    except UnicodeDecodeError:
+        raise WireFormatError(f"half record header {name} is not UTF-8") from None
+
+
+def _int(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise WireFormatError(f"half record header {name}={text!r} is not an integer") from None
+
+
+def decode_half(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None) -> HalfMessage:
+    """Parse a half record.
+
+    Raises:
+        WireFormatError: a required header is missing or malformed, or the version is unknown.
+    """
+    named: dict[str, bytes] = {}
+    user: list[tuple[str, bytes]] = []
+    for name, raw in headers or ():
+        data = raw if raw is not None else b""
+        if name in PROTOCOL_HEADERS or name == H_TX:
+            named[name] = data
+        else:
+            user.append((name, data))
+    missing = [h for h in REQUIRED_HALF_HEADERS if h not in named]
+    if missing:
+        raise WireFormatError(f"half record lacks required headers {missing}")
+    version = _text(named, H_VERSION)
+    if version != str(VERSION):
+        raise WireFormatError(f"half record has wire version {version!r}; this txbridge reads {VERSION}")
+    tx_id = _text(named, H_TX)
+    if not tx_id:
+        raise WireFormatError("half record has an empty txb.tx")
+    seq = _int(_text(named, H_SEQ), H_SEQ)
+    topic = _text(named, H_TOPIC)
+    if not topic:
+        raise WireFormatError("half record has an empty txb.topic")
+    partition = _int(_text(named, H_PARTITION), H_PARTITION) if H_PARTITION in named else None
+    check_after = None
+    if H_CHECK_AFTER in named:
+        try:
+            check_after = float(_text(named, H_CHECK_AFTER))
+        except ValueError:
+            raise WireFormatError("half record header txb.check_after is not a number") from None
+    ts = _text(named, H_TS) if H_TS in named else "0"
+    return HalfMessage(
+        tx_id=tx_id,
+        seq=seq,
+        topic=topic,
+        value=None if H_NULL in named else (value if value is not None else b""),
+        key=named.get(H_KEY),
+        partition=partition,
+        group=_text(named, H_GROUP),
+        instance=_text(named, H_INSTANCE),
+        timestamp_ms=_int(ts, H_TS),
+        check_after_s=check_after,
+        user_headers=tuple(user),
+    )
+
+
+# ---------------------------------------------------------------- op records
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """An end-transaction record: the decision on a transaction."""
+
+    tx_id: str
+    state: TxState
+    source: OpSource
+    count: int | None = None  # number of messages; the producer's COMMIT carries it
+    group: str = ""
+    instance: str = ""
+    timestamp_ms: int = 0
+    reason: str = ""
+
+    def encode(self) -> tuple[bytes, bytes]:
+        """``(key, value)`` of the op record."""
+        body: dict[str, Any] = {
+            "v": VERSION,
+            "tx": self.tx_id,
+            "state": self.state.value,
+            "source": self.source.value,
+            "group": self.group,
+            "instance": self.instance,
+            "ts": self.timestamp_ms or int(time.time() * 1000),
+        }
+        if self.count is not None:
+            body["count"] = self.count
+        if self.reason:
+            body["reason"] = self.reason
+        return self.tx_id.encode(), json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_op(value: bytes | None) -> OpRecord:
+    """Parse an op record's value.
+
+    Raises:
+        WireFormatError: not JSON, unknown version or state, or a bad field.
+    """
+    if not value:
+        raise WireFormatError("op record has no value")
+    try:
+        body = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireFormatError(f"op record is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise WireFormatError("op record is not a JSON object")
+    if body.get("v") != VERSION:
+        raise WireFormatError(f"op record has wire version {body.get('v')!r}; this txbridge reads {VERSION}")
+    tx_id = body.get("tx")
+    if not isinstance(tx_id, str) or not tx_id:
+        raise WireFormatError("op record has no tx id")
+    state = body.get("state")
+    if state not in (TxState.COMMIT.value, TxState.ROLLBACK.value):
+        raise WireFormatError(f"op record has state {state!r}; only COMMIT or ROLLBACK end a transaction")
+    try:
+        source = OpSource(body.get("source", OpSource.PRODUCER.value))
+    except ValueError:
+        raise WireFormatError(f"op record has unknown source {body.get('source')!r}") from None
+    count = body.get("count")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+        raise WireFormatError(f"op record has count {count!r}; it must be a positive integer")
+    ts = body.get("ts", 0)
+    return OpRecord(
+        tx_id=tx_id,
+        state=TxState(state),
+        source=source,
+        count=count,
+        group=str(body.get("group", "")),
+        instance=str(body.get("instance", "")),
+        timestamp_ms=ts if isinstance(ts, int) else 0,
+        reason=str(body.get("reason", "")),
+    )
+
+
+# ---------------------------------------------------------------- producer registry
+
+
+@dataclass(frozen=True)
+class ProducerInstance:
+    """A producer instance's heartbeat in ``<ns>_producers`` (compacted; key ``group/instance``)."""
+
+    group: str
+    instance: str
+    url: str
+    timestamp_ms: int = 0
+
+    def key(self) -> bytes:
+        return f"{self.group}/{self.instance}".encode()
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "v": VERSION,
+                "group": self.group,
+                "instance": self.instance,
+                "url": self.url,
+                "ts": self.timestamp_ms or int(time.time() * 1000),
+            },
+            separators=(",", ":"),
+        ).encode()
+
+
+def decode_producer(value: bytes) -> ProducerInstance:
+    """Parse a registry record value (a null value is a tombstone: the instance left).
+
+    Raises:
+        WireFormatError: not the registry's JSON.
+    """
+    try:
+        body = json.loads(value)
+        return ProducerInstance(
+            group=str(body["group"]),
+            instance=str(body["instance"]),
+            url=str(body["url"]),
+            timestamp_ms=int(body.get("ts", 0)),
+        )
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise WireFormatError(f"producer registry record is not valid: {exc}") from None
+
+
+# ---------------------------------------------------------------- back-check over HTTP
+
+SIGNATURE_HEADER = "Txbridge-Signature"
+DEFAULT_SIGNATURE_TOLERANCE_S = 300
+
+
+@dataclass(frozen=True)
+class CheckMessage:
+    topic: str
+    key: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """The body of a back-check ``POST``."""
+
+    tx_id: str
+    group: str
+    instance: str  # the instance that wrote the half records
+    attempt: int
+    messages: tuple[CheckMessage, ...] = field(default_factory=tuple)
+
+    def encode(self) -> bytes:
+        def b64(data: bytes | None) -> str | None:
+            return None if data is None else base64.b64encode(data).decode()
+
+        return json.dumps(
+            {
+                "v": VERSION,
+                "tx": self.tx_id,
+                "group": self.group,
+                "instance": self.instance,
+                "attempt": self.attempt,
+                "messages": [
+                    {"topic": m.topic, "key": b64(m.key), "headers": [[n, b64(v)] for n, v in m.headers]}
+                    for m in self.messages
+                ],
+            },
+            separators=(",", ":"),
+        ).encode()
+
+
+def decode_check_request(body: bytes) -> CheckRequest:
+    """Parse a back-check request body.
+
+    Raises:
+        WireFormatError: the body is not a version-1 check request.
+    """
+    try:
+        data = json.loads(body)
+        version = data.get("v")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        raise WireFormatError(f"check request is not a JSON object: {exc}") from None
+    if version != VERSION:
+        raise WireFormatError(f"check request has wire version {version!r}")
+    try:
+        messages = tuple(
+            CheckMessage(
+                topic=str(m["topic"]),
+                key=None if m.get("key") is None else base64.b64decode(m["key"]),
+                headers=tuple((str(n), base64.b64decode(v or "")) for n, v in m.get("headers", [])),
+            )
+            for m in data.get("messages", [])
+        )
+        return CheckRequest(
+            tx_id=str(data["tx"]),
+            group=str(data["group"]),
+            instance=str(data.get("instance", "")),
+            attempt=int(data["attempt"]),
+            messages=messages,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise WireFormatError(f"check request is not valid: {exc}") from None
+
+
+def encode_check_answer(state: TxState) -> bytes:
+    return json.dumps({"state": state.value}).encode()
+
+
+def decode_check_answer(status_code: int, body: bytes) -> TxState:
+    """A verdict counts only when it is explicit and well formed; anything else is UNKNOWN.
+
+    (DTM #535: an HTTP 200 with an unexpected body must never read as COMMIT.)
+    """
+    if status_code != 200:
+        return TxState.UNKNOWN
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return TxState.UNKNOWN
+    if not isinstance(data, dict) or set(data) - {"state", "count"}:
+        return TxState.UNKNOWN
+    state = data.get("state")
+    if state in (TxState.COMMIT.value, TxState.ROLLBACK.value, TxState.UNKNOWN.value):
+        return TxState(state)
+    return TxState.UNKNOWN
+
+
+def sign(secret: bytes, body: bytes, *, now: float | None = None) -> str:
+    """The ``Txbridge-Signature`` header value for ``body``: ``t=<unix>,v1=<hex>``."""
+    ts = int(now if now is not None else time.time())
+    digest = hmac.new(secret, f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={ts},v1={digest}"
+
+
+def verify(
+    secret: bytes,
+    header: str | None,
+    body: bytes,
+    *,
+    now: float | None = None,
+    tolerance_s: float = DEFAULT_SIGNATURE_TOLERANCE_S,
+) -> None:
+    """Accept ``body`` only with a fresh, valid signature.
+
+    Raises:
+        SignatureError: unsigned, malformed, badly signed, or older/newer than ``tolerance_s``.
+    """
+    if not header:
+        raise SignatureError("request is unsigned")
+    parts: dict[str, list[str]] = {}
+    for item in header.split(","):
+        name, sep, val = item.strip().partition("=")
+        if sep:
+            parts.setdefault(name, []).append(val)
+    try:
+        ts = int(parts["t"][0])
+    except (KeyError, ValueError):
+        raise SignatureError("signature has no valid timestamp") from None
+    current = now if now is not None else time.time()
+    if abs(current - ts) > tolerance_s:
+        raise SignatureError(f"signature is stale ({current - ts:.0f}s off, tolerance {tolerance_s:.0f}s)")
+    expected = hmac.new(secret, f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
+    if not any(hmac.compare_digest(expected, given) for given in parts.get("v1", [])):
+        raise SignatureError("signature does not match")
+
+
+def header_dict(headers: Iterable[tuple[str, bytes | None]] | None) -> dict[str, bytes]:
+    """Headers as a dict (last one wins), ``None`` values as empty bytes."""
+    return {name: (value if value is not None else b"") for name, value in headers or ()}
