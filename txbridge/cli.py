@@ -200,5 +200,36 @@ def demo(ctx: click.Context, bootstrap: str | None) -> None:
     ctx.invoke(smoke, bootstrap=bootstrap)
 
 
+# Subcommands that live beside the part they drive. Each module exposes a click
+# command (or group) under the given name; a later registration of a name
+# replaces an earlier one (the Spark ``demo`` replaces the smoke above).
+_PLUGINS = (
+    ("coordinator.cli", "coordinator"),
+    ("txbridge.admin", "admin"),
+    ("txbridge.consumer.cli", "consume"),
+    ("spark_pipelines.cli", "demo"),
+    ("spark_pipelines.cli", "report"),
+    ("txbridge.bench", "bench"),
+)
+
+
+def _register_plugins() -> None:
+    import importlib
+
+    for module_name, attr in _PLUGINS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue  # that part is not built (yet)
+            raise
+        command = getattr(module, attr, None)
+        if command is not None:
+            main.add_command(command, attr)
+
+
+_register_plugins()
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
