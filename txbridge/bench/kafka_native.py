@@ -1,0 +1,134 @@
+"""The Kafka-only baselines: raw produce and native Kafka transactions."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from txbridge import _kafka
+from txbridge.errors import KafkaOperationError
+
+
+@dataclass
+class Figure:
+    """One benchmark's measured figures (names -> numbers) and how it was run."""
+
+    name: str
+    messages: int = 0
+    seconds: float = 0.0
+    values: dict[str, float] = field(default_factory=dict)
+    params: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else 0.0
+
+
+def payload(size: int) -> bytes:
+    return os.urandom(size)
+
+
+def raw_produce(bootstrap: str, topic: str, *, size: int, count: int) -> Figure:
+    """Idempotent, acks=all producer at full speed: the ceiling of this broker and machine."""
+    producer = _kafka.producer(bootstrap, linger_ms=5, batch_num_messages=10000)
+    value = payload(size)
+    failures: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    started = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=str(i % 1024).encode(), on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 1000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(120)
+    elapsed = time.perf_counter() - started
+    if remaining or failures:
+        raise KafkaOperationError(
+            f"raw produce: {remaining} undelivered, {len(failures)} failed: {failures[:3]}"
+        )
+    return Figure(
+        "raw produce",
+        count,
+        elapsed,
+        {"msgs_per_s": count / elapsed, "mb_per_s": count * size / elapsed / 1e6},
+        {"size": size, "count": count},
+    )
+
+
+def native_transactions(
+    bootstrap: str, topic: str, *, size: int, per_txn: int, duration_s: float, concurrency: int
+) -> Figure:
+    """``concurrency`` transactional producers, each looping begin / produce ``per_txn`` / commit."""
+    value = payload(size)
+    committed = [0] * concurrency
+    commit_ms: list[list[float]] = [[] for _ in range(concurrency)]
+    errors: list[BaseException] = []
+    ready = threading.Barrier(concurrency + 1)
+    stop_at = [0.0]
+
+    def worker(index: int) -> None:
+        try:
+            producer = _kafka.producer(
+                bootstrap, transactional_id=f"bench-{uuid.uuid4().hex[:8]}-{index}", linger_ms=0
+            )
+            producer.init_transactions(30)
+        except BaseException as exc:
+            errors.append(exc)
+            ready.abort()
+            return
+        ready.wait()
+        while time.perf_counter() < stop_at[0]:
+            began = time.perf_counter()
+            producer.begin_transaction()
+            for i in range(per_txn):
+                producer.produce(topic, value=value, key=str(i % 64).encode())
+            producer.commit_transaction(30)
+            commit_ms[index].append((time.perf_counter() - began) * 1000)
+            committed[index] += per_txn
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    try:
+        ready.wait(timeout=120)
+    except threading.BrokenBarrierError:
+        raise KafkaOperationError(f"native transactions could not start: {errors[:1]}") from None
+    started = time.perf_counter()
+    stop_at[0] = started + duration_s
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    latencies = sorted(x for per in commit_ms for x in per)
+    total = sum(committed)
+    name = "native txn per message" if per_txn == 1 else f"native txn, {per_txn} per txn"
+    return Figure(
+        name,
+        total,
+        elapsed,
+        {
+            "msgs_per_s": total / elapsed,
+            "txn_per_s": len(latencies) / elapsed,
+            "txn_p50_ms": percentile(latencies, 50),
+            "txn_p99_ms": percentile(latencies, 99),
+        },
+        {"size": size, "per_txn": per_txn, "concurrency": concurrency, "duration_s": duration_s},
+    )
+
+
+def percentile(sorted_values: list[float], pct: float) -> float:
+    """Nearest-rank percentile of an already sorted list (0.0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(0, min(len(sorted_values) - 1, round(pct / 100 * len(sorted_values) + 0.5) - 1))
+    return sorted_values[rank]

@@ -1,0 +1,115 @@
+"""The benchmark's table and JSON, with the machine they came from."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from txbridge.bench.kafka_native import Figure
+
+
+def machine() -> dict[str, Any]:
+    import confluent_kafka
+    import psutil
+
+    from txbridge.local import jars
+
+    return {
+        "cpu_cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "librdkafka": confluent_kafka.libversion()[0],
+        "confluent_kafka": confluent_kafka.version()[0],
+        "kafka": jars.KAFKA_VERSION,
+    }
+
+
+def ratios(figures: Sequence[Figure]) -> dict[str, float]:
+    by_name = {f.name: f for f in figures}
+    out: dict[str, float] = {}
+    ours = by_name.get("txbridge end to end")
+    if ours is None:
+        return out
+    for base, label in (
+        ("raw produce", "txbridge / raw produce"),
+        ("native txn per message", "txbridge / native txn per message"),
+    ):
+        if base in by_name and by_name[base].msgs_per_s > 0:
+            out[label] = ours.msgs_per_s / by_name[base].msgs_per_s
+    return out
+
+
+def write_json(figures: Sequence[Figure], out_dir: Path, *, mode: str, bootstrap: str) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = out_dir / f"bench-{mode}-{stamp}.json"
+    data = {
+        "date": stamp,
+        "mode": mode,
+        "bootstrap": bootstrap,
+        "machine": machine(),
+        "figures": [
+            {
+                "name": f.name,
+                "messages": f.messages,
+                "seconds": round(f.seconds, 3),
+                "values": {k: round(v, 3) for k, v in f.values.items()},
+                "params": f.params,
+            }
+            for f in figures
+        ],
+        "ratios": {k: round(v, 3) for k, v in ratios(figures).items()},
+    }
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+_UNITS = {
+    "msgs_per_s": "msgs/s",
+    "mb_per_s": "MB/s",
+    "txn_per_s": "txn/s",
+    "txn_p50_ms": "txn p50 ms",
+    "txn_p99_ms": "txn p99 ms",
+}
+
+
+def render(figures: Sequence[Figure]) -> Any:
+    """A rich Table of every figure, then the ratios."""
+    from rich.table import Table
+
+    table = Table(title="txbridge benchmark", show_lines=False)
+    table.add_column("benchmark")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for fig in figures:
+        first = True
+        for key, value in fig.values.items():
+            table.add_row(fig.name if first else "", _UNITS.get(key, key), f"{value:,.2f}")
+            first = False
+    for label, value in ratios(figures).items():
+        table.add_row("ratio", label, f"{value:.3f}")
+    return table
+
+
+def markdown(figures: Sequence[Figure], info: dict[str, Any]) -> str:
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} on {info['cpu_cores']} cores, "
+        f"{info['memory_gib']} GiB, Python {info['python']}, librdkafka {info['librdkafka']}, "
+        f"Kafka {info['kafka']} (single local broker).",
+        "",
+        "| benchmark | figure | value |",
+        "| --- | --- | ---: |",
+    ]
+    for fig in figures:
+        for key, value in fig.values.items():
+            lines.append(f"| {fig.name} | {_UNITS.get(key, key)} | {value:,.2f} |")
+    for label, value in ratios(figures).items():
+        lines.append(f"| ratio | {label} | {value:.3f} |")
+    return "\n".join(lines) + "\n"
