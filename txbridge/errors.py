@@ -12,7 +12,9 @@ The tree::
     ├── WireFormatError          a record does not follow docs/wire-format.md
     ├── CheckBackError           a back-check request or answer is unusable
     │   └── SignatureError       a back-check request is unsigned, badly signed or stale
-    └── TransactionStateError    a transition the transaction state machine forbids
+    ├── TransactionStateError    a transition the transaction state machine forbids
+    ├── SerializationError       a message key or value cannot be serialized
+    └── BarrierConflictError     the barrier already holds a decision for this tx id (no late commit)
 
 Callers catch :class:`TxBridgeError`; ``retriable`` on an instance tells whether
 the same call may succeed later.
@@ -89,3 +91,16 @@ class SignatureError(CheckBackError):
 
 class TransactionStateError(TxBridgeError):
     """A transaction was asked for a transition its state machine forbids."""
+
+
+class SerializationError(TxBridgeError):
+    """A message key or value cannot be turned into bytes (or back) by its serializer."""
+
+
+class BarrierConflictError(TxBridgeError):
+    """The barrier already holds a decision for this tx id.
+
+    Raised by ``local_transaction`` when a back-check has already rolled the
+    transaction back (or it was committed before): the local commit must not
+    happen, and it did not.
+    """

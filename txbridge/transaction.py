@@ -1,0 +1,245 @@
+"""A transaction's data and lifecycle: messages, the local-transaction view, results, phases.
+
+Pure logic, no I/O: the producers (blocking and asyncio) drive a
+:class:`TransactionLifecycle` through its phases and turn messages into half
+records with :func:`build_half_messages`.
+
+Phases and allowed transitions (one table, one guarded setter)::
+
+    NEW ──send──> SENDING ──halves acked──> PREPARED ──> COMMITTED | ROLLED_BACK | UNKNOWN
+     │               │                         │
+     │               └──────> ROLLED_BACK      └──send──> SENDING (another message, context form)
+     ├──────────────────────> ROLLED_BACK  (exception before any message)
+     └──────────────────────> COMMITTED    (empty transaction: nothing is written)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from txbridge import wire
+from txbridge.errors import SerializationError, TransactionStateError
+from txbridge.serializers import Serializer
+from txbridge.wire import HalfMessage, TxState
+
+HeadersArg = Sequence[tuple[str, bytes]] | Mapping[str, bytes]
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message to publish when its transaction commits.
+
+    Args:
+        topic: the real topic it is published to on COMMIT.
+        value: the value, turned into bytes by the producer's ``value_serializer``.
+        key: the key, turned into bytes by ``key_serializer``; the first message's key
+            picks the transaction's half partition (so same-key messages keep commit order).
+        headers: user headers, passed through unchanged (pairs or a mapping, bytes values).
+        partition: an explicit partition of the real topic.
+        check_after: seconds before the first back-check of this transaction.
+    """
+
+    topic: str
+    value: Any
+    key: Any = None
+    headers: HeadersArg = ()
+    partition: int | None = None
+    check_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topic, str) or not self.topic:
+            raise ValueError("Message.topic must be a non-empty topic name")
+        pairs = tuple(self.headers.items()) if isinstance(self.headers, Mapping) else tuple(self.headers)
+        for name, raw in pairs:
+            if not isinstance(name, str) or not isinstance(raw, bytes):
+                raise TypeError(f"Message header {name!r} must be a (str, bytes) pair")
+            if name in wire.PROTOCOL_HEADERS or name == wire.H_TX:
+                raise ValueError(f"Message header {name!r} is a txbridge protocol header; pick another name")
+        object.__setattr__(self, "headers", pairs)
+        if self.partition is not None and self.partition < 0:
+            raise ValueError("Message.partition must be >= 0")
+        if self.check_after is not None and self.check_after < 0:
+            raise ValueError("Message.check_after must be >= 0 seconds")
+
+
+@dataclass(frozen=True)
+class LocalTransaction:
+    """What the local-transaction and check callbacks see of a transaction.
+
+    In a back-check, messages are rebuilt from the check request: topic, key
+    (serialized bytes) and headers; their value is ``None``.
+    """
+
+    tx_id: str
+    group: str
+    messages: tuple[Message, ...] = ()
+    attempt: int = 0  # 0 while executing; the back-check attempt (1, 2, ...) in a check
+
+
+@dataclass(frozen=True)
+class TransactionResult:
+    """The outcome of a transaction as the producer knows it.
+
+    Attributes:
+        tx_id: the transaction id.
+        state: COMMIT, ROLLBACK or UNKNOWN (UNKNOWN: the back-check decides).
+        error: what went wrong, if anything (a failed half write, the callback's exception,
+            an op record that was not acknowledged).
+        partition: the half/op partition of the transaction (``None`` if nothing was written).
+        op_acknowledged: True when the COMMIT/ROLLBACK op record was acknowledged by Kafka.
+    """
+
+    tx_id: str
+    state: TxState
+    error: BaseException | None = None
+    partition: int | None = None
+    op_acknowledged: bool = False
+
+
+@runtime_checkable
+class TransactionListener(Protocol):
+    """RocketMQ's TransactionListener: run the local transaction, answer back-checks."""
+
+    def execute_local_transaction(self, txn: LocalTransaction, arg: Any) -> TxState: ...
+
+    def check_local_transaction(self, txn: LocalTransaction) -> TxState: ...
+
+
+class TxPhase(StrEnum):
+    NEW = "NEW"
+    SENDING = "SENDING"
+    PREPARED = "PREPARED"
+    COMMITTED = "COMMITTED"
+    ROLLED_BACK = "ROLLED_BACK"
+    UNKNOWN = "UNKNOWN"
+
+
+_TRANSITIONS: dict[TxPhase, frozenset[TxPhase]] = {
+    TxPhase.NEW: frozenset({TxPhase.SENDING, TxPhase.ROLLED_BACK, TxPhase.COMMITTED}),
+    TxPhase.SENDING: frozenset({TxPhase.PREPARED, TxPhase.ROLLED_BACK}),
+    TxPhase.PREPARED: frozenset({TxPhase.SENDING, TxPhase.COMMITTED, TxPhase.ROLLED_BACK, TxPhase.UNKNOWN}),
+    TxPhase.COMMITTED: frozenset(),
+    TxPhase.ROLLED_BACK: frozenset(),
+    TxPhase.UNKNOWN: frozenset(),
+}
+
+_FINAL_PHASE = {
+    TxState.COMMIT: TxPhase.COMMITTED,
+    TxState.ROLLBACK: TxPhase.ROLLED_BACK,
+    TxState.UNKNOWN: TxPhase.UNKNOWN,
+}
+
+
+def phase_of(state: TxState) -> TxPhase:
+    """The final phase an outcome leads to."""
+    return _FINAL_PHASE[state]
+
+
+@dataclass
+class TransactionLifecycle:
+    """The phase of one transaction, changed only through :meth:`advance`."""
+
+    tx_id: str
+    phase: TxPhase = TxPhase.NEW
+    history: list[TxPhase] = field(default_factory=list)
+
+    def can(self, target: TxPhase) -> bool:
+        return target in _TRANSITIONS[self.phase]
+
+    def advance(self, target: TxPhase) -> None:
+        """Move to ``target``.
+
+        Raises:
+            TransactionStateError: the table forbids it (e.g. send after the decision).
+        """
+        if not self.can(target):
+            raise TransactionStateError(f"transaction {self.tx_id} cannot go from {self.phase} to {target}")
+        self.history.append(self.phase)
+        self.phase = target
+
+    @property
+    def finished(self) -> bool:
+        return not _TRANSITIONS[self.phase]
+
+
+def coerce_state(value: Any) -> TxState:
+    """A callback's answer as a TxState; anything unrecognised is UNKNOWN (never COMMIT)."""
+    if isinstance(value, TxState):
+        return value
+    if isinstance(value, str):
+        try:
+            return TxState(value.upper())
+        except ValueError:
+            return TxState.UNKNOWN
+    return TxState.UNKNOWN
+
+
+def serialize_key(serializer: Serializer, key: Any) -> bytes | None:
+    try:
+        return serializer.serialize(key)
+    except SerializationError:
+        raise
+    except Exception as exc:  # a user serializer may raise anything; report it in txbridge's tree
+        raise SerializationError(f"key serializer {serializer!r} failed: {exc}") from exc
+
+
+def build_half_messages(
+    tx_id: str,
+    messages: Sequence[Message],
+    *,
+    first_seq: int,
+    group: str,
+    instance: str,
+    key_serializer: Serializer,
+    value_serializer: Serializer,
+) -> list[HalfMessage]:
+    """The half records of ``messages``, numbered from ``first_seq``.
+
+    Raises:
+        SerializationError: a key or value cannot be serialized (nothing is written then).
+    """
+    now_ms = int(time.time() * 1000)
+    halves = []
+    for offset, msg in enumerate(messages):
+        try:
+            value = value_serializer.serialize(msg.value)
+        except SerializationError:
+            raise
+        except Exception as exc:  # see serialize_key
+            raise SerializationError(f"value serializer {value_serializer!r} failed: {exc}") from exc
+        halves.append(
+            HalfMessage(
+                tx_id=tx_id,
+                seq=first_seq + offset,
+                topic=msg.topic,
+                value=value,
+                key=serialize_key(key_serializer, msg.key),
+                partition=msg.partition,
+                group=group,
+                instance=instance,
+                timestamp_ms=now_ms,
+                check_after_s=msg.check_after,
+                user_headers=tuple(msg.headers),
+            )
+        )
+    return halves
+
+
+def local_transaction_from_check(request: wire.CheckRequest) -> LocalTransaction:
+    """The :class:`LocalTransaction` a check callback receives: messages without values."""
+    messages = tuple(
+        Message(topic=m.topic, value=None, key=m.key, headers=_user_headers(m.headers))
+        for m in request.messages
+    )
+    return LocalTransaction(
+        tx_id=request.tx_id, group=request.group, messages=messages, attempt=request.attempt
+    )
+
+
+def _user_headers(headers: Sequence[tuple[str, bytes]]) -> tuple[tuple[str, bytes], ...]:
+    # A check request may carry protocol headers too; the callback sees the user's only.
+    return tuple((n, v) for n, v in headers if n not in wire.PROTOCOL_HEADERS and n != wire.H_TX)
