@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from txbridge.errors import (
@@ -76,6 +76,32 @@ def consumer(bootstrap: str, group: str, extra: Mapping[str, Any] | None = None,
     }
     base.update({k.replace("_", "."): v for k, v in defaults.items()})
     return Consumer(client_config(bootstrap, extra, **base))
+
+
+def topic_partitions(
+    pairs: Iterable[tuple[str, int]], offsets: Mapping[tuple[str, int], int] | None = None
+) -> list[TopicPartition]:
+    """``TopicPartition`` objects for ``(topic, partition)`` pairs, with offsets when given."""
+    if offsets is None:
+        return [TopicPartition(topic, partition) for topic, partition in pairs]
+    return [TopicPartition(topic, partition, offsets[(topic, partition)]) for topic, partition in pairs]
+
+
+def commit_offsets(client: Consumer, offsets: Mapping[tuple[str, int], int]) -> None:
+    """Commit ``{(topic, partition): next offset}`` synchronously.
+
+    Raises:
+        KafkaOperationError: the commit failed (e.g. the group is rebalancing).
+    """
+    if not offsets:
+        return
+    try:
+        results = client.commit(offsets=topic_partitions(offsets, offsets), asynchronous=False)
+    except KafkaException as exc:
+        raise to_error(exc, "committing offsets") from exc
+    for tp in results or ():
+        if tp.error is not None:
+            raise to_error(tp.error, f"committing the offset of {tp.topic}/{tp.partition}")
 
 
 def admin(bootstrap: str, extra: Mapping[str, Any] | None = None) -> AdminClient:
@@ -178,3 +204,25 @@ def ensure_topics(
                 else:
                     raise to_error(exc, f"creating topic {name}") from exc
     return outcome
+
+
+# ---------------------------------------------------------------- small helpers for assign/seek users
+
+OFFSET_BEGINNING = -2
+OFFSET_END = -1
+_TIMESTAMP_LOG_APPEND_TIME = 2  # confluent_kafka.TIMESTAMP_LOG_APPEND_TIME
+
+
+def partition_at(topic: str, partition: int, offset: int | None = None) -> TopicPartition:
+    """One ``TopicPartition``, at ``offset`` when given (``OFFSET_BEGINNING``/``OFFSET_END`` work)."""
+    return TopicPartition(topic, partition) if offset is None else TopicPartition(topic, partition, offset)
+
+
+def append_time_ms(message: Any) -> int | None:
+    """The broker's append time of a consumed record, or None when the topic keeps CreateTime."""
+    kind, value = message.timestamp()
+    return value if kind == _TIMESTAMP_LOG_APPEND_TIME else None
+
+
+def is_partition_eof(error: Any) -> bool:
+    return isinstance(error, KafkaError) and error.code() == KafkaError._PARTITION_EOF

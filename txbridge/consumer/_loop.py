@@ -1,0 +1,268 @@
+"""The poll loop both consumers share: lifecycle, rebalances, pause/resume, commits.
+
+One thread owns the Kafka consumer: it polls, pauses and resumes partitions,
+and commits. Listeners run elsewhere (a worker per partition, or a pool) and
+report back; the subclasses decide what is paused and what may be committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from txbridge import _kafka
+from txbridge.consumer.dlq import Forwarder
+from txbridge.consumer.tags import Subscription, parse_subscription
+from txbridge.errors import ConfigurationError, KafkaOperationError, TxBridgeError
+from txbridge.wire import DEFAULT_NAMESPACE, Topics
+
+logger = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+class ConsumerLoop:
+    """Base of :class:`OrderlyConsumer` and :class:`ConcurrentConsumer`.
+
+    Lifecycle: :meth:`start` runs the loop on a background thread, :meth:`run`
+    runs it in the caller's thread until ``stop_event`` is set; :meth:`close`
+    (or leaving the ``with`` block) stops it, lets running listeners finish and
+    commits what was processed. Nothing touches the network before then.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        topics: Iterable[str] | str,
+        *,
+        subscription: str = "*",
+        namespace: str = DEFAULT_NAMESPACE,
+        commit_interval_s: float = 0.5,
+        poll_batch: int = 500,
+        shutdown_timeout_s: float = 30.0,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not group:
+            raise ConfigurationError("a consumer needs a group id: pass group=...")
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        if not self.topics or not all(self.topics):
+            raise ConfigurationError("a consumer needs at least one topic: pass topics=[...]")
+        self.bootstrap = bootstrap
+        self.group = group
+        self.subscription: Subscription = parse_subscription(subscription)
+        self.names = Topics(namespace)
+        self.dead_letter_topic = self.names.dead_letter(group)
+        self._commit_interval_s = commit_interval_s
+        self._poll_batch = poll_batch
+        self._shutdown_timeout_s = shutdown_timeout_s
+        self._extra = dict(extra_config or {})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Any = None
+        self._producer: Any = None
+        self.forwarder: Forwarder | None = None
+        self._assigned: set[TP] = set()
+        self._paused: set[TP] = set()
+        self._last_committed: dict[TP, int] = {}
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Connect, subscribe and run the loop on a background thread."""
+        if self._thread is not None:
+            raise TxBridgeError("this consumer was already started")
+        self._open()
+        self._thread = threading.Thread(target=self._guarded_loop, name=f"txb-{self.group}", daemon=True)
+        self._thread.start()
+
+    def run(self, stop_event: threading.Event | None = None) -> None:
+        """Run in this thread until ``stop_event`` (or :meth:`close`) stops it; then shut down cleanly."""
+        if stop_event is not None:
+            self._stop = stop_event
+        self._open()
+        self._loop()
+
+    def close(self) -> None:
+        """Stop polling, let running listeners finish, commit what was processed, disconnect.
+
+        Raises:
+            TxBridgeError: the background loop had failed (the original error is chained).
+        """
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self._shutdown_timeout_s + 30)
+        if self._error is not None:
+            raise TxBridgeError(f"consumer {self.group} failed: {self._error}") from self._error
+
+    def __enter__(self) -> ConsumerLoop:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # ------------------------------------------------------------------ the loop
+
+    def _open(self) -> None:
+        self._ensure_topics()
+        self._producer = _kafka.producer(self.bootstrap, self._extra_for_producer())
+        self.forwarder = Forwarder(self._producer, self._stop)
+        self._consumer = _kafka.consumer(self.bootstrap, self.group, self._extra)
+        self._consumer.subscribe(
+            self._subscribed_topics(),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def _extra_for_producer(self) -> dict[str, Any]:
+        # Consumer-only settings (group tuning) must not reach the producer.
+        consumer_only = (
+            "group.",
+            "session.",
+            "heartbeat.",
+            "max.poll.",
+            "auto.",
+            "isolation.",
+            "enable.auto",
+        )
+        return {k: v for k, v in self._extra.items() if not k.startswith(consumer_only)}
+
+    def _ensure_topics(self) -> None:
+        _kafka.ensure_topics(
+            self.bootstrap, [_kafka.TopicSpec(self.dead_letter_topic)], extra=self._extra_admin()
+        )
+
+    def _extra_admin(self) -> dict[str, Any]:
+        return {k: v for k, v in self._extra.items() if k.startswith(("security.", "sasl.", "ssl."))}
+
+    def _guarded_loop(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:
+            logger.exception("consumer %s stopped on an error", self.group)
+            self._error = exc
+
+    def _loop(self) -> None:
+        last_commit = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                for msg in self._consumer.consume(self._poll_batch, 0.1):
+                    err = msg.error()
+                    if err is not None:
+                        self._consume_error(err)
+                        continue
+                    self._handle((msg.topic(), msg.partition()), msg)
+                self._tick()
+                self._apply_pauses()
+                if time.monotonic() - last_commit >= self._commit_interval_s:
+                    self._commit(self._committable())
+                    last_commit = time.monotonic()
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        try:
+            self._stop_processing(self._shutdown_timeout_s)
+            self._commit(self._committable())
+        finally:
+            self._consumer.close()
+            self._producer.flush(10)
+            logger.info("consumer %s closed", self.group)
+
+    def _consume_error(self, err: Any) -> None:
+        error = _kafka.to_error(err, f"consumer {self.group}")
+        if error.fatal:
+            raise error
+        logger.warning("%s", error)
+
+    def _apply_pauses(self) -> None:
+        pause = {tp for tp in self._assigned if tp not in self._paused and self._want_paused(tp)}
+        resume = {tp for tp in self._paused if not self._want_paused(tp)}
+        if pause:
+            self._consumer.pause(_kafka.topic_partitions(pause))
+            self._paused |= pause
+        if resume:
+            self._consumer.resume(_kafka.topic_partitions(resume))
+            self._paused -= resume
+
+    def _commit(self, offsets: Mapping[TP, int]) -> None:
+        changed = {
+            tp: o for tp, o in offsets.items() if tp in self._assigned and self._last_committed.get(tp) != o
+        }
+        if not changed:
+            return
+        try:
+            _kafka.commit_offsets(self._consumer, changed)
+        except KafkaOperationError as exc:
+            # A rebalance in progress: the messages stay uncommitted and are replayed, never skipped.
+            logger.warning("consumer %s could not commit %s: %s", self.group, changed, exc)
+            return
+        self._last_committed.update(changed)
+        logger.debug("consumer %s committed %s", self.group, changed)
+
+    # ------------------------------------------------------------------ rebalances
+
+    def _on_assign(self, _consumer: Any, partitions: list[Any]) -> None:
+        tps = {(p.topic, p.partition) for p in partitions}
+        logger.info("consumer %s assigned %s", self.group, sorted(tps))
+        self._assigned |= tps
+        self._partitions_assigned(tps)
+
+    def _on_revoke(self, _consumer: Any, partitions: list[Any]) -> None:
+        tps = {(p.topic, p.partition) for p in partitions}
+        logger.info("consumer %s revoked %s", self.group, sorted(tps))
+        self._partitions_revoked(tps, self._shutdown_timeout_s)
+        self._commit({tp: o for tp, o in self._committable().items() if tp in tps})
+        self._forget(tps)
+
+    def _on_lost(self, _consumer: Any, partitions: list[Any]) -> None:
+        tps = {(p.topic, p.partition) for p in partitions}
+        logger.warning(
+            "consumer %s lost %s (no commit: another member owns them now)", self.group, sorted(tps)
+        )
+        self._partitions_revoked(tps, 0.0)
+        self._forget(tps)
+
+    def _forget(self, tps: set[TP]) -> None:
+        self._assigned -= tps
+        self._paused -= tps
+        for tp in tps:
+            self._last_committed.pop(tp, None)
+
+    # ------------------------------------------------------------------ for subclasses
+
+    def _subscribed_topics(self) -> list[str]:
+        return list(self.topics)
+
+    def _partitions_assigned(self, tps: set[TP]) -> None:
+        raise NotImplementedError
+
+    def _partitions_revoked(self, tps: set[TP], timeout_s: float) -> None:
+        """Stop processing ``tps`` (waiting up to ``timeout_s`` for running listeners)."""
+        raise NotImplementedError
+
+    def _handle(self, tp: TP, msg: Any) -> None:
+        raise NotImplementedError
+
+    def _tick(self) -> None:
+        """Called once per poll round."""
+
+    def _want_paused(self, tp: TP) -> bool:
+        raise NotImplementedError
+
+    def _committable(self) -> dict[TP, int]:
+        raise NotImplementedError
+
+    def _stop_processing(self, timeout_s: float) -> None:
+        raise NotImplementedError

@@ -1,0 +1,307 @@
+"""The concurrent consumer: a worker pool, a retry topic with growing delays, a dead-letter topic.
+
+A failed message is copied to the group's retry topic (``<ns>_retry-<group>``)
+with ``txb.retry`` (the retry number) and ``txb.due`` (when it may run again)
+and its offset counts as processed, so the main flow never waits for it. The
+consumer also reads its retry topic and holds each retry record in memory until
+it is due; past ``retry_hold_limit`` held records the retry partition is paused.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from txbridge import _kafka
+from txbridge.consumer._loop import TP, ConsumerLoop
+from txbridge.consumer.dlq import dead_letter_headers, retry_headers
+from txbridge.consumer.model import (
+    ConcurrentContext,
+    ConcurrentListener,
+    ConsumeConcurrentlyStatus,
+    ConsumedMessage,
+)
+from txbridge.consumer.offsets import OffsetTracker
+from txbridge.consumer.records import due_ms, raw_origin, raw_user_headers, to_consumed
+from txbridge.consumer.retry import RetryPolicy
+from txbridge.errors import ConfigurationError, WireFormatError
+from txbridge.wire import DEFAULT_NAMESPACE
+
+logger = logging.getLogger(__name__)
+
+
+class ConcurrentConsumer(ConsumerLoop):
+    """RocketMQ's concurrent consumer on Kafka (``read_committed``, at-least-once).
+
+    Messages run on a pool of ``workers`` threads, in no particular order. The
+    listener ``(message, context)`` returns
+    :attr:`ConsumeConcurrentlyStatus.CONSUME_SUCCESS` or
+    :attr:`~ConsumeConcurrentlyStatus.RECONSUME_LATER` (raising counts as
+    RECONSUME_LATER). A failed message goes to the retry topic and comes back
+    after ``retry_policy.delay_for(n)`` (RocketMQ's 10s, 30s, 1m, ... 2h by
+    default; ``context.delay_s`` overrides one delay); after
+    ``retry_policy.max_reconsume`` retries (16) it goes to the dead-letter topic.
+
+    Per partition, offsets are committed only below the lowest unfinished message.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        group: the consumer group.
+        topics: topic or topics to subscribe to.
+        listener: ``(ConsumedMessage, ConcurrentContext) -> ConsumeConcurrentlyStatus``.
+        subscription: tag expression (``*``, ``TAGA || TAGB``); others are committed unseen.
+        workers: listener threads.
+        retry_policy: delays and the retry limit.
+        retry_partitions: partitions of the retry topic when it is created.
+        max_in_flight: unfinished messages per partition before it is paused.
+        retry_hold_limit: retry records held in memory per retry partition before it is paused.
+        namespace: txbridge's topic namespace (names the retry and dead-letter topics).
+        commit_interval_s: how often processed offsets are committed.
+        shutdown_timeout_s: how long close/revocation waits for running listeners.
+        extra_config: librdkafka settings passed through.
+
+    Raises:
+        ConfigurationError: a bad subscription expression, group, topic or bound.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        topics: Iterable[str] | str,
+        listener: ConcurrentListener,
+        *,
+        subscription: str = "*",
+        workers: int = 8,
+        retry_policy: RetryPolicy | None = None,
+        retry_partitions: int = 1,
+        max_in_flight: int = 1000,
+        retry_hold_limit: int = 1000,
+        namespace: str = DEFAULT_NAMESPACE,
+        commit_interval_s: float = 0.5,
+        shutdown_timeout_s: float = 30.0,
+        extra_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            bootstrap,
+            group,
+            topics,
+            subscription=subscription,
+            namespace=namespace,
+            commit_interval_s=commit_interval_s,
+            shutdown_timeout_s=shutdown_timeout_s,
+            extra_config=extra_config,
+        )
+        if not callable(listener):
+            raise ConfigurationError(
+                "listener must be callable: (message, context) -> ConsumeConcurrentlyStatus"
+            )
+        if workers < 1 or max_in_flight < 1 or retry_hold_limit < 1 or retry_partitions < 1:
+            raise ConfigurationError(
+                "workers, max_in_flight, retry_hold_limit and retry_partitions must be >= 1"
+            )
+        self.retry_topic = self.names.retry(group)
+        if self.retry_topic in self.topics:
+            raise ConfigurationError(
+                f"do not subscribe to {self.retry_topic}: the consumer reads it by itself"
+            )
+        self._listener = listener
+        self._policy = retry_policy or RetryPolicy()
+        self._workers = workers
+        self._retry_partitions = retry_partitions
+        self._max_in_flight = max_in_flight
+        self._retry_hold_limit = retry_hold_limit
+        self._pool: ThreadPoolExecutor | None = None
+        self._trackers: dict[TP, OffsetTracker] = {}
+        self._futures: dict[TP, set[Future[None]]] = {}
+        self._done: queue.SimpleQueue[tuple[TP, int]] = queue.SimpleQueue()
+        self._held: list[tuple[int, int, TP, Any]] = []  # heap of (due ms, tie, tp, record)
+        self._held_count: dict[TP, int] = {}
+        self._tie = itertools.count()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _ensure_topics(self) -> None:
+        _kafka.ensure_topics(
+            self.bootstrap,
+            [
+                _kafka.TopicSpec(self.dead_letter_topic),
+                _kafka.TopicSpec(self.retry_topic, self._retry_partitions),
+            ],
+            extra=self._extra_admin(),
+        )
+
+    def _subscribed_topics(self) -> list[str]:
+        return [*self.topics, self.retry_topic]
+
+    def _open(self) -> None:
+        self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=f"txb-{self.group}")
+        super()._open()
+
+    # ------------------------------------------------------------------ the poll thread
+
+    def _handle(self, tp: TP, msg: Any) -> None:
+        tracker = self._trackers.get(tp)
+        if tracker is None:
+            return
+        tracker.start(msg.offset())
+        if tp[0] == self.retry_topic:
+            try:
+                due = due_ms(msg)
+            except WireFormatError:
+                due = 0  # the task moves it to the dead-letter topic
+            if due > time.time() * 1000:
+                heapq.heappush(self._held, (due, next(self._tie), tp, msg))
+                self._held_count[tp] = self._held_count.get(tp, 0) + 1
+                return
+        self._submit(tp, msg)
+
+    def _submit(self, tp: TP, msg: Any) -> None:
+        assert self._pool is not None
+        future = self._pool.submit(self._process, msg, tp[0] == self.retry_topic)
+        self._futures.setdefault(tp, set()).add(future)
+        offset = msg.offset()
+        future.add_done_callback(lambda f: self._finished(tp, offset, f))
+
+    def _finished(self, tp: TP, offset: int, future: Future[None]) -> None:
+        if future.cancelled() or future.exception() is None:
+            self._done.put((tp, offset))
+        else:  # only a stop leaves a message unprocessed; it is replayed
+            logger.debug("%s/%d@%d not finished: %s", *tp, offset, future.exception())
+            self._done.put((tp, -1 - offset))
+
+    def _tick(self) -> None:
+        self._drain_done()
+        now_ms = time.time() * 1000
+        while self._held and self._held[0][0] <= now_ms:
+            _, _, tp, msg = heapq.heappop(self._held)
+            if tp in self._trackers:
+                self._held_count[tp] -= 1
+                self._submit(tp, msg)
+
+    def _drain_done(self) -> None:
+        while True:
+            try:
+                tp, offset = self._done.get_nowait()
+            except queue.Empty:
+                return
+            tracker = self._trackers.get(tp)
+            if offset >= 0 and tracker is not None:
+                tracker.finish(offset)
+            futures = self._futures.get(tp)
+            if futures:
+                for future in [f for f in futures if f.done()]:
+                    futures.discard(future)
+
+    def _want_paused(self, tp: TP) -> bool:
+        tracker = self._trackers.get(tp)
+        if tracker is None:
+            return False
+        if tp[0] == self.retry_topic and self._held_count.get(tp, 0) >= self._retry_hold_limit:
+            return True
+        return tracker.in_flight >= self._max_in_flight
+
+    def _committable(self) -> dict[TP, int]:
+        offsets = {}
+        for tp, tracker in self._trackers.items():
+            offset = tracker.committable()
+            if offset is not None:
+                offsets[tp] = offset
+        return offsets
+
+    # ------------------------------------------------------------------ rebalances and shutdown
+
+    def _partitions_assigned(self, tps: set[TP]) -> None:
+        for tp in tps:
+            self._trackers[tp] = OffsetTracker()
+
+    def _partitions_revoked(self, tps: set[TP], timeout_s: float) -> None:
+        running = [f for tp in tps for f in self._futures.get(tp, ())]
+        if running:
+            wait(running, timeout=timeout_s)
+        self._drain_done()
+
+    def _forget(self, tps: set[TP]) -> None:
+        super()._forget(tps)
+        for tp in tps:
+            self._trackers.pop(tp, None)
+            self._futures.pop(tp, None)
+            self._held_count.pop(tp, None)
+        self._held = [entry for entry in self._held if entry[2] not in tps]
+        heapq.heapify(self._held)
+
+    def _stop_processing(self, timeout_s: float) -> None:
+        running = [f for futures in self._futures.values() for f in futures]
+        if running:
+            wait(running, timeout=timeout_s)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._drain_done()
+
+    # ------------------------------------------------------------------ on a pool thread
+
+    def _process(self, msg: Any, is_retry: bool) -> None:
+        try:
+            message = to_consumed(msg, is_retry=is_retry)
+            if is_retry:
+                due_ms(msg)
+        except WireFormatError as exc:
+            self._aside(
+                self.dead_letter_topic,
+                msg,
+                dead_letter_headers(raw_user_headers(msg), raw_origin(msg, None), 0, f"malformed: {exc}"),
+            )
+            return
+        if not self.subscription.matches(message.tag):
+            return
+        context = ConcurrentContext(attempt=message.reconsume_times + 1)
+        if self._call(message, context):
+            return
+        retries = message.reconsume_times
+        origin = raw_origin(msg, message)
+        if self._policy.exhausted(retries):
+            reason = f"failed {retries + 1} times (concurrent)"
+            logger.warning("%s goes to %s: %s", origin, self.dead_letter_topic, reason)
+            self._aside(
+                self.dead_letter_topic,
+                msg,
+                dead_letter_headers(raw_user_headers(msg), origin, retries, reason),
+            )
+            return
+        retry = retries + 1
+        due = self._policy.due_ms(retry, time.time())
+        if context.delay_s is not None:
+            due = int((time.time() + max(context.delay_s, 0.0)) * 1000) + 1
+        self._aside(self.retry_topic, msg, retry_headers(raw_user_headers(msg), origin, retry, due))
+
+    def _call(self, message: ConsumedMessage, context: ConcurrentContext) -> bool:
+        try:
+            status = self._listener(message, context)
+        except Exception:
+            logger.warning(
+                "concurrent listener raised on %s/%d@%d (attempt %d); reconsuming later",
+                message.topic,
+                message.partition,
+                message.offset,
+                context.attempt,
+                exc_info=True,
+            )
+            return False
+        if status == ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
+            return True
+        if status != ConsumeConcurrentlyStatus.RECONSUME_LATER:
+            logger.warning(
+                "concurrent listener returned %r, not a ConsumeConcurrentlyStatus; reconsuming", status
+            )
+        return False
+
+    def _aside(self, topic: str, msg: Any, headers: list[tuple[str, bytes]]) -> None:
+        assert self.forwarder is not None
+        if not self.forwarder.send(topic, msg.key(), msg.value(), headers):
+            raise InterruptedError("stopped before the copy was acknowledged")
