@@ -1,0 +1,239 @@
+"""Child processes of a run: the producer processes of each path and the coordinator.
+
+Crashes are real: the runner SIGKILLs a producer process at its planned crash
+point and starts a fresh one for the remaining orders; the coordinator is
+SIGKILLed once mid-run and restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from spark_pipelines.faults import FaultPlan
+from spark_pipelines.workload import SECRET_ENV, RunConfig
+from txbridge.errors import TxBridgeError
+
+logger = logging.getLogger(__name__)
+
+
+class PipelineError(TxBridgeError):
+    """A producer or coordinator process of the demo failed unexpectedly."""
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class PathResult:
+    """What the service saw on one path: outcome per order index, the crashes, the processes used."""
+
+    path: str
+    outcomes: dict[int, str] = field(default_factory=dict)
+    crashes: list[tuple[int, str]] = field(default_factory=list)
+    processes: int = 0
+
+
+class ProducerRunner:
+    """Run one path's orders through producer processes, killing and replacing them at crash points.
+
+    Args:
+        config: the run.
+        path: ``txbridge``, ``native`` or ``plain``.
+        plan: the fault plan (already saved to ``config.plan_file``).
+        secret: the check secret (txbridge), passed in the environment.
+        on_order: called with ``(path, index, outcome)`` after each order.
+    """
+
+    def __init__(
+        self,
+        config: RunConfig,
+        path: str,
+        plan: FaultPlan,
+        *,
+        secret: str | None = None,
+        on_order: Callable[[str, int, str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.path = path
+        self.plan = plan
+        self._secret = secret
+        self.on_order = on_order
+        self.result = PathResult(path)
+        self._idle: subprocess.Popen[str] | None = None
+        self._logs = Path(config.run_dir) / "logs"
+
+    def _spawn(self, start: int) -> subprocess.Popen[str]:
+        self._logs.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        if self._secret:
+            env[SECRET_ENV] = self._secret
+        self.result.processes += 1
+        log = (self._logs / f"{self.path}-{self.result.processes}.log").open("w")
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-m", "spark_pipelines.worker", self.config.run_dir, self.path, str(start)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+            )
+        finally:
+            log.close()
+
+    def run(self) -> PathResult:
+        """Handle every order; return when the last process is idle (it keeps answering back-checks).
+
+        Raises:
+            PipelineError: a producer process died without being killed by the plan.
+        """
+        start = 0
+        total = len(self.plan.orders)
+        while start < total:
+            proc = self._spawn(start)
+            start, done = self._follow(proc, start)
+            if done:
+                self._idle = proc
+                return self.result
+        return self.result
+
+    def _follow(self, proc: subprocess.Popen[str], start: int) -> tuple[int, bool]:
+        stdout: IO[str] = proc.stdout  # type: ignore[assignment]
+        for line in stdout:
+            message = json.loads(line)
+            if "order" in message:
+                index = int(message["order"])
+                self.result.outcomes[index] = message["outcome"]
+                start = index + 1
+                if self.on_order:
+                    self.on_order(self.path, index, message["outcome"])
+            elif "crash" in message:
+                index = int(message["crash"])
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+                self.result.crashes.append((index, message["stage"]))
+                self.result.outcomes[index] = f"killed_{message['stage']}"
+                logger.info(
+                    "%s: killed producer pid %d at order %d (%s)",
+                    self.path,
+                    proc.pid,
+                    index,
+                    message["stage"],
+                )
+                if self.on_order:
+                    self.on_order(self.path, index, self.result.outcomes[index])
+                return index + 1, False
+            elif message.get("done"):
+                return len(self.plan.orders), True
+        code = proc.wait(30)
+        log = self._logs / f"{self.path}-{self.result.processes}.log"
+        raise PipelineError(
+            f"{self.path} producer exited with code {code} at order {start}; log {log}:\n{_tail(log)}"
+        )
+
+    def finish(self, timeout: float = 30.0) -> None:
+        """Let the idle process close its producer and exit."""
+        proc, self._idle = self._idle, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin:
+                proc.stdin.close()
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        finally:
+            if proc.stdout:
+                proc.stdout.close()
+
+    def kill(self) -> None:
+        """Kill the idle process, if any (clean-up after a failure)."""
+        if self._idle is not None and self._idle.poll() is None:
+            self._idle.kill()
+            self._idle.wait(10)
+        self._idle = None
+
+
+class CoordinatorProcess:
+    """``python -m coordinator`` for the run's namespace, with the check secret in its environment.
+
+    Args:
+        config: the run.
+        secret: the default check secret.
+        check_delay: seconds before the first back-check.
+    """
+
+    def __init__(self, config: RunConfig, secret: str, *, check_delay: float = 2.0) -> None:
+        self.config = config
+        self._secret = secret
+        self.check_delay = check_delay
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self.kills = 0
+        self._lock = threading.Lock()
+
+    def _command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "coordinator",
+            "--bootstrap",
+            self.config.bootstrap,
+            "--namespace",
+            self.config.namespace,
+            "--check-delay",
+            str(self.check_delay),
+        ]
+
+    def start(self) -> None:
+        logs = Path(self.config.run_dir) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        env = {**os.environ, "TXBRIDGE_DEFAULT_SECRET": self._secret}
+        with (logs / f"coordinator-{self.starts}.log").open("w") as log:
+            self._proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT, env=env)
+        time.sleep(0.5)
+        if self._proc.poll() is not None:
+            log_path = logs / f"coordinator-{self.starts}.log"
+            raise PipelineError(
+                f"the coordinator exited at start (code {self._proc.returncode}):\n{_tail(log_path)}"
+            )
+
+    def crash_and_restart(self, downtime: float = 1.0) -> None:
+        """SIGKILL the coordinator, wait ``downtime`` seconds, start a fresh one."""
+        with self._lock:
+            if self._proc is not None:
+                os.kill(self._proc.pid, signal.SIGKILL)
+                self._proc.wait(30)
+                self.kills += 1
+                logger.info("coordinator killed (pid %d)", self._proc.pid)
+            time.sleep(downtime)
+            self.start()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+            if proc is None or proc.poll() is not None:
+                return
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)

@@ -1,0 +1,60 @@
+"""A producer process of one path: ``python -m spark_pipelines.worker RUN_DIR PATH START``.
+
+It handles the plan's orders from index START and reports each on stdout as a
+JSON line (``{"order": i, "outcome": ...}``). At a planned crash point it says
+``{"crash": i, "stage": ...}`` and waits to be SIGKILLed by the runner. After
+the last order it says ``{"done": true}`` and stays up (a txbridge producer
+answers back-checks) until its stdin closes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import NoReturn
+
+from spark_pipelines.faults import FaultPlan
+from spark_pipelines.workload import RunConfig, make_path
+
+logger = logging.getLogger(__name__)
+
+
+def _say(**message: object) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def run(run_dir: Path, path_name: str, start: int) -> None:
+    config = RunConfig.load(run_dir)
+    plan = FaultPlan.from_json(config.plan_file.read_text())
+    path = make_path(config, path_name)
+    path.start()
+    current = start
+
+    def crash(stage: str) -> NoReturn:
+        _say(crash=current, stage=stage)
+        while True:  # the runner kills this process now
+            time.sleep(60)
+
+    try:
+        for order in plan.orders[start:]:
+            current = order.index
+            outcome = path.handle(order, crash)
+            _say(order=order.index, outcome=outcome)
+        _say(done=True)
+        sys.stdin.read()  # until the runner closes our stdin
+    finally:
+        path.close()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+    run_dir, path_name, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    run(Path(run_dir), path_name, start)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""One run of the order workload: its settings, names and the path objects.
+
+A run has an id; topics, databases and the txbridge namespace are named from
+it, so runs never mix. ``RunConfig`` is plain data (JSON) handed to each
+producer process; the check secret travels in the environment, never on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from spark_pipelines.paths import PATHS, OrderPath
+from spark_pipelines.store import OrderStore
+from txbridge.errors import ConfigurationError
+
+SECRET_ENV = "TXBRIDGE_DEMO_SECRET"  # noqa: S105 - the name of the variable, not a secret
+
+
+def new_run_id() -> str:
+    return f"run-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a producer process of the run needs (no secret).
+
+    Attributes:
+        run_id: names topics, tables and the namespace.
+        bootstrap: Kafka bootstrap servers.
+        run_dir: where the plan, databases, logs and the report go.
+        db_url: a SQLAlchemy URL shared by the paths, or "" for one SQLite file per path.
+        partitions: partitions of each path's topic and of txbridge's internal topics.
+        check_after: seconds before the first back-check of a txbridge transaction.
+    """
+
+    run_id: str
+    bootstrap: str
+    run_dir: str
+    db_url: str = ""
+    partitions: int = 3
+    check_after: float = 2.0
+    topics: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def create(
+        cls, run_id: str, bootstrap: str, run_dir: Path, *, db_url: str = "", **kw: object
+    ) -> RunConfig:
+        topics = {path: f"orders-{run_id}-{path}" for path in PATHS}
+        return cls(run_id, bootstrap, str(run_dir), db_url, topics=topics, **kw)  # type: ignore[arg-type]
+
+    @property
+    def namespace(self) -> str:
+        return f"__txbridge_{self.run_id.replace('-', '_')}"
+
+    @property
+    def group(self) -> str:
+        return f"orders-{self.run_id}"
+
+    @property
+    def plan_file(self) -> Path:
+        return Path(self.run_dir) / "plan.json"
+
+    def store(self, path: str) -> OrderStore:
+        url = self.db_url or f"sqlite:///{Path(self.run_dir) / 'db' / f'{path}.sqlite'}"
+        return OrderStore(url, path)
+
+    def save(self) -> Path:
+        target = Path(self.run_dir) / "run.json"
+        target.write_text(json.dumps(asdict(self), indent=1))
+        return target
+
+    @classmethod
+    def load(cls, run_dir: Path) -> RunConfig:
+        return cls(**json.loads((run_dir / "run.json").read_text()))
+
+
+def make_path(config: RunConfig, path: str, *, secret: str | None = None) -> OrderPath:
+    """The path object ``path`` of a run (not started)."""
+    store = config.store(path)
+    topic = config.topics[path]
+    if path == "native":
+        from spark_pipelines.paths.native import NativePath
+
+        return NativePath(config.bootstrap, topic, store, transactional_id=f"{config.group}-native")
+    if path == "plain":
+        from spark_pipelines.paths.plain import PlainPath
+
+        return PlainPath(config.bootstrap, topic, store)
+    if path == "txbridge":
+        from spark_pipelines.paths.txbridge_path import TxbridgePath
+
+        secret = secret or os.environ.get(SECRET_ENV)
+        if not secret:
+            raise ConfigurationError(f"the txbridge path needs the check secret in ${SECRET_ENV}")
+        return TxbridgePath(
+            config.bootstrap,
+            topic,
+            store,
+            group=config.group,
+            secret=secret,
+            namespace=config.namespace,
+            partitions=config.partitions,
+            check_after=config.check_after,
+        )
+    raise ConfigurationError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
