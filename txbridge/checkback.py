@@ -1,0 +1,175 @@
+"""The back-check endpoint: an ASGI app (mountable anywhere) and a built-in uvicorn server.
+
+``POST /txbridge/check`` with a :class:`~txbridge.wire.CheckRequest` body and a
+``Txbridge-Signature`` header. The signature is verified before the body is
+parsed or any user code runs:
+
+- unsigned, malformed, wrong or stale signature: **401** ``{"error": ...}``;
+- signed but not a check request: **400**; a check for another group: **404**;
+- otherwise **200** with ``{"state": "COMMIT" | "ROLLBACK" | "UNKNOWN"}``; a check
+  function that raises (or answers something else) yields UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from txbridge import wire
+from txbridge.errors import CheckBackError, ConfigurationError, SignatureError, WireFormatError
+from txbridge.transaction import LocalTransaction, coerce_state, local_transaction_from_check
+from txbridge.wire import TxState
+
+logger = logging.getLogger(__name__)
+
+CHECK_PATH = "/txbridge/check"
+CheckFunction = Callable[[LocalTransaction], Any]
+
+
+def build_check_app(
+    group: str,
+    secret: bytes,
+    check: CheckFunction,
+    *,
+    tolerance_s: float = wire.DEFAULT_SIGNATURE_TOLERANCE_S,
+) -> Starlette:
+    """The ASGI app answering back-checks of ``group`` with ``check``.
+
+    Args:
+        group: the producer group this app answers for.
+        secret: the group's HMAC secret (kept in memory only, never logged).
+        check: ``check(txn) -> TxState``; may be a plain or an ``async`` function.
+            Plain functions run in a worker thread (they usually query a database).
+        tolerance_s: how far a signature's timestamp may be from this clock.
+    """
+
+    async def handle(request: Request) -> Response:
+        body = await request.body()
+        try:
+            wire.verify(secret, request.headers.get(wire.SIGNATURE_HEADER), body, tolerance_s=tolerance_s)
+        except SignatureError as exc:
+            logger.warning("rejected a back-check from %s: %s", _peer(request), exc)
+            return JSONResponse({"error": str(exc)}, status_code=401)
+        try:
+            check_request = wire.decode_check_request(body)
+        except WireFormatError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        if check_request.group != group:
+            return JSONResponse(
+                {"error": f"this producer answers back-checks of group {group!r} only"}, status_code=404
+            )
+        state = await _run_check(check, local_transaction_from_check(check_request))
+        return Response(wire.encode_check_answer(state), media_type="application/json")
+
+    return Starlette(routes=[Route(CHECK_PATH, handle, methods=["POST"])])
+
+
+async def _run_check(check: CheckFunction, txn: LocalTransaction) -> TxState:
+    try:
+        if inspect.iscoroutinefunction(check):
+            answer = await check(txn)
+        else:
+            answer = await run_in_threadpool(check, txn)
+            if inspect.isawaitable(answer):
+                answer = await answer
+    except Exception as exc:  # the user's code: any failure is UNKNOWN, the coordinator asks again later
+        logger.warning(
+            "back-check of transaction %s (attempt %d) raised %s: answering UNKNOWN",
+            txn.tx_id,
+            txn.attempt,
+            type(exc).__name__,
+            exc_info=logger.isEnabledFor(logging.DEBUG),
+        )
+        return TxState.UNKNOWN
+    state = coerce_state(answer)
+    if state is TxState.UNKNOWN and answer is not TxState.UNKNOWN:
+        logger.warning("back-check of %s answered %r, not a TxState: answering UNKNOWN", txn.tx_id, answer)
+    return state
+
+
+def _peer(request: Request) -> str:
+    return f"{request.client.host}:{request.client.port}" if request.client else "?"
+
+
+class CheckServer:
+    """The built-in check server: uvicorn on ``host:port`` in a background thread.
+
+    Args:
+        app: the ASGI app (from :func:`build_check_app`).
+        host: interface to listen on.
+        port: TCP port; 0 picks a free one (see :attr:`port` after :meth:`start`).
+
+    No I/O until :meth:`start`.
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
+        self.host = host
+        self.requested_port = port
+        self.port: int | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
+
+    def start(self, timeout: float = 10.0) -> int:
+        """Bind, serve in the background, and return the port once uvicorn accepts connections.
+
+        Raises:
+            ConfigurationError: the address cannot be bound (say which one).
+            CheckBackError: the server did not come up within ``timeout``.
+        """
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.requested_port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigurationError(
+                f"cannot listen for back-checks on {self.host}:{self.requested_port} ({exc}): "
+                "pass another check_host/check_port (check_port=0 picks a free port)"
+            ) from exc
+        self.port = sock.getsockname()[1]
+        self._socket = sock
+        # log_config=None: a library leaves logging configuration to the application.
+        config = uvicorn.Config(
+            self.app, log_config=None, lifespan="off", access_log=False, timeout_graceful_shutdown=5
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="txbridge-check-server", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise CheckBackError(f"the check server on {self.host}:{self.port} did not start")
+            time.sleep(0.02)
+        logger.info("serving back-checks on %s:%d%s", self.host, self.port, CHECK_PATH)
+        return self.port
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._server is None:
+            return
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self._socket is not None:
+            self._socket.close()
+        self._server = None
+        self._thread = None
+        self._socket = None

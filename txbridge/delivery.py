@@ -1,0 +1,164 @@
+"""One Kafka producer shared by many transactions, with delivery reports routed to futures.
+
+Every record gets a ``concurrent.futures.Future`` resolved by the delivery
+report; a background thread polls the producer. Nothing flushes per message, so
+records of concurrent transactions batch together (``linger.ms``), and a caller
+waits only for its own records.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from functools import partial
+from typing import Any, NamedTuple
+
+from txbridge import _kafka
+from txbridge.errors import KafkaOperationError, TransactionStateError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MESSAGE_TIMEOUT_MS = 30_000
+
+
+class Delivered(NamedTuple):
+    partition: int
+    offset: int
+
+
+class DeliveryPump:
+    """An idempotent, acks=all producer plus the thread that serves its delivery reports.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        extra_config: librdkafka settings on top of txbridge's defaults.
+        poll_interval_s: how long one poll waits for reports.
+
+    No I/O until :meth:`start`.
+    """
+
+    def __init__(
+        self, bootstrap: str, extra_config: dict[str, Any] | None = None, *, poll_interval_s: float = 0.05
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._extra = dict(extra_config or {})
+        self._poll_interval_s = poll_interval_s
+        self._producer: Any = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def message_timeout_s(self) -> float:
+        """librdkafka's bound on a delivery report (``message.timeout.ms``)."""
+        return float(self._extra.get("message.timeout.ms", DEFAULT_MESSAGE_TIMEOUT_MS)) / 1000
+
+    def start(self) -> None:
+        if self._producer is not None:
+            raise TransactionStateError("the delivery pump is already started")
+        # Half and op records must not be reordered or duplicated: idempotence + acks=all
+        # (the defaults of _kafka.producer); extra_config may tune batching and timeouts.
+        self._producer = _kafka.producer(
+            self._bootstrap, self._extra, message_timeout_ms=DEFAULT_MESSAGE_TIMEOUT_MS
+        )
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._serve, name="txbridge-delivery", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(self._poll_interval_s)
+
+    def list_topics(self, timeout: float) -> dict[str, int | None]:
+        """``{topic: partition count}`` of the cluster's topics (metadata through the producer)."""
+        try:
+            metadata = self._producer.list_topics(timeout=timeout)
+        except Exception as exc:  # KafkaException: translated, with its classification
+            raise _kafka.to_error(exc, "reading topic metadata") from exc
+        return {
+            name: (None if topic.error is not None else len(topic.partitions))
+            for name, topic in metadata.topics.items()
+        }
+
+    def produce(
+        self,
+        topic: str,
+        *,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> Future[Delivered]:
+        """Enqueue one record; the future resolves when Kafka acknowledges it (or fails with
+        :class:`~txbridge.errors.KafkaOperationError`). Never raises for Kafka errors."""
+        if self._producer is None:
+            raise TransactionStateError("the producer is not started: call start() or use `with producer:`")
+        future: Future[Delivered] = Future()
+        deadline = time.monotonic() + self.message_timeout_s
+        while True:
+            try:
+                self._producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    headers=list(headers),
+                    on_delivery=partial(_report, future),
+                )
+            except BufferError:
+                # The local queue is full: the poll thread drains it; wait, bounded.
+                if time.monotonic() > deadline:
+                    future.set_exception(
+                        KafkaOperationError(
+                            f"producing to {topic}: local queue stayed full for "
+                            f"{self.message_timeout_s:.0f}s",
+                            retriable=True,
+                        )
+                    )
+                    return future
+                time.sleep(0.01)
+            except Exception as exc:  # KafkaException (unknown partition, too large...): fail the future
+                future.set_exception(_kafka.to_error(exc, f"producing to {topic}[{partition}]"))
+                return future
+            else:
+                return future
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Deliver what is queued (up to ``timeout``), then stop the poll thread."""
+        if self._producer is None:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        remaining = self._producer.flush(timeout)
+        if remaining:
+            logger.warning("%d records were not delivered within %.0fs of closing", remaining, timeout)
+        self._producer = None
+        self._thread = None
+
+
+def _report(future: Future[Delivered], err: Any, msg: Any) -> None:
+    if future.done():  # defensive: a report arrives once, but never raise in librdkafka's callback
+        return
+    if err is not None:
+        future.set_exception(_kafka.to_error(err, f"writing to {msg.topic()}[{msg.partition()}]"))
+    else:
+        future.set_result(Delivered(msg.partition(), msg.offset()))
+
+
+def wait_all(futures: Sequence[Future[Delivered]], timeout: float) -> list[BaseException]:
+    """Wait for every future (bounded); the failures, in order (a timeout counts as one)."""
+    deadline = time.monotonic() + timeout
+    failures: list[BaseException] = []
+    for future in futures:
+        try:
+            future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            failures.append(
+                KafkaOperationError(f"a record was not acknowledged within {timeout:.0f}s", retriable=True)
+            )
+        except KafkaOperationError as exc:
+            failures.append(exc)
+    return failures

@@ -1,0 +1,450 @@
+"""The blocking transactional producer: half messages, the local transaction, the decision.
+
+Two ways to run a transaction:
+
+- :meth:`TransactionProducer.send_in_transaction` (RocketMQ's form): the half
+  records are written and acknowledged, then ``execute(txn, arg)`` runs the local
+  transaction and answers COMMIT, ROLLBACK or UNKNOWN (an exception is UNKNOWN).
+- :meth:`TransactionProducer.transaction` (a context manager): ``tx.send()``
+  returns once its half record is acknowledged (or, with ``wait=False``, after
+  :meth:`Transaction.prepare`), so the local commit inside the block always comes
+  after the half records are durable. A clean exit writes COMMIT, an exception
+  writes ROLLBACK and propagates.
+
+One confluent producer serves every concurrent transaction of the instance;
+delivery reports are routed to per-record futures by a background thread, so
+records of concurrent transactions batch together.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from types import TracebackType
+from typing import Any
+
+from starlette.applications import Starlette
+
+from txbridge import _kafka
+from txbridge._core import OpenTransaction, ProducerSettings, normalise_messages, order_key_bytes
+from txbridge.checkback import CHECK_PATH, CheckServer, build_check_app
+from txbridge.delivery import DeliveryPump, wait_all
+from txbridge.errors import ConfigurationError, KafkaOperationError, TransactionStateError
+from txbridge.registry import Heartbeat
+from txbridge.serializers import BytesSerializer, Serializer
+from txbridge.transaction import (
+    LocalTransaction,
+    Message,
+    TransactionListener,
+    TransactionResult,
+    coerce_state,
+)
+from txbridge.wire import DEFAULT_NAMESPACE, DEFAULT_PARTITIONS, TxState
+
+logger = logging.getLogger(__name__)
+
+ExecuteFunction = Callable[[LocalTransaction, Any], Any]
+CheckFunction = Callable[[LocalTransaction], Any]
+
+
+class _Lifecycle(StrEnum):
+    NEW = "NEW"
+    STARTED = "STARTED"
+    CLOSED = "CLOSED"
+
+
+class TransactionProducer:
+    """A transactional producer instance of a producer group.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        group: the producer group: every instance of it can answer back-checks of the others.
+        secret: the group's HMAC secret for back-check signatures (never logged).
+        listener: a :class:`TransactionListener` (execute + check), or:
+        check: a check function ``check(txn) -> TxState`` (e.g. ``barrier.check``).
+        namespace: the txbridge topic prefix (as given to ``txbridge init``).
+        partitions: partitions of ``<ns>_half``/``<ns>_op`` (as given to ``txbridge init``).
+        instance_id: this instance's id (default ``host-pid-random``).
+        check_host: interface of the built-in check server.
+        check_port: its port; 0 picks a free one.
+        serve_checks: False to mount :attr:`check_app` in your own ASGI server instead.
+        advertised_url: the check URL put in the registry (default from host and port).
+        value_serializer: turns message values into bytes (default: bytes as they are).
+        key_serializer: turns message keys into bytes.
+        heartbeat_interval_s: seconds between registry heartbeats.
+        extra_config: librdkafka settings on top of txbridge's (idempotent, acks=all).
+
+    Raises:
+        ConfigurationError: a setting is missing or invalid (checked here, without I/O).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group: str,
+        *,
+        secret: bytes | str,
+        listener: TransactionListener | None = None,
+        check: CheckFunction | None = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        partitions: int = DEFAULT_PARTITIONS,
+        instance_id: str | None = None,
+        check_host: str = "127.0.0.1",
+        check_port: int = 0,
+        serve_checks: bool = True,
+        advertised_url: str | None = None,
+        value_serializer: Serializer | None = None,
+        key_serializer: Serializer | None = None,
+        heartbeat_interval_s: float = 3.0,
+        extra_config: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = ProducerSettings.build(
+            bootstrap,
+            group,
+            secret,
+            namespace=namespace,
+            partitions=partitions,
+            instance_id=instance_id or "",
+            check_host=check_host,
+            check_port=check_port,
+            serve_checks=serve_checks,
+            advertised_url=advertised_url,
+            value_serializer=value_serializer or BytesSerializer(),
+            key_serializer=key_serializer or BytesSerializer(),
+            heartbeat_interval_s=heartbeat_interval_s,
+            extra_config=extra_config,
+        )
+        if listener is not None and check is not None:
+            raise ConfigurationError("pass either listener= or check=, not both")
+        if listener is not None:
+            check = listener.check_local_transaction
+        if check is None:
+            raise ConfigurationError(
+                "a back-check answer is required: pass listener= (a TransactionListener) "
+                "or check= (e.g. barrier.check)"
+            )
+        self.listener = listener
+        #: The ASGI app answering back-checks (``POST /txbridge/check``), to mount when
+        #: ``serve_checks=False``.
+        self.check_app: Starlette = build_check_app(self.settings.group, self.settings.secret, check)
+        self._pump = DeliveryPump(self.settings.bootstrap, self.settings.extra_config)
+        self._server: CheckServer | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._url: str | None = advertised_url
+        self._state = _Lifecycle.NEW
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @property
+    def instance_id(self) -> str:
+        return self.settings.instance_id
+
+    @property
+    def check_url(self) -> str:
+        """The URL registered for back-checks (known after :meth:`start`)."""
+        if self._url is None:
+            raise TransactionStateError("the check URL is known once the producer is started")
+        return self._url
+
+    @property
+    def ack_timeout_s(self) -> float:
+        return self._pump.message_timeout_s + 5
+
+    def start(self) -> None:
+        """Connect, check the txbridge topics, serve back-checks, register this instance.
+
+        Raises:
+            KafkaUnavailableError: no broker answers at ``bootstrap``.
+            ConfigurationError: the txbridge topics are missing or have another partition count,
+                or the check server cannot listen where asked.
+            TransactionStateError: the producer was already started or closed.
+        """
+        with self._lock:
+            if self._state is not _Lifecycle.NEW:
+                raise TransactionStateError(f"the producer is {self._state}: a producer starts once")
+            settings = self.settings
+            _kafka.check_reachable(settings.bootstrap, extra=_client_only(settings.extra_config))
+            try:
+                self._pump.start()
+                self._check_topics()
+                if settings.serve_checks:
+                    self._server = CheckServer(self.check_app, settings.check_host, settings.check_port)
+                    port = self._server.start()
+                    self._url = settings.advertised_url or _url(settings.check_host, port)
+                self._heartbeat = Heartbeat(
+                    self._pump,
+                    settings.topics.producers,
+                    group=settings.group,
+                    instance=settings.instance_id,
+                    url=self.check_url,
+                    interval_s=settings.heartbeat_interval_s,
+                )
+                self._heartbeat.start()
+            except BaseException:
+                self._shutdown()
+                self._state = _Lifecycle.CLOSED
+                raise
+            self._state = _Lifecycle.STARTED
+            logger.info(
+                "producer %s of group %s started; back-checks at %s",
+                settings.instance_id,
+                settings.group,
+                self._url,
+            )
+
+    def _check_topics(self) -> None:
+        settings = self.settings
+        topics = settings.topics
+        counts = self._pump.list_topics(timeout=15)
+        missing = [t for t in (topics.half, topics.op, topics.producers) if counts.get(t) is None]
+        if missing:
+            raise ConfigurationError(
+                f"txbridge topics {', '.join(missing)} do not exist at {settings.bootstrap}: run "
+                f"`txbridge init --namespace {settings.namespace} --partitions {settings.partitions}`"
+            )
+        for topic in (topics.half, topics.op):
+            if counts[topic] != settings.partitions:
+                raise ConfigurationError(
+                    f"{topic} has {counts[topic]} partitions but this producer has partitions="
+                    f"{settings.partitions}: pass partitions={counts[topic]} (the value given to "
+                    f"`txbridge init --partitions N`)"
+                )
+
+    def close(self) -> None:
+        """Deregister (tombstone), stop the check server, deliver what is queued. Idempotent."""
+        with self._lock:
+            if self._state is _Lifecycle.CLOSED:
+                return
+            self._state = _Lifecycle.CLOSED
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        self._pump.close()
+
+    def __enter__(self) -> TransactionProducer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _require_started(self) -> None:
+        if self._state is not _Lifecycle.STARTED:
+            raise TransactionStateError(
+                f"the producer is {self._state}: call start() (or use `with producer:`) before transactions"
+            )
+
+    # ---------------------------------------------------------------- transactions
+
+    def open_transaction(self, order_key: Any = None) -> OpenTransaction:
+        """A new transaction (internal seam shared with the asyncio producer)."""
+        self._require_started()
+        return OpenTransaction(self.settings, self._pump, order_key_bytes(self.settings, order_key))
+
+    def resolve_execute(self, execute: ExecuteFunction | None) -> ExecuteFunction:
+        if execute is not None:
+            return execute
+        if self.listener is None:
+            raise TypeError("send_in_transaction needs execute= when the producer has no listener")
+        return self.listener.execute_local_transaction
+
+    def send_in_transaction(
+        self,
+        message: Message | Sequence[Message],
+        execute: ExecuteFunction | None = None,
+        arg: Any = None,
+    ) -> TransactionResult:
+        """Write the half records, run the local transaction, write its decision.
+
+        Args:
+            message: one :class:`Message`, or several (to one or more topics).
+            execute: ``execute(txn, arg) -> TxState`` runs the local transaction
+                (default: the listener's ``execute_local_transaction``). An exception
+                counts as UNKNOWN (the back-check decides) and is in ``result.error``.
+            arg: passed to ``execute`` as is.
+
+        Returns:
+            The outcome. A half record that was not acknowledged means the local
+            transaction did not run: ROLLBACK, with the error.
+
+        Raises:
+            SerializationError: a key or value cannot be serialized (nothing written).
+            TransactionStateError: the producer is not started.
+        """
+        run = self.resolve_execute(execute)
+        tx = self.open_transaction()
+        tx.enqueue(normalise_messages(message))
+        tx.settle(wait_all(tx.take_pending(), self.ack_timeout_s))
+        if tx.half_error is not None:
+            return self._rollback_after_half_failure(tx)
+        state, error = run_local(run, tx.local_view(), arg)
+        return self._finish(tx, state, error)
+
+    def transaction(self, order_key: Any = None) -> Transaction:
+        """A transaction as a context manager (several messages, one local transaction).
+
+        Args:
+            order_key: picks the half partition (default: the first message's key, else
+                the tx id). Transactions with the same order key are republished in commit order.
+        """
+        return Transaction(self, self.open_transaction(order_key))
+
+    def _rollback_after_half_failure(self, tx: OpenTransaction) -> TransactionResult:
+        logger.warning(
+            "transaction %s: a half record was not acknowledged (%s); rolled back, not run locally",
+            tx.tx_id,
+            tx.half_error,
+        )
+        return self._finish(tx, TxState.ROLLBACK, tx.half_error, reason="half record not acknowledged")
+
+    def _finish(
+        self, tx: OpenTransaction, state: TxState, error: BaseException | None, *, reason: str = ""
+    ) -> TransactionResult:
+        future = tx.decide(state, reason=reason)
+        op_failures = wait_all([future], self.ack_timeout_s) if future is not None else []
+        if op_failures:
+            logger.warning(
+                "transaction %s: the %s op record was not acknowledged (%s); the back-check will decide",
+                tx.tx_id,
+                state,
+                op_failures[0],
+            )
+        return tx.result(state, error, op_failures)
+
+
+def run_local(
+    execute: ExecuteFunction, txn: LocalTransaction, arg: Any
+) -> tuple[TxState, BaseException | None]:
+    """Run the user's local transaction: its answer as a TxState, an exception as UNKNOWN."""
+    try:
+        answer = execute(txn, arg)
+    except Exception as exc:  # RocketMQ's rule: the local transaction's failure is UNKNOWN, not ROLLBACK
+        logger.warning(
+            "local transaction %s raised %s: leaving it UNKNOWN for the back-check",
+            txn.tx_id,
+            type(exc).__name__,
+        )
+        return TxState.UNKNOWN, exc
+    return checked_answer(txn, answer), None
+
+
+def checked_answer(txn: LocalTransaction, answer: Any) -> TxState:
+    state = coerce_state(answer)
+    if state is TxState.UNKNOWN and answer is not TxState.UNKNOWN:
+        logger.warning("local transaction %s answered %r, not a TxState: UNKNOWN", txn.tx_id, answer)
+    return state
+
+
+class Transaction:
+    """A transaction opened by :meth:`TransactionProducer.transaction`.
+
+    ``send()`` waits for the half record's acknowledgement by default, so any local
+    commit after it is safe. With ``send(msg, wait=False)`` records are only
+    enqueued: call :meth:`prepare` before committing locally.
+
+    Attributes:
+        result: the :class:`TransactionResult`, set when the block exits.
+    """
+
+    def __init__(self, producer: TransactionProducer, tx: OpenTransaction) -> None:
+        self._producer = producer
+        self._tx = tx
+        self._outcome = TxState.COMMIT
+        self.result: TransactionResult | None = None
+
+    @property
+    def tx_id(self) -> str:
+        return self._tx.tx_id
+
+    @property
+    def partition(self) -> int | None:
+        """The half/op partition (known after the first send)."""
+        return self._tx.partition
+
+    @property
+    def local(self) -> LocalTransaction:
+        return self._tx.local_view()
+
+    def send(self, message: Message, *, wait: bool = True) -> None:
+        """Write ``message`` as a half record.
+
+        Args:
+            wait: return only once it is acknowledged (default). False: enqueue only;
+                :meth:`prepare` must then run before the local commit.
+
+        Raises:
+            KafkaOperationError: the half record was not acknowledged (with ``wait``);
+                leaving the block with it rolls the transaction back.
+            SerializationError: the key or value cannot be serialized (nothing written).
+        """
+        self._tx.enqueue([message])
+        if wait:
+            self.prepare()
+
+    def prepare(self) -> None:
+        """Wait until every half record sent so far is acknowledged.
+
+        Raises:
+            KafkaOperationError: one was not; the transaction can only roll back.
+        """
+        self._tx.settle(wait_all(self._tx.take_pending(), self._producer.ack_timeout_s))
+        if self._tx.half_error is not None:
+            raise self._tx.half_error
+
+    def set_outcome(self, state: TxState) -> None:
+        """What a clean exit writes: COMMIT (default), ROLLBACK, or UNKNOWN (left to the back-check)."""
+        self._outcome = TxState(state)
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            try:
+                self.prepare()
+            except KafkaOperationError as err:
+                self.result = self._producer._rollback_after_half_failure(self._tx)
+                raise err from None
+            self.result = self._producer._finish(self._tx, self._outcome, None)
+            return
+        # Settle records still in flight first, so the ROLLBACK follows every half record.
+        self._tx.settle(wait_all(self._tx.take_pending(), self._producer.ack_timeout_s))
+        self.result = self._producer._finish(
+            self._tx, TxState.ROLLBACK, exc, reason=f"exception in the transaction block: {exc_type.__name__}"
+        )
+
+
+def _url(host: str, port: int) -> str:
+    import socket
+
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - comparing, not binding: advertise a reachable name
+        host = socket.gethostname()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}{CHECK_PATH}"
+
+
+_PRODUCER_ONLY = (
+    "linger.ms",
+    "acks",
+    "enable.idempotence",
+    "message.timeout.ms",
+    "batch.size",
+    "compression.type",
+)
+
+
+def _client_only(extra: dict[str, Any]) -> dict[str, Any]:
+    """The settings a probe (admin) client accepts: producer-only keys would only produce warnings."""
+    return {k: v for k, v in extra.items() if k not in _PRODUCER_ONLY and not k.startswith("queue.buffering")}
