@@ -1,0 +1,18 @@
+"""The txbridge coordinator: republishes committed half messages inside Kafka transactions.
+
+Small collaborators, pure logic apart from I/O:
+
+- :mod:`coordinator.config`: the frozen settings (flags, ``TXBRIDGE_*`` env, TOML);
+- :mod:`coordinator.state`: the per-partition pending-transaction state machine;
+- :mod:`coordinator.scheduler`: back-check timing and backoff;
+- :mod:`coordinator.checker`: signed HTTP back-checks with per-group concurrency;
+- :mod:`coordinator.registry`: live producer instances from ``<ns>_producers``;
+- :mod:`coordinator.changelog`: ``<ns>_state`` entries and their restore;
+- :mod:`coordinator.republisher`: what goes into one Kafka transaction;
+- :mod:`coordinator.service`: the loop that ties them together.
+"""
+
+from coordinator.config import CoordinatorConfig
+from coordinator.service import Coordinator
+
+__all__ = ["Coordinator", "CoordinatorConfig"]

@@ -1,0 +1,122 @@
+"""``<ns>_state``: the changelog of transactions still pending at a commit boundary.
+
+Key = tx id, value = compact JSON of the pending transaction without payloads
+(halves are referenced by offset and re-read from the half topic), null =
+resolved. The entry goes to the same partition number as the transaction's half
+and op records, so the coordinator that owns partition p restores exactly p.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from coordinator.state import HalfRef, PendingTx, Phase
+from txbridge import _kafka
+from txbridge.errors import KafkaOperationError, WireFormatError
+from txbridge.wire import OpSource
+
+logger = logging.getLogger(__name__)
+
+ENTRY_VERSION = 1
+
+
+def encode_entry(tx: PendingTx) -> bytes:
+    """The changelog value of a pending transaction."""
+
+    def b64(data: bytes | None) -> str | None:
+        return None if data is None else base64.b64encode(data).decode()
+
+    body: dict[str, Any] = {
+        "v": ENTRY_VERSION,
+        "tx": tx.tx_id,
+        "p": tx.partition,
+        "phase": tx.phase.value,
+        "halves": [[seq, h.offset, h.size, h.topic, b64(h.key)] for seq, h in sorted(tx.halves.items())],
+        "group": tx.group,
+        "instance": tx.instance,
+        "first": tx.first_append_ms,
+        "check_after": tx.check_after_s,
+        "source": tx.decision_source.value if tx.decision_source else None,
+        "count": tx.count,
+        "wait": tx.wait_offset,
+        "checks": tx.checks,
+        "next": tx.next_check_ms,
+        "order": tx.decided_seq,
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_entry(value: bytes) -> PendingTx:
+    """Parse a changelog value.
+
+    Raises:
+        WireFormatError: the value is not a version-1 entry.
+    """
+    try:
+        body = json.loads(value)
+        if body.get("v") != ENTRY_VERSION:
+            raise WireFormatError(f"state entry has version {body.get('v')!r}")
+        halves = {
+            int(seq): HalfRef(int(off), int(size), str(topic), None if key is None else base64.b64decode(key))
+            for seq, off, size, topic, key in body["halves"]
+        }
+        return PendingTx(
+            tx_id=str(body["tx"]),
+            partition=int(body["p"]),
+            phase=Phase(body["phase"]),
+            halves=halves,
+            group=str(body.get("group", "")),
+            instance=str(body.get("instance", "")),
+            first_append_ms=body.get("first"),
+            check_after_s=body.get("check_after"),
+            decision_source=OpSource(body["source"]) if body.get("source") else None,
+            count=body.get("count"),
+            wait_offset=body.get("wait"),
+            checks=int(body.get("checks", 0)),
+            next_check_ms=body.get("next"),
+            decided_seq=int(body.get("order", 0)),
+        )
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise WireFormatError(f"state entry is not valid: {exc}") from None
+
+
+def restore(
+    bootstrap: str, topic: str, partition: int, extra: Mapping[str, Any] | None = None, timeout: float = 60.0
+) -> list[PendingTx]:
+    """Every live entry of ``topic``/``partition``, read with read_committed to the end.
+
+    Raises:
+        KafkaOperationError: the end was not reached within ``timeout``.
+    """
+    consumer = _kafka.consumer(
+        bootstrap, f"txbridge-restore-{uuid.uuid4().hex[:8]}", extra, enable_partition_eof=True
+    )
+    entries: dict[str, PendingTx] = {}
+    try:
+        consumer.assign([_kafka.partition_at(topic, partition, _kafka.OFFSET_BEGINNING)])
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise KafkaOperationError(f"restoring {topic}/{partition}: the end was not reached in time")
+            for msg in consumer.consume(1000, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if _kafka.is_partition_eof(err):
+                        return list(entries.values())
+                    raise _kafka.to_error(err, f"restoring {topic}/{partition}")
+                key = (msg.key() or b"").decode("utf-8", "replace")
+                if msg.value() is None:
+                    entries.pop(key, None)
+                    continue
+                try:
+                    entries[key] = decode_entry(msg.value())
+                except WireFormatError as exc:
+                    logger.warning("%s/%d offset %d skipped: %s", topic, partition, msg.offset(), exc)
+    finally:
+        consumer.close()

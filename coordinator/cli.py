@@ -1,0 +1,79 @@
+"""``txbridge coordinator`` / ``python -m coordinator``: run one coordinator instance.
+
+The CLI reads flags, ``TXBRIDGE_*`` env vars and ``--config file.toml``, configures
+logging and installs SIGTERM/SIGINT handlers; the library does none of that.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
+
+
+@click.command("coordinator")
+@bootstrap_option
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file with the settings.")
+@click.option("--namespace", help="Internal topic prefix (default __txbridge).")
+@click.option("--group-id", help="The coordinators' consumer group.")
+@click.option("--instance-id", help="This instance's id (default host-pid).")
+@click.option("--check-delay", "check_delay_s", type=float, help="Seconds before the first back-check.")
+@click.option("--max-checks", type=int, help="Back-checks before a transaction expires.")
+@click.option("--check-backoff", "check_backoff_s", type=float, help="First wait after an UNKNOWN check.")
+@click.option("--check-backoff-max", "check_backoff_max_s", type=float, help="Cap of the check backoff.")
+@click.option("--check-timeout", "check_timeout_s", type=float, help="HTTP timeout of a back-check.")
+@click.option(
+    "--check-concurrency", "check_concurrency_per_group", type=int, help="Checks in flight per group."
+)
+@click.option("--allowed-check-hosts", help="Comma-separated hosts check URLs may use.")
+@click.option("--secret", "secrets", multiple=True, help="GROUP=SECRET (repeatable); prefer env/TOML.")
+@click.option("--producer-liveness", "producer_liveness_s", type=float, help="Heartbeat validity, seconds.")
+@click.option("--commit-interval-ms", type=int, help="Kafka transaction commit interval.")
+@click.option("--payload-cache-bytes", type=int, help="Budget of cached half payloads.")
+@click.option("--max-message-bytes", type=int, help="Larger committed messages are quarantined.")
+@click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port.")
+@click.option("--log-interval", "log_interval_s", type=float, help="Seconds between INFO count lines.")
+@_one_line_errors
+def coordinator(
+    bootstrap: str | None, config_path: str | None, secrets: tuple[str, ...], **flags: Any
+) -> None:
+    """Run a txbridge coordinator until SIGTERM/SIGINT."""
+    from coordinator.config import CoordinatorConfig, parse_pairs
+    from coordinator.service import Coordinator
+
+    logging.getLogger("coordinator").setLevel(logging.INFO)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    flags["bootstrap"] = resolve_bootstrap(bootstrap or _bootstrap_from(config_path))
+    if secrets:
+        flags["secrets"] = parse_pairs(secrets, "--secret")
+    config = CoordinatorConfig.load(flags=flags, env=os.environ, toml_path=config_path)
+    service = Coordinator(config)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        logging.getLogger(__name__).info("signal %d: stopping", signum)
+        service.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    service.run()
+    sys.exit(0)
+
+
+def _bootstrap_from(config_path: str | None) -> str | None:
+    """The bootstrap from TXBRIDGE_BOOTSTRAP or the TOML file, so --bootstrap may be omitted."""
+    from coordinator.config import read_toml
+
+    if os.environ.get("TXBRIDGE_BOOTSTRAP"):
+        return os.environ["TXBRIDGE_BOOTSTRAP"]
+    if config_path is None:
+        return None
+    value = read_toml(Path(config_path)).get("bootstrap")
+    return str(value) if value else None

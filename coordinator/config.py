@@ -1,0 +1,283 @@
+"""The coordinator's settings: one frozen object, loaded from flags, ``TXBRIDGE_*`` env vars or TOML.
+
+Precedence: explicit flags, then environment, then the TOML file, then the defaults
+below. Every bad value fails fast with a message naming the setting. Secrets never
+appear in ``repr`` or logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from txbridge.errors import ConfigurationError
+from txbridge.wire import DEFAULT_NAMESPACE
+
+ENV_PREFIX = "TXBRIDGE_"
+
+
+class Secrets:
+    """HMAC secrets per producer group plus a default; ``repr`` shows only which groups have one."""
+
+    __slots__ = ("_by_group", "_default")
+
+    def __init__(self, by_group: Mapping[str, str] | None = None, default: str | None = None) -> None:
+        self._by_group = {g: s.encode() for g, s in (by_group or {}).items() if s}
+        self._default = default.encode() if default else None
+
+    def for_group(self, group: str) -> bytes | None:
+        """The secret that signs back-checks to ``group`` (its own, else the default)."""
+        return self._by_group.get(group, self._default)
+
+    def __repr__(self) -> str:
+        default = "set" if self._default else "unset"
+        return f"Secrets(groups={sorted(self._by_group)}, default={default})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secrets) and (self._by_group, self._default) == (
+            other._by_group,
+            other._default,
+        )
+
+    def __hash__(self) -> int:
+        return hash((tuple(sorted(self._by_group)), self._default is not None))
+
+
+def _default_instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """Everything the coordinator needs; see docs/coordinator.md for the table.
+
+    Attributes:
+        bootstrap: Kafka bootstrap servers.
+        namespace: prefix of the internal topics.
+        group_id: the coordinators' consumer group over half + op.
+        instance_id: this coordinator; its transactional.id derives from it.
+        check_delay_s: seconds after a half's broker append time before the first back-check.
+        max_checks: back-checks before a transaction expires (rolled back, copied to ``<ns>_expired``).
+        check_backoff_s: wait after the first UNKNOWN check; doubles per check ...
+        check_backoff_max_s: ... up to this cap.
+        check_timeout_s: HTTP timeout of one back-check.
+        check_concurrency_per_group: back-checks in flight per producer group.
+        allowed_check_hosts: hosts a check URL may point at; any other is refused.
+        secrets: HMAC secrets per producer group and a default (hidden from repr).
+        producer_liveness_s: a producer instance is live this long after its last heartbeat.
+        commit_interval_ms: how often the Kafka transaction commits (far below transaction_timeout_ms).
+        transaction_timeout_ms: the transactional producer's transaction.timeout.ms.
+        payload_cache_bytes: budget of cached half payloads; evicted ones are re-read by offset.
+        max_message_bytes: a committed message larger than this is quarantined, not republished.
+        metrics_port: serve Prometheus metrics on this port (None: off).
+        log_interval_s: seconds between INFO lines with counts.
+        extra_config: librdkafka settings passed through to every client.
+    """
+
+    bootstrap: str = ""
+    namespace: str = DEFAULT_NAMESPACE
+    group_id: str = "txbridge-coordinator"
+    instance_id: str = field(default_factory=_default_instance_id)
+    check_delay_s: float = 6.0
+    max_checks: int = 15
+    check_backoff_s: float = 5.0
+    check_backoff_max_s: float = 60.0
+    check_timeout_s: float = 5.0
+    check_concurrency_per_group: int = 4
+    allowed_check_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
+    secrets: Secrets = field(default_factory=Secrets, repr=True)
+    producer_liveness_s: float = 10.0
+    commit_interval_ms: int = 50
+    transaction_timeout_ms: int = 60_000
+    payload_cache_bytes: int = 64 * 1024 * 1024
+    max_message_bytes: int = 1024 * 1024
+    metrics_port: int | None = None
+    log_interval_s: float = 30.0
+    extra_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigurationError` naming the first bad setting."""
+        positive = {
+            "check_backoff_s": self.check_backoff_s,
+            "check_backoff_max_s": self.check_backoff_max_s,
+            "check_timeout_s": self.check_timeout_s,
+            "producer_liveness_s": self.producer_liveness_s,
+            "log_interval_s": self.log_interval_s,
+        }
+        for name, value in positive.items():
+            if not value > 0:
+                raise ConfigurationError(f"{name} must be positive, got {value!r}")
+        at_least_one = {
+            "max_checks": self.max_checks,
+            "check_concurrency_per_group": self.check_concurrency_per_group,
+            "commit_interval_ms": self.commit_interval_ms,
+            "payload_cache_bytes": self.payload_cache_bytes,
+            "max_message_bytes": self.max_message_bytes,
+        }
+        for name, value in at_least_one.items():
+            if value < 1:
+                raise ConfigurationError(f"{name} must be at least 1, got {value!r}")
+        if self.check_delay_s < 0:
+            raise ConfigurationError(f"check_delay_s must not be negative, got {self.check_delay_s!r}")
+        if self.commit_interval_ms * 10 > self.transaction_timeout_ms:
+            raise ConfigurationError(
+                f"commit_interval_ms ({self.commit_interval_ms}) must stay far below "
+                f"transaction_timeout_ms ({self.transaction_timeout_ms}): at most a tenth of it"
+            )
+        if not self.namespace or not self.group_id or not self.instance_id:
+            raise ConfigurationError("namespace, group_id and instance_id must not be empty")
+        if not self.allowed_check_hosts:
+            raise ConfigurationError("allowed_check_hosts is empty: no back-check could ever be made")
+        if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
+            raise ConfigurationError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
+
+    @property
+    def transactional_id(self) -> str:
+        return f"{self.group_id}-{self.instance_id}"
+
+    def host_allowed(self, url: str) -> bool:
+        """True when ``url`` is http(s) and its host is in ``allowed_check_hosts``."""
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            return False
+        return parts.scheme in ("http", "https") and (parts.hostname or "") in self.allowed_check_hosts
+
+    def replace(self, **changes: Any) -> CoordinatorConfig:
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        flags: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        toml_path: str | Path | None = None,
+    ) -> CoordinatorConfig:
+        """Merge defaults < TOML file < env (``TXBRIDGE_<SETTING>``) < flags (None = not given).
+
+        Raises:
+            ConfigurationError: an unknown setting, an unreadable file or a bad value; the
+                message names the setting.
+        """
+        raw: dict[str, Any] = {}
+        if toml_path is not None:
+            raw.update(read_toml(Path(toml_path)))
+        raw.update(_from_env(env or {}))
+        raw.update({k: v for k, v in (flags or {}).items() if v is not None and v != ()})
+        return cls.from_mapping(raw)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> CoordinatorConfig:
+        """Build from plain values (strings are converted); unknown keys are errors."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        by_group = dict(raw.get("secrets") or {})
+        default_secret = raw.get("default_secret")
+        for name, value in raw.items():
+            if name in ("secrets", "default_secret"):
+                continue
+            if name not in known:
+                raise ConfigurationError(f"unknown coordinator setting {name!r}; known: {sorted(known)}")
+            values[name] = _convert(name, known[name].type, value)
+        if not isinstance(by_group, dict) or not all(isinstance(v, str) for v in by_group.values()):
+            raise ConfigurationError("secrets must map producer group names to secret strings")
+        values["secrets"] = Secrets(by_group, str(default_secret) if default_secret else None)
+        return cls(**values)
+
+
+_ENV_SIMPLE = (
+    "bootstrap",
+    "namespace",
+    "group_id",
+    "instance_id",
+    "check_delay_s",
+    "max_checks",
+    "check_backoff_s",
+    "check_backoff_max_s",
+    "check_timeout_s",
+    "check_concurrency_per_group",
+    "allowed_check_hosts",
+    "producer_liveness_s",
+    "commit_interval_ms",
+    "transaction_timeout_ms",
+    "payload_cache_bytes",
+    "max_message_bytes",
+    "metrics_port",
+    "log_interval_s",
+    "default_secret",
+)
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in _ENV_SIMPLE:
+        value = env.get(ENV_PREFIX + name.upper())
+        if value not in (None, ""):
+            out[name] = value
+    secrets = env.get(ENV_PREFIX + "SECRETS")
+    if secrets:
+        out["secrets"] = parse_pairs(secrets.split(","), "TXBRIDGE_SECRETS")
+    return out
+
+
+def parse_pairs(items: Any, setting: str) -> dict[str, str]:
+    """``["a=1", "b=2"]`` as a dict; a malformed item names ``setting``."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = str(item).strip().partition("=")
+        if not sep or not name:
+            raise ConfigurationError(f"{setting}: expected NAME=VALUE, got an item without '='")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The settings of a TOML file (top level or a ``[coordinator]`` table)."""
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigurationError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"config file {path} is not valid TOML: {exc}") from None
+    # Accept either top-level keys or a [coordinator] table.
+    return dict(data.get("coordinator", data))
+
+
+def _convert(name: str, annotation: Any, value: Any) -> Any:
+    kind = str(annotation)
+    converters = {
+        "float": float,
+        "int": _strict_int,
+        "int | None": lambda v: None if v in (None, "", "none") else _strict_int(v),
+        "tuple[str, ...]": _str_tuple,
+        "Mapping[str, Any]": lambda v: parse_pairs(v.split(","), name) if isinstance(v, str) else dict(v),
+    }
+    try:
+        return converters.get(kind, str)(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"setting {name}: {value!r} is not a valid {kind}") from None
+
+
+def _strict_int(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(value)
+    return int(value)
+
+
+def _str_tuple(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(str(v).strip() for v in items if str(v).strip())

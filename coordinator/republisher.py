@@ -1,0 +1,118 @@
+"""What one Kafka transaction of the coordinator carries. Pure: builds records, produces nothing.
+
+A :class:`Batch` collects, between two commit boundaries, everything that must
+become visible atomically with the consumed offsets: republished messages,
+op records of back-check verdicts and expiries, copies to ``<ns>_expired`` and
+``<ns>_quarantine``, and ``<ns>_state`` entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from txbridge.wire import (
+    H_CHECKS,
+    H_ORIGIN,
+    H_REASON,
+    HalfMessage,
+    OpRecord,
+    OpSource,
+    Topics,
+    TxState,
+)
+
+Headers = list[tuple[str, bytes]]
+# Per-record overhead the broker counts beside key, value and headers (a safe upper bound).
+_RECORD_OVERHEAD = 64
+
+
+@dataclass(frozen=True)
+class OutRecord:
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = field(default_factory=list)
+    partition: int | None = None  # None: the producer's partitioner
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]) -> int:
+    return (
+        len(key or b"")
+        + len(value or b"")
+        + sum(len(n) + len(v or b"") for n, v in headers)
+        + _RECORD_OVERHEAD
+    )
+
+
+def plan_republish(
+    messages: Sequence[HalfMessage], max_message_bytes: int, partitions_of: Callable[[str], int | None]
+) -> list[OutRecord] | str:
+    """The real-topic records of a committed transaction in seq order, or why it cannot be republished.
+
+    Args:
+        messages: the transaction's messages (any order; sorted by seq here).
+        max_message_bytes: the largest record the coordinator republishes.
+        partitions_of: partition count of a topic, None when it does not exist.
+    """
+    out: list[OutRecord] = []
+    for msg in sorted(messages, key=lambda m: m.seq):
+        headers = msg.republish_headers()
+        size = record_size(msg.key, msg.value, headers)
+        if size > max_message_bytes:
+            return f"message seq {msg.seq} is {size} bytes, above max_message_bytes={max_message_bytes}"
+        count = partitions_of(msg.topic)
+        if count is None:
+            return f"topic {msg.topic!r} does not exist"
+        if msg.partition is not None and not 0 <= msg.partition < count:
+            return f"topic {msg.topic!r} has no partition {msg.partition} (it has {count})"
+        out.append(OutRecord(msg.topic, msg.key, msg.value, headers, msg.partition))
+    return out
+
+
+def copy_aside(
+    topic: str, msg: HalfMessage, reason: str, origin: str, checks: int | None = None
+) -> OutRecord:
+    """A half record copied whole to ``<ns>_expired`` or ``<ns>_quarantine`` with the reason."""
+    headers = [*msg.to_headers(), (H_REASON, reason.encode()), (H_ORIGIN, origin.encode())]
+    if checks is not None:
+        headers.append((H_CHECKS, str(checks).encode()))
+    return OutRecord(topic, msg.record_key(), msg.value, headers)
+
+
+def quarantine_raw(
+    topic: str,
+    *,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None,
+    reason: str,
+    origin: str,
+) -> OutRecord:
+    """An unparseable record, kept whole, plus ``txb.reason`` and ``txb.origin``."""
+    kept = [(n, v if v is not None else b"") for n, v in headers or ()]
+    return OutRecord(topic, key, value, [*kept, (H_REASON, reason.encode()), (H_ORIGIN, origin.encode())])
+
+
+class Batch:
+    """Records for the next Kafka transaction (cleared once it commits or aborts)."""
+
+    def __init__(self, topics: Topics) -> None:
+        self.topics = topics
+        self.records: list[OutRecord] = []
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def add(self, record: OutRecord) -> None:
+        self.records.append(record)
+
+    def op(
+        self, partition: int, tx_id: str, state: TxState, source: OpSource, *, group: str, reason: str = ""
+    ) -> None:
+        """An op record (back-check verdict, expiry) to ``<ns>_op`` partition ``partition``."""
+        key, value = OpRecord(tx_id, state, source, group=group, reason=reason).encode()
+        self.records.append(OutRecord(self.topics.op, key, value, [], partition))
+
+    def clear(self) -> None:
+        self.records.clear()

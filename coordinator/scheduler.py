@@ -1,0 +1,76 @@
+"""When to back-check an undecided transaction, and when to give up. Pure: no I/O, no clock.
+
+Timing is measured from the broker's append time of the first half record and
+compared with the coordinator's clock, never with the producer's ``txb.ts``
+(RocketMQ #9640: producer clock skew caused spurious checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from coordinator.state import PendingTx, Phase
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    """Back-check timing.
+
+    Attributes:
+        delay_s: seconds after the first half's append time before the first check
+            (a half's ``txb.check_after`` overrides it).
+        max_checks: UNKNOWN answers before the transaction expires.
+        backoff_s: wait after the first UNKNOWN; doubles after each further one ...
+        backoff_max_s: ... up to this cap.
+    """
+
+    delay_s: float = 6.0
+    max_checks: int = 15
+    backoff_s: float = 5.0
+    backoff_max_s: float = 60.0
+
+    def first_due_ms(self, tx: PendingTx, now_ms: int) -> int:
+        base = tx.first_append_ms if tx.first_append_ms is not None else now_ms
+        delay = tx.check_after_s if tx.check_after_s is not None else self.delay_s
+        return base + int(max(delay, 0.0) * 1000)
+
+    def backoff_ms(self, checks_done: int) -> int:
+        """Wait after the ``checks_done``-th UNKNOWN answer (1-based): growing, capped."""
+        exponent = max(checks_done - 1, 0)
+        return int(min(self.backoff_s * (2 ** min(exponent, 30)), self.backoff_max_s) * 1000)
+
+
+@dataclass(frozen=True)
+class Due:
+    """What to do now: transactions to check and transactions to expire."""
+
+    check: list[PendingTx]
+    expire: list[PendingTx]
+
+
+def due(policy: CheckPolicy, txs: Iterable[PendingTx], now_ms: int, in_flight: set[str]) -> Due:
+    """Undecided transactions whose check time has come (``in_flight`` ones are skipped)."""
+    check: list[PendingTx] = []
+    expire: list[PendingTx] = []
+    for tx in txs:
+        if tx.phase is not Phase.OPEN or tx.tx_id in in_flight:
+            continue
+        if tx.next_check_ms is None:
+            tx.next_check_ms = policy.first_due_ms(tx, now_ms)
+            tx.dirty = True
+        if tx.next_check_ms > now_ms:
+            continue
+        (expire if tx.checks >= policy.max_checks else check).append(tx)
+    return Due(check, expire)
+
+
+def record_unknown(policy: CheckPolicy, tx: PendingTx, now_ms: int) -> bool:
+    """Count an UNKNOWN (or failed) check and reschedule. Returns True when ``tx`` must expire now."""
+    tx.checks += 1
+    tx.dirty = True
+    if tx.checks >= policy.max_checks:
+        tx.next_check_ms = now_ms
+        return True
+    tx.next_check_ms = now_ms + policy.backoff_ms(tx.checks)
+    return False

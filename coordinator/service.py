@@ -1,0 +1,544 @@
+"""The coordinator loop: consume half + op, decide, back-check, and commit in Kafka transactions.
+
+Every ``commit_interval_ms`` one Kafka transaction carries the republished
+messages of ready committed transactions, op records of back-check verdicts and
+expiries, copies to ``<ns>_expired`` / ``<ns>_quarantine``, ``<ns>_state``
+entries of the transactions still pending, and the consumed half/op offsets
+(with the group metadata, so a zombie coordinator is fenced). Hence the
+invariant: everything below the committed offsets is resolved or in ``<ns>_state``.
+
+An abortable Kafka error aborts that transaction and rewinds: in-memory state is
+rebuilt from ``<ns>_state`` and the consumer seeks back to the committed offsets.
+A fenced or fatal error stops the loop (another instance takes over).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from coordinator import changelog, metrics, scheduler
+from coordinator.checker import Checker, CheckJob, CheckResult
+from coordinator.config import CoordinatorConfig
+from coordinator.payloads import HalfReader, evict
+from coordinator.registry import ProducerRegistry
+from coordinator.republisher import Batch, OutRecord, copy_aside, plan_republish, quarantine_raw
+from coordinator.scheduler import CheckPolicy
+from coordinator.state import PartitionState, PendingTx, Phase
+from txbridge import _kafka
+from txbridge.errors import KafkaOperationError, ProducerFencedError, WireFormatError
+from txbridge.wire import (
+    CheckMessage,
+    CheckRequest,
+    OpRecord,
+    OpSource,
+    Topics,
+    TxState,
+    decode_half,
+    decode_op,
+)
+
+logger = logging.getLogger(__name__)
+
+_BATCH = 1000  # records per consume() call
+_TOPIC_CACHE_S = 30.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Coordinator:
+    """One coordinator instance. ``run()`` blocks until :meth:`stop` (or a fatal error).
+
+    Args:
+        config: the settings.
+        transport: an httpx transport for back-checks (tests); None = real HTTP.
+    """
+
+    def __init__(self, config: CoordinatorConfig, transport: httpx.BaseTransport | None = None) -> None:
+        self.config = config
+        self.topics = Topics(config.namespace)
+        self.policy = CheckPolicy(
+            config.check_delay_s, config.max_checks, config.check_backoff_s, config.check_backoff_max_s
+        )
+        self.stats: Counter[str] = Counter()
+        self.partitions: dict[int, PartitionState] = {}
+        self._positions: dict[tuple[str, int], int] = {}
+        self._batch = Batch(self.topics)
+        self._expiring: list[PendingTx] = []
+        self._incomplete: list[tuple[PendingTx, str]] = []
+        self._stop = threading.Event()
+        self._transport = transport
+        self._consumer: Any = None
+        self._producer: Any = None
+        self._registry: ProducerRegistry | None = None
+        self._checker: Checker | None = None
+        self._reader: HalfReader | None = None
+        self._metrics_server: Any = None
+        self._topic_sizes: dict[str, tuple[int | None, float]] = {}
+        self._consumed_since_commit = 0
+        self.running = threading.Event()  # set once partitions may be served (tests wait on it)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        """Ask the loop to finish: commit the open work, leave the group, return from ``run()``."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Run until :meth:`stop`.
+
+        Raises:
+            ProducerFencedError: another instance took over this transactional id.
+            KafkaOperationError: a fatal Kafka error; the caller may restart with a new instance.
+        """
+        self._start()
+        try:
+            self._loop()
+            self._commit_boundary()  # finish the open work before leaving the group
+        finally:
+            self._shutdown()
+
+    def _start(self) -> None:
+        cfg = self.config
+        extra = dict(cfg.extra_config)
+        self._producer = _kafka.producer(
+            cfg.bootstrap,
+            extra,
+            transactional_id=cfg.transactional_id,
+            transaction_timeout_ms=cfg.transaction_timeout_ms,
+            linger_ms=5,
+        )
+        try:
+            self._producer.init_transactions(30)
+        except Exception as exc:
+            raise _kafka.to_error(exc, "initialising the coordinator's transactional producer") from exc
+        self._registry = ProducerRegistry(
+            cfg.bootstrap, self.topics.producers, cfg.producer_liveness_s, extra
+        )
+        self._registry.start()
+        self._registry.wait_caught_up()
+        self._checker = Checker(cfg, self._transport)
+        self._checker.start()
+        self._reader = HalfReader(cfg.bootstrap, self.topics.half, extra)
+        if cfg.metrics_port is not None:
+            self._metrics_server = metrics.serve(
+                metrics.make_registry(self.stats, self._gauges), cfg.metrics_port
+            )
+        # Classic protocol + range keeps partition i of half and op on one member (DESIGN pitfalls).
+        self._consumer = _kafka.consumer(
+            cfg.bootstrap,
+            cfg.group_id,
+            extra,
+            partition_assignment_strategy="range",
+            group_protocol="classic",
+        )
+        self._consumer.subscribe(
+            [self.topics.half, self.topics.op],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        logger.info("coordinator %s started: %r", cfg.instance_id, cfg)
+
+    def _shutdown(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()  # leaves the group: partitions move at once
+            except Exception:
+                logger.exception("closing the consumer")
+        for part in (self._checker, self._registry, self._reader):
+            if part is not None:
+                part.close()
+        if self._producer is not None:
+            self._producer.flush(10)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        self.running.clear()
+        logger.info("coordinator %s stopped: %s", self.config.instance_id, dict(self.stats))
+
+    def _loop(self) -> None:
+        interval = self.config.commit_interval_ms / 1000
+        next_commit = time.monotonic() + interval
+        next_log = time.monotonic() + self.config.log_interval_s
+        while not self._stop.is_set():
+            for msg in self._consumer.consume(_BATCH, min(interval, 0.1)):
+                self._on_record(msg)
+            assert self._registry is not None
+            self._registry.poll()
+            self._apply_check_results()
+            self._schedule_checks()
+            now = time.monotonic()
+            if now >= next_commit:
+                self._commit_boundary()
+                next_commit = now + interval
+            if now >= next_log:
+                self._log_counts()
+                next_log = now + self.config.log_interval_s
+
+    # ------------------------------------------------------------------ rebalance
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
+        committed = consumer.committed(partitions, timeout=30)
+        for tp in committed:
+            if tp.offset >= 0:
+                self._positions[(tp.topic, tp.partition)] = tp.offset
+        for number in numbers:
+            self._restore(number)
+        logger.info("assigned partitions %s", numbers)
+        self.running.set()
+
+    def _restore(self, number: int) -> None:
+        start = self._positions.get((self.topics.half, number))
+        if start is None:
+            low, _high = self._consumer.get_watermark_offsets(
+                _kafka.partition_at(self.topics.half, number), timeout=10
+            )
+            start = max(low, 0)
+        state = PartitionState(number, self.stats, half_position=start)
+        restored = changelog.restore(
+            self.config.bootstrap, self.topics.state, number, self.config.extra_config
+        )
+        for tx in restored:
+            state.add_restored(tx)
+        self.partitions[number] = state
+        if restored:
+            logger.info("partition %d: restored %d pending transactions", number, len(restored))
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        # Commit while the partitions are still ours; the group metadata is still valid.
+        try:
+            self._commit_boundary()
+        except KafkaOperationError:
+            logger.exception(
+                "committing before revocation failed; the next owner resumes from the last commit"
+            )
+        self._drop(partitions)
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        logger.warning("partitions lost (session timeout): dropping their state without committing")
+        self._batch.clear()
+        self._drop(partitions)
+
+    def _drop(self, partitions: list[Any]) -> None:
+        for tp in partitions:
+            self._positions.pop((tp.topic, tp.partition), None)
+            if tp.topic == self.topics.half:
+                self.partitions.pop(tp.partition, None)
+        self._expiring = [t for t in self._expiring if t.partition in self.partitions]
+        self._incomplete = [(t, r) for t, r in self._incomplete if t.partition in self.partitions]
+
+    # ------------------------------------------------------------------ input
+
+    def _on_record(self, msg: Any) -> None:
+        err = msg.error()
+        if err is not None:
+            if not _kafka.is_partition_eof(err):
+                logger.warning("consume: %s", err)
+            return
+        topic, number = msg.topic(), msg.partition()
+        self._positions[(topic, number)] = msg.offset() + 1
+        self._consumed_since_commit += 1
+        state = self.partitions.get(number)
+        if state is None:
+            return
+        if topic == self.topics.half:
+            self.stats["half_records"] += 1
+            try:
+                half = decode_half(msg.value(), msg.headers())
+            except WireFormatError as exc:
+                self._quarantine(msg, str(exc))
+                return
+            size = len(msg.value() or b"") + sum(len(n) + len(v or b"") for n, v in msg.headers() or ())
+            state.on_half(half, msg.offset(), size, _kafka.append_time_ms(msg) or _now_ms())
+        else:
+            self.stats["op_records"] += 1
+            try:
+                op = decode_op(msg.value())
+            except WireFormatError as exc:
+                self._quarantine(msg, str(exc))
+                return
+            state.on_op(op)
+
+    def _quarantine(self, msg: Any, reason: str) -> None:
+        origin = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
+        logger.warning("quarantined %s: %s", origin, reason)
+        self.stats["quarantined_records"] += 1
+        self._batch.add(
+            quarantine_raw(
+                self.topics.quarantine,
+                key=msg.key(),
+                value=msg.value(),
+                headers=msg.headers(),
+                reason=reason,
+                origin=origin,
+            )
+        )
+
+    # ------------------------------------------------------------------ back-checks
+
+    def _schedule_checks(self) -> None:
+        assert self._checker is not None
+        assert self._registry is not None
+        now = _now_ms()
+        in_flight = self._checker.in_flight_txs
+        for state in self.partitions.values():
+            due = scheduler.due(self.policy, state.open_txs(), now, in_flight)
+            self._expiring.extend(t for t in due.expire if t not in self._expiring)
+            for tx in due.check:
+                targets = tuple(self._registry.view.targets(tx.group, tx.instance, now))
+                request = CheckRequest(
+                    tx_id=tx.tx_id,
+                    group=tx.group,
+                    instance=tx.instance,
+                    attempt=tx.checks + 1,
+                    messages=tuple(self._check_message(tx, seq) for seq in sorted(tx.halves)),
+                )
+                if not self._checker.submit(CheckJob(state.partition, request, targets)):
+                    continue  # its group is at its concurrency limit: checked on a later pass
+                self.stats["checks"] += 1
+
+    @staticmethod
+    def _check_message(tx: PendingTx, seq: int) -> CheckMessage:
+        ref = tx.halves[seq]
+        headers = ref.message.user_headers if ref.message is not None else ()
+        return CheckMessage(ref.topic, ref.key, headers)
+
+    def _apply_check_results(self) -> None:
+        assert self._checker is not None
+        for result in self._checker.results():
+            self.stats["checks_refused"] += result.refused
+            self._apply_check(result)
+
+    def _apply_check(self, result: CheckResult) -> None:
+        request = result.job.request
+        state = self.partitions.get(result.job.partition)
+        tx = state.pending.get(request.tx_id) if state else None
+        if state is None or tx is None or tx.phase is not Phase.OPEN:
+            return  # revoked meanwhile, or decided by an op that arrived first
+        if result.state is TxState.UNKNOWN:
+            logger.info("check %d of tx %s: UNKNOWN (%s)", tx.checks + 1, tx.tx_id, result.detail)
+            if scheduler.record_unknown(self.policy, tx, _now_ms()) and tx not in self._expiring:
+                self._expiring.append(tx)
+            return
+        self.stats["check_verdicts"] += 1
+        logger.info("check of tx %s: %s from %s", tx.tx_id, result.state, result.detail)
+        tx.checks += 1
+        # Applied in memory now and written as an op record in the same Kafka transaction.
+        state.on_op(OpRecord(tx.tx_id, result.state, OpSource.CHECK, group=tx.group))
+        self._batch.op(state.partition, tx.tx_id, result.state, OpSource.CHECK, group=tx.group)
+
+    # ------------------------------------------------------------------ the commit boundary
+
+    def _has_work(self) -> bool:
+        if self._consumed_since_commit or len(self._batch) or self._expiring:
+            return True
+        return any(
+            s.tombstones
+            or s.needs_end_offset()
+            or any(t.dirty or t.phase is Phase.READY for t in s.pending.values())
+            for s in self.partitions.values()
+        )
+
+    def _commit_boundary(self) -> None:
+        if self._producer is None or (not self.partitions and not len(self._batch)):
+            return
+        if not self._has_work():
+            return
+        self._prepare_waits()
+        ready = [tx for s in self.partitions.values() for tx in s.ready_in_order()]
+        expiring = [t for t in self._expiring if t.phase is Phase.OPEN]
+        incomplete = list(self._incomplete)
+        assert self._reader is not None
+        self._reader.load([*ready, *expiring, *(t for t, _ in incomplete)])
+        try:
+            self._producer.begin_transaction()
+            self._write(ready, expiring, incomplete)
+            persisted, tombstoned = self._write_changelog()
+            offsets = [_kafka.partition_at(t, p, off) for (t, p), off in self._positions.items()]
+            if offsets:
+                self._producer.send_offsets_to_transaction(
+                    offsets, self._consumer.consumer_group_metadata(), 30
+                )
+            self._producer.commit_transaction(30)
+        except Exception as exc:
+            self._on_transaction_error(exc)
+            return
+        self.stats["kafka_transactions"] += 1
+        for number, (txs, tombs) in persisted.items():
+            if number in self.partitions:
+                self.partitions[number].mark_persisted(txs, tombs)
+        del tombstoned
+        self._batch.clear()
+        self._expiring.clear()
+        self._incomplete.clear()
+        self._consumed_since_commit = 0
+        evict(
+            (t for s in self.partitions.values() for t in s.pending.values()), self.config.payload_cache_bytes
+        )
+
+    def _prepare_waits(self) -> None:
+        for state in self.partitions.values():
+            if state.needs_end_offset():
+                _low, high = self._consumer.get_watermark_offsets(
+                    _kafka.partition_at(self.topics.half, state.partition), timeout=10
+                )
+                state.set_end_offset(high)
+            self._incomplete.extend((r.tx, r.reason) for r in state.settle_waits())
+
+    def _write(
+        self, ready: list[PendingTx], expiring: list[PendingTx], incomplete: list[tuple[PendingTx, str]]
+    ) -> None:
+        for tx in ready:
+            messages = [ref.message for ref in tx.ordered_halves() if ref.message is not None]
+            plan = plan_republish(messages, self.config.max_message_bytes, self._partitions_of)
+            if isinstance(plan, str) or not self._produce_all(plan):
+                reason = plan if isinstance(plan, str) else "the producer refused a message"
+                self._set_aside(tx, reason, self.topics.quarantine, Phase.QUARANTINED)
+                continue
+            self.stats["messages_republished"] += len(plan)
+            self.partitions[tx.partition].finish(tx, Phase.PUBLISHED)
+        for tx, reason in incomplete:
+            if tx.phase is Phase.COMMITTED:
+                self._set_aside(tx, reason, self.topics.quarantine, Phase.QUARANTINED)
+        for tx in expiring:
+            reason = f"no decision after {tx.checks} back-checks"
+            logger.warning("tx %s of group %r expired: %s", tx.tx_id, tx.group, reason)
+            self._batch.op(
+                tx.partition, tx.tx_id, TxState.ROLLBACK, OpSource.EXPIRY, group=tx.group, reason=reason
+            )
+            self._set_aside(tx, reason, self.topics.expired, Phase.EXPIRED)
+        for record in self._batch.records:
+            self._produce(record)
+
+    def _set_aside(self, tx: PendingTx, reason: str, topic: str, phase: Phase) -> None:
+        if phase is Phase.QUARANTINED:
+            logger.error("committed tx %s quarantined: %s", tx.tx_id, reason)
+        for ref in tx.ordered_halves():
+            if ref.message is None:
+                continue
+            origin = f"{self.topics.half}/{tx.partition}/{ref.offset}"
+            checks = tx.checks if phase is Phase.EXPIRED else None
+            self._produce(copy_aside(topic, ref.message, reason, origin, checks))
+        self.partitions[tx.partition].finish(tx, phase)
+
+    def _produce_all(self, records: list[OutRecord]) -> bool:
+        """Produce a transaction's records; False when the client refuses one up front."""
+        for record in records:
+            try:
+                self._produce(record)
+            except KafkaOperationError as exc:
+                if exc.txn_requires_abort or exc.fatal:
+                    raise
+                logger.warning("republishing to %s refused: %s", record.topic, exc)
+                return False
+        return True
+
+    def _produce(self, record: OutRecord) -> None:
+        kwargs: dict[str, Any] = {"key": record.key, "value": record.value, "headers": record.headers}
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
+        while True:
+            try:
+                self._producer.produce(record.topic, **kwargs)
+            except BufferError:
+                self._producer.poll(0.1)  # the local queue is full: let deliveries drain
+            except Exception as exc:
+                raise _kafka.to_error(exc, f"producing to {record.topic}") from exc
+            else:
+                return
+
+    def _write_changelog(self) -> tuple[dict[int, tuple[list[PendingTx], set[str]]], int]:
+        persisted: dict[int, tuple[list[PendingTx], set[str]]] = {}
+        count = 0
+        for number, state in self.partitions.items():
+            tombs = set(state.tombstones)
+            for tx_id in tombs:
+                self._produce(OutRecord(self.topics.state, tx_id.encode(), None, [], number))
+            dirty = state.dirty()
+            for tx in dirty:
+                self._produce(
+                    OutRecord(self.topics.state, tx.tx_id.encode(), changelog.encode_entry(tx), [], number)
+                )
+            persisted[number] = (dirty, tombs)
+            count += len(tombs) + len(dirty)
+        return persisted, count
+
+    def _partitions_of(self, topic: str) -> int | None:
+        cached = self._topic_sizes.get(topic)
+        if cached is not None and time.monotonic() - cached[1] < _TOPIC_CACHE_S:
+            return cached[0]
+        metadata = self._producer.list_topics(topic, timeout=10).topics.get(topic)
+        size = None if metadata is None or metadata.error is not None else len(metadata.partitions)
+        self._topic_sizes[topic] = (size, time.monotonic())
+        return size
+
+    def _on_transaction_error(self, exc: Exception) -> None:
+        error = exc if isinstance(exc, KafkaOperationError) else _kafka.to_error(exc, "committing")
+        if isinstance(error, ProducerFencedError) or error.fatal:
+            logger.error("coordinator %s must stop: %s", self.config.instance_id, error)
+            raise error from exc
+        logger.warning("Kafka transaction aborted, rewinding to the committed offsets: %s", error)
+        self.stats["kafka_aborts"] += 1
+        try:
+            self._producer.abort_transaction(30)
+        except Exception as abort_exc:
+            raise _kafka.to_error(abort_exc, "aborting the coordinator's transaction") from abort_exc
+        self._rewind()
+
+    def _rewind(self) -> None:
+        """Forget uncommitted work: state from ``<ns>_state``, consumer back to the committed offsets."""
+        self._batch.clear()
+        self._expiring.clear()
+        self._incomplete.clear()
+        numbers = sorted(self.partitions)
+        pairs = [(t, p) for p in numbers for t in (self.topics.half, self.topics.op)]
+        committed = self._consumer.committed([_kafka.partition_at(t, p) for t, p in pairs], timeout=30)
+        self._positions.clear()
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else _kafka.OFFSET_BEGINNING
+            if tp.offset >= 0:
+                self._positions[(tp.topic, tp.partition)] = tp.offset
+            self._consumer.seek(_kafka.partition_at(tp.topic, tp.partition, offset))
+        for number in numbers:
+            self._restore(number)
+
+    # ------------------------------------------------------------------ observability
+
+    def _gauges(self) -> dict[str, float]:
+        return {
+            "pending_transactions": float(sum(len(s.pending) for s in self.partitions.values())),
+            "assigned_partitions": float(len(self.partitions)),
+        }
+
+    def _log_counts(self) -> None:
+        s = self.stats
+        logger.info(
+            "coordinator %s: partitions=%d pending=%d published=%d rolled_back=%d expired=%d "
+            "quarantined=%d checks=%d conflicts=%d kafka_txns=%d aborts=%d",
+            self.config.instance_id,
+            len(self.partitions),
+            sum(len(p.pending) for p in self.partitions.values()),
+            s["resolved_published"],
+            s["resolved_rolled_back"],
+            s["resolved_expired"],
+            s["resolved_quarantined"],
+            s["checks"],
+            s["conflicting_ops"],
+            s["kafka_transactions"],
+            s["kafka_aborts"],
+        )
+
+
+def run_until_signalled(coordinator: Coordinator, install: Callable[[Callable[[], None]], None]) -> None:
+    """Run ``coordinator``; ``install`` registers its stop function with the caller's signal handling."""
+    install(coordinator.stop)
+    coordinator.run()

@@ -1,0 +1,109 @@
+"""Fixtures of the coordinator tests: a namespace per test, a wire-level producer, coordinators in threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from coordinator.config import CoordinatorConfig, Secrets
+from coordinator.service import Coordinator
+from tests.coordinator.check_server import CheckServer
+from tests.coordinator.wire_producer import WireProducer
+from txbridge.topics import init_topics
+from txbridge.wire import Topics
+
+SECRET = "test-secret-1"  # noqa: S105 - a test-only HMAC secret
+PARTITIONS = 3
+
+
+@dataclass
+class RunningCoordinator:
+    service: Coordinator
+    thread: threading.Thread
+    errors: list[BaseException] = field(default_factory=list)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self.service.stop()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the coordinator did not stop"
+
+
+@dataclass
+class Env:
+    bootstrap: str
+    namespace: str
+    topics: Topics
+    producer: WireProducer
+    running: list[RunningCoordinator] = field(default_factory=list)
+
+    def config(self, **overrides: Any) -> CoordinatorConfig:
+        values: dict[str, Any] = {
+            "bootstrap": self.bootstrap,
+            "namespace": self.namespace,
+            "group_id": f"coord-{self.namespace}",
+            "instance_id": f"c-{uuid.uuid4().hex[:6]}",
+            "check_delay_s": 0.5,
+            "check_backoff_s": 0.3,
+            "check_backoff_max_s": 0.5,
+            "max_checks": 3,
+            "check_timeout_s": 2.0,
+            "producer_liveness_s": 60.0,
+            "log_interval_s": 5.0,
+            "secrets": Secrets(default=SECRET),
+        }
+        values.update(overrides)
+        return CoordinatorConfig(**values)
+
+    def start(self, *, wait: bool = True, **overrides: Any) -> RunningCoordinator:
+        service = Coordinator(self.config(**overrides))
+        handle = RunningCoordinator(service, threading.Thread(target=lambda: None))
+
+        def target() -> None:
+            try:
+                service.run()
+            except BaseException as exc:
+                handle.errors.append(exc)
+                raise
+
+        handle.thread = threading.Thread(target=target, name="coordinator", daemon=True)
+        handle.thread.start()
+        self.running.append(handle)
+        if wait:
+            assert service.running.wait(60), "the coordinator got no partitions within 60s"
+        return handle
+
+
+@pytest.fixture
+def env(kafka_bootstrap: str) -> Iterator[Env]:
+    namespace = f"txbt{uuid.uuid4().hex[:10]}"
+    init_topics(kafka_bootstrap, namespace, PARTITIONS)
+    environment = Env(
+        kafka_bootstrap, namespace, Topics(namespace), WireProducer(kafka_bootstrap, namespace, PARTITIONS)
+    )
+    yield environment
+    for handle in environment.running:
+        if handle.thread.is_alive():
+            handle.stop()
+
+
+@pytest.fixture
+def check_server() -> Iterator[CheckServer]:
+    server = CheckServer(SECRET.encode()).start()
+    yield server
+    server.stop()
+
+
+def eventually(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2) -> Any:
+    """Poll ``predicate`` until it returns something truthy (visibility waits, not performance)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
