@@ -34,7 +34,7 @@ class ConsumedMessage:
         offset: its offset there.
         key: the record key.
         value: the record value.
-        headers: every header, in order (``txb.tags``, ``txb.tx``, the user's, ...).
+        headers: every header, in order (the user's, ``txb.tags``, ``txb.tx``; ``txb.retry`` on a retry).
         tag: the ``txb.tags`` tag, or None.
         timestamp_ms: the record's timestamp.
         reconsume_times: how often it was consumed before (0 on first delivery).
