@@ -1,0 +1,120 @@
+"""UNKNOWN outcomes resolved by signed back-checks over HTTP, on the real broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.coordinator.check_server import CheckServer
+from tests.coordinator.conftest import SECRET, Env, eventually
+from tests.coordinator.wire_producer import Msg
+from tests.kafka_helpers import read_topic, wait_for
+from txbridge.wire import OpSource, TxState, decode_op
+
+pytestmark = pytest.mark.integration
+
+
+def _ops(env: Env) -> list:
+    return [decode_op(s.value) for s in read_topic(env.bootstrap, env.topics.op)]
+
+
+def test_unknown_resolved_to_commit_by_back_check(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    check_server.script = lambda _req: TxState.COMMIT
+    env.producer.heartbeat(check_server.url)
+    env.start()
+    tx_id = env.producer.transaction(
+        [Msg(topic, b"m0", key=b"k"), Msg(topic, b"m1", key=b"k")], TxState.UNKNOWN
+    )
+
+    seen = wait_for(env.bootstrap, topic, 2)
+
+    assert [s.value for s in seen] == [b"m0", b"m1"]
+    call = check_server.calls_for(tx_id)[0]
+    assert (call.group, call.instance, call.attempt) == ("orders", "inst-1", 1)
+    assert [m.key for m in call.messages] == [b"k", b"k"]
+    verdicts = [op for op in eventually(lambda: _ops(env)) if op.tx_id == tx_id]
+    assert [(op.state, op.source) for op in verdicts] == [(TxState.COMMIT, OpSource.CHECK)]
+
+
+def test_unknown_resolved_to_rollback_by_back_check(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    check_server.script = lambda _req: TxState.ROLLBACK
+    env.producer.heartbeat(check_server.url)
+    handle = env.start()
+    tx_id = env.producer.transaction([Msg(topic, b"never")], TxState.UNKNOWN)
+    committed = env.producer.transaction([Msg(topic, b"other")], TxState.COMMIT)
+
+    assert eventually(lambda: handle.service.stats["resolved_rolled_back"] >= 1)
+    seen = wait_for(env.bootstrap, topic, 1)
+    assert [s.headers["txb.tx"] for s in seen] == [committed.encode()]
+    assert check_server.calls_for(tx_id)
+    assert any(op.tx_id == tx_id and op.state is TxState.ROLLBACK for op in eventually(lambda: _ops(env)))
+
+
+def test_check_goes_to_another_live_instance_when_the_writer_left(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    dead = CheckServer(SECRET.encode(), script=lambda _req: TxState.ROLLBACK).start()
+    env.producer.heartbeat(dead.url, instance="inst-1")
+    env.producer.leave(instance="inst-1")  # the writer is gone (tombstone)
+    dead.stop()
+    check_server.script = lambda _req: TxState.COMMIT
+    env.producer.heartbeat(check_server.url, instance="inst-2")
+    env.start()
+    tx_id = env.producer.transaction([Msg(topic, b"v")], TxState.UNKNOWN)
+
+    seen = wait_for(env.bootstrap, topic, 1)
+
+    assert [s.value for s in seen] == [b"v"]
+    assert check_server.calls_for(tx_id)[0].instance == "inst-1"  # asks about the writer's tx
+    assert dead.calls == []
+
+
+def test_a_200_without_a_verdict_never_counts_as_commit(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    check_server.script = lambda _req: (200, b'{"ok": true}')
+    env.producer.heartbeat(check_server.url)
+    handle = env.start(max_checks=2)
+    tx_id = env.producer.transaction([Msg(topic, b"v")], TxState.UNKNOWN)
+
+    assert eventually(lambda: handle.service.stats["resolved_expired"] >= 1, timeout=60)
+    assert len(check_server.calls_for(tx_id)) == 2
+    assert read_topic(env.bootstrap, topic) == []
+
+
+def test_check_url_outside_the_allow_list_is_refused(env: Env, topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory()
+    env.producer.heartbeat("http://169.254.169.254/latest/meta-data")
+    handle = env.start(max_checks=2)
+    env.producer.transaction([Msg(topic, b"v")], TxState.UNKNOWN)
+
+    assert eventually(lambda: handle.service.stats["resolved_expired"] >= 1, timeout=60)
+    assert handle.service.stats["checks_refused"] == 2
+    assert read_topic(env.bootstrap, topic) == []
+
+
+def test_late_commit_after_a_rollback_verdict_changes_nothing(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    check_server.script = lambda _req: TxState.ROLLBACK
+    env.producer.heartbeat(check_server.url)
+    handle = env.start()
+    tx_id, partition = env.producer.halves([Msg(topic, b"late")])
+    assert eventually(lambda: handle.service.stats["resolved_rolled_back"] >= 1)
+
+    env.producer.op(tx_id, partition, TxState.COMMIT, count=1)
+    marker = env.producer.transaction([Msg(topic, b"marker")], TxState.COMMIT)
+
+    seen = wait_for(env.bootstrap, topic, 1)
+    assert [s.headers["txb.tx"] for s in seen] == [marker.encode()]
+    assert eventually(lambda: handle.service.stats["conflicting_ops"] == 1)
