@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,10 @@ class RunConfig:
     ) -> RunConfig:
         topics = {path: f"orders-{run_id}-{path}" for path in PATHS}
         return cls(run_id, bootstrap, str(run_dir), db_url, topics=topics, **kw)  # type: ignore[arg-type]
+
+    def topics_for(self, paths: Sequence[str]) -> dict[str, str]:
+        """``{path: topic}`` for the given paths."""
+        return {p: self.topics[p] for p in paths}
 
     @property
     def namespace(self) -> str:

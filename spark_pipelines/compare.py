@@ -1,0 +1,214 @@
+"""The Spark job: every path's topic against the database, per isolation level.
+
+Each topic is read with the Spark Kafka source (batch, earliest to latest)
+under ``read_committed`` and ``read_uncommitted``; values are decoded in Spark
+with ``from_avro`` in PERMISSIVE mode, so a record that is not valid Avro is
+counted as undecodable instead of failing the job. The orders table of each
+path is the ground truth. docs/demo.md defines every metric.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_pipelines.schema import ORDER_CREATED, ORDER_CREATED_JSON
+from spark_pipelines.store import CommittedOrder
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
+
+ISOLATIONS = ("read_committed", "read_uncommitted")
+ORDER_CREATED_FIELDS = tuple(f["name"] for f in ORDER_CREATED["fields"])
+
+
+@dataclass(frozen=True)
+class PathMetrics:
+    """The comparison's numbers for one path under one isolation level."""
+
+    path: str
+    isolation: str
+    committed: int  # orders committed in the database
+    records: int  # records a consumer reads from the topic
+    undecodable: int  # records whose value is not an OrderCreated Avro record
+    delivered: int  # distinct order ids among decodable records
+    lost: int  # committed orders with no event
+    phantom: int  # distinct order ids with an event but no committed order
+    duplicates: int  # decodable records beyond the first per order id
+    order_violations: int  # first events that come after a later order of the same customer
+    latency_n: int  # committed and delivered orders with a measured visibility time
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_events(spark: SparkSession, bootstrap: str, topic: str, isolation: str) -> DataFrame:
+    """``partition, offset, event`` of every record; ``event`` is null when the value is not an
+    ``OrderCreated`` Avro record."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro, to_avro
+
+    raw = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .option("kafka.isolation.level", isolation)
+        .load()
+    )
+    decoded = raw.select(
+        "partition",
+        "offset",
+        "value",
+        from_avro(F.col("value"), ORDER_CREATED_JSON, {"mode": "PERMISSIVE"}).alias("event"),
+    )
+    # Avro has no framing: some foreign bytes decode to a (garbage) record. Only a value
+    # that re-encodes to exactly its own bytes counts as an OrderCreated record.
+    # PERMISSIVE gives a struct of nulls for bytes it cannot read; to_avro must only see complete ones.
+    complete = F.col("event").isNotNull()
+    for name in ORDER_CREATED_FIELDS:
+        complete = complete & F.col(f"event.{name}").isNotNull()
+    exact = F.when(complete, to_avro(F.col("event"), ORDER_CREATED_JSON) == F.col("value")).otherwise(False)
+    return decoded.select("partition", "offset", F.when(exact, F.col("event")).alias("event"))
+
+
+def truth_frame(spark: SparkSession, orders: Sequence[CommittedOrder]) -> DataFrame:
+    rows = [(o.order_id, o.customer_id, o.customer_seq, o.committed_ms) for o in orders]
+    return spark.createDataFrame(
+        rows, "order_id string, customer_id string, customer_seq long, committed_ms long"
+    )
+
+
+def _order_violations(events: DataFrame) -> int:
+    """First events (per order id) whose customer_seq is below one already seen for that customer."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    first = events.groupBy("order_id").agg(
+        F.min(F.struct("partition", "offset", "customer_id", "customer_seq")).alias("f")
+    )
+    flat = first.select("f.partition", "f.offset", "f.customer_id", "f.customer_seq")
+    before = (
+        Window.partitionBy("customer_id")
+        .orderBy("partition", "offset")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    flagged = flat.withColumn("max_before", F.max("customer_seq").over(before))
+    return flagged.where(F.col("customer_seq") < F.col("max_before")).count()
+
+
+def measure(
+    spark: SparkSession,
+    bootstrap: str,
+    path: str,
+    topic: str,
+    *,
+    isolation: str,
+    truth: DataFrame,
+    visibility: Mapping[str, int] | None = None,
+) -> tuple[PathMetrics, list[int]]:
+    """The metrics of one topic under one isolation level, and the latency samples (ms)."""
+    from pyspark.sql import functions as F
+
+    read = read_events(spark, bootstrap, topic, isolation).cache()
+    try:
+        records = read.count()
+        undecodable = read.where(F.col("event").isNull()).count()
+        events = read.where(F.col("event").isNotNull()).select(
+            "partition",
+            "offset",
+            F.col("event.order_id").alias("order_id"),
+            F.col("event.customer_id").alias("customer_id"),
+            F.col("event.customer_seq").alias("customer_seq"),
+        )
+        decodable = records - undecodable
+        ids = events.select("order_id").distinct()
+        delivered = ids.count()
+        lost = truth.join(ids, "order_id", "left_anti").count()
+        phantom = ids.join(truth, "order_id", "left_anti").count()
+        violations = _order_violations(events)
+        committed = truth.count()
+        latencies: list[int] = []
+        if visibility:
+            seen = spark.createDataFrame(list(visibility.items()), "order_id string, first_seen_ms long")
+            joined = (
+                truth.join(ids, "order_id")
+                .join(seen, "order_id")
+                .select((F.col("first_seen_ms") - F.col("committed_ms")).alias("latency_ms"))
+            )
+            latencies = sorted(int(r.latency_ms) for r in joined.collect())
+    finally:
+        read.unpersist()
+    p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
+    metrics = PathMetrics(
+        path=path,
+        isolation=isolation,
+        committed=committed,
+        records=records,
+        undecodable=undecodable,
+        delivered=delivered,
+        lost=lost,
+        phantom=phantom,
+        duplicates=decodable - delivered,
+        order_violations=violations,
+        latency_n=len(latencies),
+        latency_p50_ms=p50,
+        latency_p99_ms=p99,
+    )
+    logger.info("%s/%s: %s", path, isolation, metrics)
+    return metrics, latencies
+
+
+def _percentile(sorted_values: Sequence[int], q: float) -> float | None:
+    """Nearest-rank percentile (the smallest value with at least ``q`` of the samples at or below it)."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(round(q * len(sorted_values), 9)))  # round: 0.99 * 100 is 99.00000000000001
+    return float(sorted_values[min(rank, len(sorted_values)) - 1])
+
+
+def compare(
+    spark: SparkSession,
+    bootstrap: str,
+    topics: Mapping[str, str],
+    ground_truth: Mapping[str, Sequence[CommittedOrder]],
+    *,
+    visibility: Mapping[tuple[str, str], Mapping[str, int]] | None = None,
+    isolations: Sequence[str] = ISOLATIONS,
+) -> tuple[list[PathMetrics], dict[tuple[str, str], list[int]]]:
+    """Measure every path under every isolation level.
+
+    Args:
+        spark: the session (with the Kafka source and spark-avro jars).
+        bootstrap: Kafka bootstrap servers.
+        topics: ``{path: topic}``.
+        ground_truth: ``{path: committed orders}`` read from each path's database.
+        visibility: ``{(path, isolation): {order_id: first_seen_ms}}`` from the watchers.
+        isolations: which isolation levels to read with.
+
+    Returns:
+        The metrics, and the latency samples per ``(path, isolation)``.
+    """
+    results: list[PathMetrics] = []
+    samples: dict[tuple[str, str], list[int]] = {}
+    for path, topic in topics.items():
+        truth = truth_frame(spark, ground_truth[path]).cache()
+        try:
+            for isolation in isolations:
+                seen = (visibility or {}).get((path, isolation))
+                metrics, latencies = measure(
+                    spark, bootstrap, path, topic, isolation=isolation, truth=truth, visibility=seen
+                )
+                results.append(metrics)
+                samples[(path, isolation)] = latencies
+        finally:
+            truth.unpersist()
+    return results, samples

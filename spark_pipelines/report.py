@@ -1,0 +1,155 @@
+"""The report of a run: a rich table in the terminal, Markdown with PNG charts on disk.
+
+Everything is written under ``reports/<run-id>/``: ``metrics.json`` (the
+numbers, also what ``txbridge report`` re-renders), ``report.md``,
+``counts.png`` and ``latency.png``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from spark_pipelines.compare import PathMetrics
+
+COUNT_COLUMNS = ("committed", "delivered", "lost", "phantom", "duplicates", "order_violations", "undecodable")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def table(
+    metrics: Sequence[PathMetrics], title: str = "txbridge vs Kafka transactions vs plain produce"
+) -> Table:
+    """The comparison as a rich table, one row per path and isolation level."""
+    out = Table(title=title)
+    for name in ("path", "isolation", "records", *COUNT_COLUMNS, "p50 ms", "p99 ms"):
+        out.add_column(name.replace("_", " "), justify="left" if name in ("path", "isolation") else "right")
+    for m in metrics:
+        out.add_row(
+            m.path,
+            m.isolation,
+            str(m.records),
+            *(str(getattr(m, c)) for c in COUNT_COLUMNS),
+            _ms(m.latency_p50_ms),
+            _ms(m.latency_p99_ms),
+        )
+    return out
+
+
+def save_metrics(
+    run_dir: Path,
+    metrics: Sequence[PathMetrics],
+    samples: Mapping[tuple[str, str], Sequence[int]],
+    info: Mapping[str, Any],
+) -> Path:
+    """Write ``metrics.json``: the numbers, the latency samples and facts about the run."""
+    body = {
+        "info": dict(info),
+        "metrics": [m.as_dict() for m in metrics],
+        "latency_samples": {f"{p}/{i}": list(v) for (p, i), v in samples.items()},
+    }
+    target = run_dir / "metrics.json"
+    target.write_text(json.dumps(body, indent=1))
+    return target
+
+
+def load_metrics(run_dir: Path) -> tuple[list[PathMetrics], dict[tuple[str, str], list[int]], dict[str, Any]]:
+    """Read back what :func:`save_metrics` wrote.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds no metrics.json.
+    """
+    body = json.loads((run_dir / "metrics.json").read_text())
+    metrics = [PathMetrics(**m) for m in body["metrics"]]
+    samples: dict[tuple[str, str], list[int]] = {}
+    for name, values in body["latency_samples"].items():
+        path, isolation = name.split("/", 1)
+        samples[(path, isolation)] = values
+    return metrics, samples, body["info"]
+
+
+def _charts(
+    run_dir: Path, metrics: Sequence[PathMetrics], samples: Mapping[tuple[str, str], Sequence[int]]
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    committed_views = [m for m in metrics if m.isolation == "read_committed"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=False)
+    for ax, isolation in zip(axes, ("read_committed", "read_uncommitted"), strict=True):
+        rows = [m for m in metrics if m.isolation == isolation]
+        width = 0.8 / max(len(rows), 1)
+        for i, m in enumerate(rows):
+            xs = [j + i * width for j in range(len(COUNT_COLUMNS) - 2)]
+            values = [
+                getattr(m, c) for c in ("delivered", "lost", "phantom", "duplicates", "order_violations")
+            ]
+            ax.bar(xs, values, width=width, label=m.path)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(COUNT_COLUMNS) - 2)])
+        ax.set_xticklabels(["delivered", "lost", "phantom", "duplicates", "order viol."], fontsize=8)
+        ax.set_yscale("symlog")
+        ax.set_title(isolation)
+        ax.legend()
+    fig.suptitle("events per path (symlog scale)")
+    fig.tight_layout()
+    fig.savefig(run_dir / "counts.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for m in committed_views:
+        values = sorted(samples.get((m.path, m.isolation), []))
+        if values:
+            ys = [(i + 1) / len(values) for i in range(len(values))]
+            ax.step(values, ys, where="post", label=f"{m.path} (n={len(values)})")
+    ax.set_xscale("symlog")
+    ax.set_xlabel("DB commit to first seen by a read_committed consumer (ms)")
+    ax.set_ylabel("fraction of orders")
+    ax.set_title("commit-to-visible latency, read_committed")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(run_dir / "latency.png", dpi=110)
+    plt.close(fig)
+
+
+def write_report(
+    run_dir: Path,
+    metrics: Sequence[PathMetrics],
+    samples: Mapping[tuple[str, str], Sequence[int]],
+    info: Mapping[str, Any],
+) -> Path:
+    """Write ``report.md`` with its charts (and ``metrics.json``); return the Markdown path."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_metrics(run_dir, metrics, samples, info)
+    _charts(run_dir, metrics, samples)
+    header = ["path", "isolation", "records", *COUNT_COLUMNS, "p50 ms", "p99 ms", "latency n"]
+    lines = [
+        f"# txbridge side-by-side report: {info.get('run_id', run_dir.name)}",
+        "",
+        "Metric definitions: docs/demo.md.",
+        "",
+        "## Run",
+        "",
+        *(f"- {k}: {v}" for k, v in info.items()),
+        "",
+        "## Results",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for m in metrics:
+        cells = [m.path, m.isolation, str(m.records), *(str(getattr(m, c)) for c in COUNT_COLUMNS)]
+        cells += [_ms(m.latency_p50_ms), _ms(m.latency_p99_ms), str(m.latency_n)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "![counts](counts.png)", "", "![latency](latency.png)", ""]
+    target = run_dir / "report.md"
+    target.write_text("\n".join(lines))
+    return target

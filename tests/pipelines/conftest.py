@@ -1,0 +1,108 @@
+"""Fixtures of the side-by-side pipeline tests: one small faulty run shared by the module."""
+
+from __future__ import annotations
+
+import importlib.util
+import secrets
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from spark_pipelines.compare import PathMetrics, compare
+from spark_pipelines.faults import FaultPlan
+from spark_pipelines.paths import PATHS
+from spark_pipelines.processes import CoordinatorProcess
+from spark_pipelines.runner import WorkloadResult, run_workload
+from spark_pipelines.streaming import CustomerCounts
+from spark_pipelines.watcher import load_visibility
+from spark_pipelines.workload import RunConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ORDERS = 240
+
+
+def txbridge_available() -> bool:
+    """The producer SDK and the coordinator are both in the tree."""
+    import txbridge
+
+    return (
+        hasattr(txbridge, "TransactionProducer") and importlib.util.find_spec("coordinator.cli") is not None
+    )
+
+
+@dataclass
+class SideBySide:
+    config: RunConfig
+    plan: FaultPlan
+    paths: tuple[str, ...]
+    workload: WorkloadResult
+    metrics: list[PathMetrics]
+    samples: dict[tuple[str, str], list[int]]
+    stream_counts: dict[str, int] = field(default_factory=dict)
+    stream_starts: int = 0
+
+    def metric(self, path: str, isolation: str) -> PathMetrics:
+        return next(m for m in self.metrics if (m.path, m.isolation) == (path, isolation))
+
+
+@pytest.fixture(scope="module")
+def side_by_side(
+    kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SideBySide]:
+    """240 orders, every fault kind, through every available path; then the Spark comparison."""
+    root = tmp_path_factory.mktemp("side-by-side")
+    run_id = f"t{secrets.token_hex(4)}"
+    config = RunConfig.create(run_id, kafka_bootstrap, root / run_id, check_after=1.0)
+    plan = FaultPlan.generate(seed=11, orders=ORDERS, customers=12, every_fault=True)
+    paths = PATHS if txbridge_available() else ("native", "plain")
+    secret = secrets.token_hex(16)
+    coordinator = CoordinatorProcess(config, secret, check_delay=1.0) if "txbridge" in paths else None
+    stream: CustomerCounts | None = None
+    restarts: list[threading.Thread] = []
+    try:
+        if coordinator is not None:
+            from spark_pipelines.runner import prepare
+
+            prepare(config, paths)
+            coordinator.start()
+            stream = CustomerCounts(spark, kafka_bootstrap, config.topics["txbridge"], root / "stream")
+            stream.start()
+
+        def on_order(path: str, index: int, _outcome: str) -> None:
+            if stream is not None and path == "txbridge" and index == ORDERS // 3:
+                thread = threading.Thread(target=stream.restart)
+                thread.start()
+                restarts.append(thread)
+
+        workload = run_workload(
+            config, plan, secret=secret, coordinator=coordinator, paths=paths, on_order=on_order
+        )
+        for thread in restarts:
+            thread.join(120)
+        counts: dict[str, int] = {}
+        if stream is not None:
+            stream.catch_up()
+            counts = stream.counts()
+        truth = {p: config.store(p).committed() for p in paths}
+        visibility = {key: load_visibility(file) for key, file in workload.visibility.items()}
+        metrics, samples = compare(
+            spark, kafka_bootstrap, config.topics_for(paths), truth, visibility=visibility
+        )
+        yield SideBySide(
+            config, plan, paths, workload, metrics, samples, counts, stream.starts if stream else 0
+        )
+    finally:
+        if stream is not None:
+            stream.stop()
+        if coordinator is not None:
+            coordinator.stop()
+
+
+def db_file(config: RunConfig, path: str) -> Path:
+    return Path(config.run_dir) / "db" / f"{path}.sqlite"
