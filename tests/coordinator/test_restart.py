@@ -1,0 +1,55 @@
+"""A clean stop with pending transactions; the next coordinator restores them from <ns>_state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from coordinator.changelog import decode_entry
+from tests.coordinator.check_server import CheckServer
+from tests.coordinator.conftest import Env, eventually
+from tests.coordinator.wire_producer import Msg
+from tests.kafka_helpers import read_topic, wait_for
+from txbridge.wire import TxState
+
+
+def _live_state(env: Env) -> dict[bytes, bytes | None]:
+    latest: dict[bytes, bytes | None] = {}
+    for s in read_topic(env.bootstrap, env.topics.state):
+        latest[s.key] = s.value
+    return {k: v for k, v in latest.items() if v is not None}
+
+
+pytestmark = pytest.mark.integration
+
+
+def test_pending_transactions_survive_a_restart(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    env.producer.heartbeat(check_server.url)  # UNKNOWN for now
+    first = env.start(max_checks=50)
+    by_check = env.producer.transaction([Msg(topic, b"by-check", key=b"a")], TxState.UNKNOWN)
+    by_op, by_op_partition = env.producer.halves([Msg(topic, b"by-op-0", key=b"b"), Msg(topic, b"by-op-1")])
+    assert eventually(lambda: len(check_server.calls_for(by_check)) >= 2)
+    first.stop()
+
+    pending = _live_state(env)
+    assert {by_check.encode(), by_op.encode()} <= set(pending)
+    checks_before = decode_entry(pending[by_check.encode()]).checks
+    assert checks_before >= 2
+    assert read_topic(env.bootstrap, topic, isolation="read_uncommitted") == []
+
+    calls_before = len(check_server.calls_for(by_check))
+    check_server.script = lambda req: TxState.COMMIT if req.tx_id == by_check else TxState.UNKNOWN
+    second = env.start(max_checks=50)
+    env.producer.op(by_op, by_op_partition, TxState.COMMIT, count=2)
+
+    seen = wait_for(env.bootstrap, topic, 3)
+    assert sorted(s.value for s in seen) == [b"by-check", b"by-op-0", b"by-op-1"]
+    assert [s.value for s in seen if s.headers["txb.tx"] == by_op.encode()] == [b"by-op-0", b"by-op-1"]
+    attempts = [c.attempt for c in check_server.calls_for(by_check)[calls_before:]]
+    assert attempts[0] == checks_before + 1  # the check count was restored, not restarted
+    assert eventually(lambda: not ({by_check.encode(), by_op.encode()} & set(_live_state(env))))
+    assert second.service.stats["resolved_published"] == 2
