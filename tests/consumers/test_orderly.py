@@ -177,3 +177,40 @@ def test_tag_subscription_selects_exactly_and_commits_the_rest(
 def test_malformed_subscription_fails_at_subscribe_time(expression: str) -> None:
     with pytest.raises(ConfigurationError, match="subscription expression"):
         OrderlyConsumer("localhost:1", "g", "t", lambda m, c: SUCCESS, subscription=expression)
+
+
+def test_rebalance_to_a_second_member_skips_nothing_and_keeps_key_order(
+    kafka_bootstrap: str, topic_factory: Callable[..., str], group_factory: Callable[[], str], calls: Calls
+) -> None:
+    topic = topic_factory(partitions=4)
+    group = group_factory()
+    keys = [f"key{i}" for i in range(8)]
+    with OrderedProducer(kafka_bootstrap) as producer:
+        for seq in range(40):
+            for key in keys:
+                producer.send(topic, f"{key}:{seq}".encode(), key=key.encode())
+    members: dict[str, set[str]] = {"first": set(), "second": set()}
+
+    def listener_of(name: str) -> Callable[[ConsumedMessage, OrderlyContext], ConsumeOrderlyStatus]:
+        def listener(message: ConsumedMessage, _context: OrderlyContext) -> ConsumeOrderlyStatus:
+            threading.Event().wait(0.01)  # some work, so the rebalance lands mid-stream
+            calls.add(_key_seq(message))
+            members[name].add(_key_seq(message)[0])
+            return SUCCESS
+
+        return listener
+
+    first = OrderlyConsumer(kafka_bootstrap, group, topic, listener_of("first"), extra_config=FAST_GROUP)
+    second = OrderlyConsumer(kafka_bootstrap, group, topic, listener_of("second"), extra_config=FAST_GROUP)
+    with first:
+        calls.wait_until(lambda items: len(items) >= 60)
+        with second:
+            done = calls.wait_until(lambda items: set(items) >= {(k, s) for k in keys for s in range(40)})
+
+    assert members["second"], "the second member never got a partition"
+    for key in keys:
+        firsts: list[int] = []
+        for k, seq in done:
+            if k == key and seq not in firsts:
+                firsts.append(seq)
+        assert firsts == list(range(40)), key  # nothing skipped, first-time processing in order

@@ -163,3 +163,21 @@ def test_selector_errors_are_clear() -> None:
     with pytest.raises(ConfigurationError, match="must be an int"):
         select_partition(OrderedMessage("t", b"v"), 3, selector=lambda m, a, n: n)
     assert select_partition(OrderedMessage("t", b"v"), 3, selector=lambda m, a, n: a % n, arg=7) == 1
+
+
+def test_public_surface_is_pinned() -> None:
+    import txbridge.consumer
+
+    assert sorted(txbridge.consumer.__all__) == [
+        "ConcurrentConsumer",
+        "ConcurrentContext",
+        "ConsumeConcurrentlyStatus",
+        "ConsumeOrderlyStatus",
+        "ConsumedMessage",
+        "OrderlyConsumer",
+        "OrderlyContext",
+        "ROCKETMQ_DELAYS_S",
+        "RetryPolicy",
+        "Subscription",
+        "parse_subscription",
+    ]
