@@ -120,7 +120,7 @@ class ConcurrentConsumer(ConsumerLoop):
         self._pool: ThreadPoolExecutor | None = None
         self._trackers: dict[TP, OffsetTracker] = {}
         self._futures: dict[TP, set[Future[None]]] = {}
-        self._done: queue.SimpleQueue[tuple[TP, int]] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[TP, int, OffsetTracker]] = queue.SimpleQueue()
         self._held: list[tuple[int, int, TP, Any]] = []  # heap of (due ms, tie, tp, record)
         self._held_count: dict[TP, int] = {}
         self._tie = itertools.count()
@@ -166,15 +166,20 @@ class ConcurrentConsumer(ConsumerLoop):
         assert self._pool is not None
         future = self._pool.submit(self._process, msg, tp[0] == self.retry_topic)
         self._futures.setdefault(tp, set()).add(future)
-        offset = msg.offset()
-        future.add_done_callback(lambda f: self._finished(tp, offset, f))
+        offset, tracker = msg.offset(), self._trackers[tp]
+        future.add_done_callback(lambda f: self._finished(tp, offset, tracker, f))
 
-    def _finished(self, tp: TP, offset: int, future: Future[None]) -> None:
-        if future.cancelled() or future.exception() is None:
-            self._done.put((tp, offset))
-        else:  # only a stop leaves a message unprocessed; it is replayed
-            logger.debug("%s/%d@%d not finished: %s", *tp, offset, future.exception())
-            self._done.put((tp, -1 - offset))
+    def _finished(self, tp: TP, offset: int, tracker: OffsetTracker, future: Future[None]) -> None:
+        error = None if future.cancelled() else future.exception()
+        if future.cancelled() or isinstance(error, InterruptedError):
+            # Stopped before it was processed: it stays unfinished and is replayed.
+            self._done.put((tp, -1, tracker))
+        elif error is not None:
+            # A bug, not a listener failure (those are caught): never commit past it.
+            logger.error("%s/%d@%d failed outside the listener", *tp, offset, exc_info=error)
+            self._done.put((tp, -1, tracker))
+        else:
+            self._done.put((tp, offset, tracker))
 
     def _tick(self) -> None:
         self._drain_done()
@@ -188,11 +193,11 @@ class ConcurrentConsumer(ConsumerLoop):
     def _drain_done(self) -> None:
         while True:
             try:
-                tp, offset = self._done.get_nowait()
+                tp, offset, tracker = self._done.get_nowait()
             except queue.Empty:
                 return
-            tracker = self._trackers.get(tp)
-            if offset >= 0 and tracker is not None:
+            # A late completion from before a rebalance must not finish the new owner's offset.
+            if offset >= 0 and self._trackers.get(tp) is tracker:
                 tracker.finish(offset)
             futures = self._futures.get(tp)
             if futures:
