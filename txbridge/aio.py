@@ -202,5 +202,8 @@ class AsyncTransaction:
             return
         self._tx.settle(await _wait_all(self._tx.take_pending(), self._producer._sync.ack_timeout_s))
         self.result = await self._producer._finish(
-            self._tx, TxState.ROLLBACK, exc, reason=f"exception in the transaction block: {exc_type.__name__}"
+            self._tx,
+            TxState.ROLLBACK,
+            exc,
+            reason=f"exception in the transaction block: {type(exc).__name__}",
         )

@@ -421,7 +421,10 @@ class Transaction:
         # Settle records still in flight first, so the ROLLBACK follows every half record.
         self._tx.settle(wait_all(self._tx.take_pending(), self._producer.ack_timeout_s))
         self.result = self._producer._finish(
-            self._tx, TxState.ROLLBACK, exc, reason=f"exception in the transaction block: {exc_type.__name__}"
+            self._tx,
+            TxState.ROLLBACK,
+            exc,
+            reason=f"exception in the transaction block: {type(exc).__name__}",
         )
 
 

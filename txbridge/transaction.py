@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from txbridge import wire
 from txbridge.errors import SerializationError, TransactionStateError
@@ -64,6 +64,11 @@ class Message:
             raise ValueError("Message.partition must be >= 0")
         if self.check_after is not None and self.check_after < 0:
             raise ValueError("Message.check_after must be >= 0 seconds")
+
+    @property
+    def header_pairs(self) -> tuple[tuple[str, bytes], ...]:
+        """The user headers as ``(name, value)`` pairs (how they are stored after construction)."""
+        return cast(tuple[tuple[str, bytes], ...], self.headers)
 
 
 @dataclass(frozen=True)
@@ -223,7 +228,7 @@ def build_half_messages(
                 instance=instance,
                 timestamp_ms=now_ms,
                 check_after_s=msg.check_after,
-                user_headers=tuple(msg.headers),
+                user_headers=msg.header_pairs,
             )
         )
     return halves
