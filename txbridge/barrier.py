@@ -150,6 +150,14 @@ class SqliteBarrier:
         tx_id = _tx_id(txn)
         conn = self._connect()
         try:
+            # Fast path: a decided row never changes, so reading it needs no write lock
+            # (checks of committed transactions then never queue on SQLite's one writer).
+            row = conn.execute(
+                f"SELECT state FROM {self.table} WHERE tx_id = ?",  # noqa: S608
+                (tx_id,),
+            ).fetchone()
+            if row is not None:
+                return _verdict(tx_id, row[0])
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(
@@ -251,9 +259,15 @@ class SqlAlchemyBarrier:
         from sqlalchemy import select
 
         tx_id = _tx_id(txn)
+        self._ensure_table()
+        query = select(self.table.c.state).where(self.table.c.tx_id == tx_id)
+        with self.engine.connect() as conn:
+            decided = conn.execute(query).scalar()  # fast path: a decided row never changes
+        if decided is not None:
+            return _verdict(tx_id, decided)
         with self._transaction() as conn:
             self._insert_if_absent(conn, tx_id)
-            state = conn.execute(select(self.table.c.state).where(self.table.c.tx_id == tx_id)).scalar()
+            state = conn.execute(query).scalar()
         return _verdict(tx_id, state)
 
     def _insert_if_absent(self, conn: Connection, tx_id: str) -> None:

@@ -132,7 +132,9 @@ class CheckServer:
         import uvicorn
 
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are
+        # TCP, and without it every answer waits ~40 ms for a delayed ACK (Nagle).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((self.host, self.requested_port))
