@@ -1,0 +1,110 @@
+"""The order of the benchmark's steps and what they share (one broker, one coordinator)."""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from coordinator.process import CoordinatorProcess
+from txbridge.bench import txbridge_runs as tb
+from txbridge.bench.kafka_native import Figure, native_transactions, raw_produce
+
+
+@dataclass(frozen=True)
+class Mode:
+    raw_count: int
+    native_s: float
+    e2e_count: int
+    latency_s: float
+    checks: int
+    pending: int
+
+
+MODES = {
+    "quick": Mode(
+        raw_count=50_000, native_s=5.0, e2e_count=3_000, latency_s=5.0, checks=1_000, pending=10_000
+    ),
+    "full": Mode(
+        raw_count=500_000, native_s=20.0, e2e_count=30_000, latency_s=20.0, checks=10_000, pending=100_000
+    ),
+}
+STEPS = ("raw", "native1", "native100", "e2e", "latency", "checks", "memory", "failover")
+
+
+class BenchRun:
+    """One benchmark invocation: its namespace, its shared coordinator, its figures."""
+
+    def __init__(self, bootstrap: str, mode: Mode, *, size: int, concurrency: int, in_flight: int) -> None:
+        self.bootstrap = bootstrap
+        self.mode = mode
+        self.size = size
+        self.concurrency = concurrency
+        self.in_flight = in_flight
+        run_id = uuid.uuid4().hex[:8]
+        self.env = tb.Env(bootstrap, run_id, Path(tempfile.mkdtemp(prefix=f"txbridge-bench-{run_id}-")))
+        self.figures: list[Figure] = []
+        self._ns: str | None = None
+        self._coordinator: CoordinatorProcess | None = None
+
+    def __enter__(self) -> BenchRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._coordinator is not None:
+            self._coordinator.stop()
+
+    def _shared_namespace(self) -> str:
+        """The namespace served by the shared coordinator, started on first use."""
+        if self._ns is None:
+            self._ns = self.env.namespace("main")
+            self._coordinator = self.env.coordinator(self._ns, "coordinator", "--check-concurrency", "32")
+            self._coordinator.start().wait_ready()
+        return self._ns
+
+    def _topic(self, name: str) -> str:
+        return self.env.topic(name)
+
+    def _half_of_saturated(self) -> float:
+        e2e = next((f for f in self.figures if f.name == "txbridge end to end"), None)
+        return max(10.0, (e2e.msgs_per_s if e2e else 400.0) / 2)
+
+    def step(self, name: str) -> Figure:
+        m, size = self.mode, self.size
+        if name == "raw":
+            figure = raw_produce(self.bootstrap, self._topic("raw"), size=size, count=m.raw_count)
+        elif name in ("native1", "native100"):
+            per_txn = 1 if name == "native1" else 100
+            figure = native_transactions(
+                self.bootstrap,
+                self._topic(name),
+                size=size,
+                per_txn=per_txn,
+                duration_s=m.native_s,
+                concurrency=self.concurrency if per_txn == 1 else 2,
+            )
+        elif name == "e2e":
+            figure = tb.end_to_end(
+                self.env, self._shared_namespace(), size=size, count=m.e2e_count, concurrency=self.in_flight
+            )
+        elif name == "latency":
+            figure = tb.latency(
+                self.env,
+                self._shared_namespace(),
+                size=size,
+                rate=self._half_of_saturated(),
+                duration_s=m.latency_s,
+            )
+        elif name == "checks":
+            figure = tb.backcheck_drain(
+                self.env, self._shared_namespace(), size=size, count=m.checks, concurrency=self.in_flight
+            )
+        elif name == "memory":
+            figure = tb.memory(self.env, size=size, pending=m.pending, cache_bytes=16 * 2**20)
+        elif name == "failover":
+            figure = tb.failover(self.env, size=size)
+        else:
+            raise ValueError(f"unknown benchmark step {name!r}; known: {STEPS}")
+        self.figures.append(figure)
+        return figure

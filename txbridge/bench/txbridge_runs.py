@@ -1,0 +1,363 @@
+"""txbridge's own figures: end-to-end throughput, commit-to-visible latency, back-check drain,
+coordinator memory and failover. Each runs against real coordinator processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import OFFSET_END, TopicPartition
+
+from coordinator.process import CoordinatorProcess
+from txbridge import _kafka
+from txbridge.aio import AsyncTransactionProducer
+from txbridge.barrier import SqliteBarrier
+from txbridge.bench.kafka_native import Figure, payload, percentile
+from txbridge.errors import TxBridgeError
+from txbridge.local.broker import free_port
+from txbridge.topics import init_topics
+from txbridge.transaction import LocalTransaction, Message
+from txbridge.wire import H_TX, TxState, half_partition
+
+PARTITIONS = 12
+CHECK_AFTER_S = 3.0
+
+
+class BenchError(TxBridgeError):
+    """A benchmark could not complete (what was missing is in the message)."""
+
+
+@dataclass
+class Env:
+    """What every txbridge run shares: the broker, a namespace, a secret, a folder for logs."""
+
+    bootstrap: str
+    run_id: str
+    work: Path
+    secret: str = field(default_factory=lambda: os.urandom(16).hex())
+
+    def namespace(self, name: str) -> str:
+        ns = f"__txb_bench_{self.run_id}_{name}"
+        init_topics(self.bootstrap, ns, PARTITIONS)
+        return ns
+
+    def topic(self, name: str, partitions: int = 6) -> str:
+        topic = f"bench-{self.run_id}-{name}"
+        _kafka.ensure_topics(self.bootstrap, [_kafka.TopicSpec(topic, partitions)])
+        return topic
+
+    def coordinator(self, ns: str, name: str, *args: str) -> CoordinatorProcess:
+        return CoordinatorProcess(
+            self.bootstrap, ns, secret=self.secret, log_path=self.work / f"{name}.log", args=args
+        )
+
+    def producer(
+        self, ns: str, group: str, check: Callable[[LocalTransaction], TxState]
+    ) -> AsyncTransactionProducer:
+        return AsyncTransactionProducer(
+            self.bootstrap, group, secret=self.secret, check=check, namespace=ns, partitions=PARTITIONS
+        )
+
+
+class Watcher:
+    """A read_committed consumer from the end of ``topic``: first-seen wall time per tx id."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._consumer = _kafka.consumer(
+            bootstrap, f"bench-watch-{os.urandom(4).hex()}", fetch_wait_max_ms=10
+        )
+        parts = self._consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in parts])
+        for p in parts:  # resolve OFFSET_END now, so nothing produced after this is missed
+            self._consumer.position([TopicPartition(topic, p)])
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Watcher:
+        self._consumer.consume(1, 0.5)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for msg in self._consumer.consume(1000, 0.05):
+                if msg.error() is None:
+                    now = time.perf_counter()
+                    for name, value in msg.headers() or ():
+                        if name == H_TX and value is not None:
+                            self.seen.setdefault(value.decode(), now)
+
+    def wait(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while len(self.seen) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return len(self.seen) >= count
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+
+def _always(state: TxState) -> Callable[[LocalTransaction, object], TxState]:
+    return lambda _txn, _arg: state
+
+
+async def _send_many(
+    producer: AsyncTransactionProducer,
+    messages: Iterable[Message],
+    concurrency: int,
+    execute: Callable[[LocalTransaction, object], TxState],
+    done: dict[str, float],
+) -> None:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(message: Message) -> None:
+        async with gate:
+            result = await producer.send_in_transaction(message, execute)
+            if result.error is not None and result.state is TxState.ROLLBACK:
+                raise BenchError(f"a transaction failed: {result.error}")
+            done[result.tx_id] = time.perf_counter()
+
+    await asyncio.gather(*(one(m) for m in messages))
+
+
+def end_to_end(env: Env, ns: str, *, size: int, count: int, concurrency: int) -> Figure:
+    """Saturated throughput: ``count`` committed transactions, counted visible on the real topic."""
+    topic = env.topic("e2e")
+    value = payload(size)
+    watcher = Watcher(env.bootstrap, topic).start()
+    done: dict[str, float] = {}
+
+    async def main() -> float:
+        async with env.producer(ns, "bench-e2e", lambda _t: TxState.COMMIT) as producer:
+            started = time.perf_counter()
+            msgs = (Message(topic, value, key=str(i % 4096).encode()) for i in range(count))
+            await _send_many(producer, msgs, concurrency, _always(TxState.COMMIT), done)
+            return started
+
+    try:
+        started = asyncio.run(main())
+        if not watcher.wait(count, timeout=120):
+            raise BenchError(f"only {len(watcher.seen)} of {count} committed messages became visible")
+        last = max(watcher.seen.values())
+    finally:
+        watcher.close()
+    elapsed = last - started
+    return Figure(
+        "txbridge end to end",
+        count,
+        elapsed,
+        {"msgs_per_s": count / elapsed, "mb_per_s": count * size / elapsed / 1e6},
+        {"size": size, "count": count, "concurrency": concurrency},
+    )
+
+
+def latency(env: Env, ns: str, *, size: int, rate: float, duration_s: float) -> Figure:
+    """Open-loop: a transaction starts every 1/rate s whatever the others do; commit-to-visible."""
+    topic = env.topic("latency")
+    value = payload(size)
+    watcher = Watcher(env.bootstrap, topic).start()
+    committed: dict[str, float] = {}
+    total = max(1, int(rate * duration_s))
+
+    async def main() -> None:
+        async with env.producer(ns, "bench-latency", lambda _t: TxState.COMMIT) as producer:
+            loop_start = time.perf_counter()
+            tasks = []
+
+            async def one(i: int) -> None:
+                result = await producer.send_in_transaction(
+                    Message(topic, value, key=str(i % 4096).encode()), _always(TxState.COMMIT)
+                )
+                committed[result.tx_id] = time.perf_counter()
+
+            for i in range(total):
+                delay = loop_start + i / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(one(i)))
+            await asyncio.gather(*tasks)
+
+    try:
+        asyncio.run(main())
+        watcher.wait(total, timeout=60)
+        seen = dict(watcher.seen)
+    finally:
+        watcher.close()
+    lat = sorted((seen[tx] - t) * 1000 for tx, t in committed.items() if tx in seen)
+    if len(lat) < total:
+        raise BenchError(f"{total - len(lat)} of {total} committed messages never became visible")
+    return Figure(
+        "txbridge commit-to-visible",
+        total,
+        duration_s,
+        {
+            "rate_msgs_per_s": rate,
+            "p50_ms": percentile(lat, 50),
+            "p99_ms": percentile(lat, 99),
+            "max_ms": lat[-1],
+        },
+        {"size": size, "rate": rate, "duration_s": duration_s, "open_loop": True},
+    )
+
+
+def backcheck_drain(env: Env, ns: str, *, size: int, count: int, concurrency: int) -> Figure:
+    """``count`` transactions commit locally (barrier row) but answer UNKNOWN: the checks decide."""
+    topic = env.topic("checks")
+    barrier = SqliteBarrier(str(env.work / "checks.db"))
+    check_times: list[float] = []
+
+    def check(txn: LocalTransaction) -> TxState:
+        state = barrier.check(txn)
+        check_times.append(time.perf_counter())
+        return state
+
+    committed: set[str] = set()
+
+    def execute(txn: LocalTransaction, _arg: object) -> TxState:
+        # A check may win the race for a slow local transaction (the barrier then refuses the
+        # commit): only transactions that really committed locally must become visible.
+        with barrier.local_transaction(txn.tx_id):
+            pass
+        committed.add(txn.tx_id)
+        return TxState.UNKNOWN
+
+    value = payload(size)
+    watcher = Watcher(env.bootstrap, topic).start()
+    done: dict[str, float] = {}
+
+    async def main() -> float:
+        async with env.producer(ns, "bench-checks", check) as producer:
+            msgs = (
+                Message(topic, value, key=str(i).encode(), check_after=CHECK_AFTER_S) for i in range(count)
+            )
+            await _send_many(producer, msgs, concurrency, execute, done)
+            sent = time.perf_counter()
+            if not await asyncio.to_thread(watcher.wait, len(committed), 300):
+                raise BenchError(
+                    f"only {len(watcher.seen)} of {len(committed)} locally committed "
+                    "transactions became visible"
+                )
+            return sent
+
+    try:
+        sent = asyncio.run(main())
+        last = max(watcher.seen.values())
+    finally:
+        watcher.close()
+    span = (check_times[-1] - check_times[0]) if len(check_times) > 1 else 0.0
+    return Figure(
+        "txbridge back-check drain",
+        count,
+        last - sent,
+        {
+            "checks_per_s": len(check_times) / span if span else 0.0,
+            "drain_s": last - sent,
+            "checks": float(len(check_times)),
+        },
+        {"count": count, "check_after_s": CHECK_AFTER_S, "locally_committed": len(committed)},
+    )
+
+
+async def _leave_unknown(env: Env, ns: str, topic: str, value: bytes, count: int) -> None:
+    """``count`` transactions whose local outcome stays UNKNOWN (nothing decides them)."""
+    async with env.producer(ns, "bench-memory", lambda _t: TxState.UNKNOWN) as producer:
+        msgs = (Message(topic, value, key=str(i).encode()) for i in range(count))
+        await _send_many(producer, msgs, 512, _always(TxState.UNKNOWN), {})
+
+
+def _metric(port: int, name: str) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    match = re.search(rf"^txbridge_coordinator_{name}(?:_total)? ([0-9.e+]+)$", body, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+def memory(env: Env, *, size: int, pending: int, cache_bytes: int) -> Figure:
+    """Coordinator RSS idle, with ``pending`` open transactions, and with a payload cache at budget."""
+    values: dict[str, float] = {}
+    for budget in (None, cache_bytes):
+        ns = env.namespace(f"mem{len(values)}")
+        port = free_port()
+        args = ["--check-delay", "3600", "--metrics-port", str(port)]
+        if budget is not None:
+            args += ["--payload-cache-bytes", str(budget)]
+        coordinator = env.coordinator(ns, f"memory-{len(values)}", *args).start()
+        try:
+            coordinator.wait_ready()
+            time.sleep(1.0)
+            if budget is None:
+                values["rss_idle_mb"] = coordinator.rss_bytes() / 2**20
+            topic = env.topic(f"mem{len(values)}")
+            asyncio.run(_leave_unknown(env, ns, topic, payload(size), pending))
+            deadline = time.monotonic() + 300
+            while _metric(port, "pending_transactions") < pending and time.monotonic() < deadline:
+                time.sleep(0.5)
+            time.sleep(1.0)
+            key = "rss_pending_mb" if budget is None else f"rss_pending_cache_{budget // 2**20}mb_mb"
+            values[key] = coordinator.rss_bytes() / 2**20
+            values["pending" if budget is None else "pending_small_cache"] = _metric(
+                port, "pending_transactions"
+            )
+        finally:
+            coordinator.stop()
+    return Figure("coordinator memory", pending, 0.0, values, {"size": size, "pending": pending})
+
+
+def failover(env: Env, *, size: int, rate: float = 50.0) -> Figure:
+    """Two coordinators; SIGKILL the first; time until the survivor republishes one of its partitions."""
+    ns = env.namespace("failover")
+    topic = env.topic("failover")
+    first = env.coordinator(ns, "failover-a").start()
+    first.wait_ready()
+    second = env.coordinator(ns, "failover-b").start()
+    try:
+        second.wait_ready()
+        first.wait_ready(marks=2)  # the rebalance gave `first` its share again
+        owned = _last_assignment(first.log_path)
+        keys = [k for k in (str(i).encode() for i in range(10_000)) if half_partition(k, PARTITIONS) in owned]
+        if not keys:
+            raise BenchError(f"could not tell which partitions the first coordinator owned: {owned}")
+        watcher = Watcher(env.bootstrap, topic).start()
+        value = payload(size)
+        killed = [0.0]
+
+        async def main() -> None:
+            async with env.producer(ns, "bench-failover", lambda _t: TxState.COMMIT) as producer:
+                first.kill()
+                killed[0] = time.perf_counter()
+                for i in range(int(rate * 30)):
+                    await producer.send_in_transaction(
+                        Message(topic, value, key=keys[i % len(keys)]), _always(TxState.COMMIT)
+                    )
+                    if watcher.seen:
+                        return
+                    await asyncio.sleep(1 / rate)
+
+        try:
+            asyncio.run(main())
+            watcher.wait(1, 60)
+            if not watcher.seen:
+                raise BenchError("the surviving coordinator republished nothing within 90 s of the kill")
+            took = min(watcher.seen.values()) - killed[0]
+        finally:
+            watcher.close()
+    finally:
+        first.kill()
+        second.stop()
+    return Figure("failover", 1, took, {"seconds_to_first_republish": took}, {"partitions": PARTITIONS})
+
+
+def _last_assignment(log: Path) -> set[int]:
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if "assigned partitions" in ln]
+    if not lines:
+        return set()
+    return {int(n) for n in re.findall(r"\d+", lines[-1].split("assigned partitions", 1)[1])}
