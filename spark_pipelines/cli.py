@@ -87,7 +87,7 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
         rates = FaultRates(local_fail_rate, unknown_rate, crash_rate, crash_rate)
     except ValueError as exc:
         raise ConfigurationError(f"fault rates: {exc}; lower --*-rate") from exc
-    console = Console()
+    console = Console(width=max(Console().width, 150))  # the table has 13 columns
     started_broker = not bootstrap and not _broker_was_running()
     bootstrap = resolve_bootstrap(bootstrap, start_local=True)
     run_id = new_run_id()
@@ -115,6 +115,7 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
             from spark_pipelines.streaming import CustomerCounts
 
             spark = build_session("txbridge-demo", master=master)
+            spark.sparkContext.setLogLevel("ERROR")  # spark-avro warns per batch about nullability
             stream = CustomerCounts(spark, bootstrap, config.topics["txbridge"], run_dir / "stream")
             stream.start()
         with Progress(console=console, transient=False) as progress:
@@ -156,6 +157,7 @@ def _compare_and_report(
     from spark_pipelines.watcher import load_visibility
 
     spark = build_session("txbridge-demo", master=master)
+    spark.sparkContext.setLogLevel("ERROR")
     truth = {p: config.store(p).committed() for p in config.topics}
     visibility = {key: load_visibility(file) for key, file in result.visibility.items()}
     metrics, samples = compare(spark, config.bootstrap, config.topics, truth, visibility=visibility)
@@ -195,5 +197,5 @@ def report(run_dir: Path) -> None:
         metrics, samples, info = load_metrics(run_dir)
     except FileNotFoundError:
         raise ConfigurationError(f"{run_dir} has no metrics.json: pass a reports/<run-id> folder") from None
-    Console().print(table(metrics))
+    Console(width=max(Console().width, 150)).print(table(metrics))
     click.echo(f"report: {write_report(run_dir, metrics, samples, info)}")

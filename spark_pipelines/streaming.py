@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -121,10 +122,15 @@ class CustomerCounts:
         )
         logger.info("streaming count started (%d) on %s", self.starts, self.topic)
 
-    def stop(self) -> None:
-        if self._query is not None:
-            self._query.stop()
-            self._query = None
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop between micro-batches when possible (a batch interrupted mid-way is replayed anyway)."""
+        query, self._query = self._query, None
+        if query is None:
+            return
+        deadline = time.monotonic() + timeout
+        while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        query.stop()
 
     def restart(self) -> None:
         """Stop the query and start it again on the same checkpoint."""
