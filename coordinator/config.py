@@ -95,7 +95,7 @@ class CoordinatorConfig:
     secrets: Secrets = field(default_factory=Secrets, repr=True)
     producer_liveness_s: float = 10.0
     commit_interval_ms: int = 50
-    transaction_timeout_ms: int = 60_000
+    transaction_timeout_ms: int = 10_000  # as Kafka Streams: bounds a crashed instance's takeover time
     payload_cache_bytes: int = 64 * 1024 * 1024
     max_message_bytes: int = 1024 * 1024
     metrics_port: int | None = None

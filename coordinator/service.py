@@ -325,7 +325,7 @@ class Coordinator:
         if state is None or tx is None or tx.phase is not Phase.OPEN:
             return  # revoked meanwhile, or decided by an op that arrived first
         if result.state is TxState.UNKNOWN:
-            logger.info("check %d of tx %s: UNKNOWN (%s)", tx.checks + 1, tx.tx_id, result.detail)
+            logger.debug("check %d of tx %s: UNKNOWN (%s)", tx.checks + 1, tx.tx_id, result.detail)
             if scheduler.record_unknown(self.policy, tx, _now_ms()) and tx not in self._expiring:
                 self._expiring.append(tx)
             return
