@@ -59,8 +59,12 @@ class HalfReader:
 
     def _read(self, partition: int, offsets: list[int], timeout: float) -> dict[int, HalfMessage]:
         if self._consumer is None:
+            # A short fetch wait: a re-read sits on the commit path, the records are already there.
             self._consumer = _kafka.consumer(
-                self._bootstrap, f"txbridge-halfreader-{uuid.uuid4().hex[:8]}", self._extra
+                self._bootstrap,
+                f"txbridge-halfreader-{uuid.uuid4().hex[:8]}",
+                self._extra,
+                fetch_wait_max_ms=10,
             )
         want = set(offsets)
         found: dict[int, HalfMessage] = {}

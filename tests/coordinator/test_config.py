@@ -1,0 +1,75 @@
+"""Configuration: sources, precedence, fail-fast messages, hidden secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from coordinator.config import CoordinatorConfig
+from txbridge.errors import ConfigurationError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_example_compose_file_loads() -> None:
+    config = CoordinatorConfig.load(toml_path=ROOT / "compose" / "coordinator.toml")
+    assert config.bootstrap == "kafka:9092"
+    assert config.allowed_check_hosts == ("127.0.0.1", "localhost", "orders-service")
+    assert config.metrics_port == 9464
+    assert config.extra_config == {"session.timeout.ms": 10000}
+
+
+def test_flags_beat_env_beat_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('bootstrap = "file:1"\nmax_checks = 3\ncheck_delay_s = 2.0\n')
+    env = {"TXBRIDGE_MAX_CHECKS": "7", "TXBRIDGE_CHECK_DELAY_S": "4.5"}
+    config = CoordinatorConfig.load(flags={"check_delay_s": 9.0, "namespace": None}, env=env, toml_path=path)
+    assert (config.bootstrap, config.max_checks, config.check_delay_s) == ("file:1", 7, 9.0)
+    assert config.namespace == "__txbridge"
+
+
+def test_secrets_come_from_env_and_never_show_in_repr() -> None:
+    env = {"TXBRIDGE_SECRETS": "orders=s3cr3t-a,payments=s3cr3t-b", "TXBRIDGE_DEFAULT_SECRET": "fallback-x"}
+    config = CoordinatorConfig.load(flags={"bootstrap": "b:1"}, env=env)
+    assert config.secrets.for_group("orders") == b"s3cr3t-a"
+    assert config.secrets.for_group("other") == b"fallback-x"
+    text = repr(config)
+    assert "s3cr3t" not in text
+    assert "fallback-x" not in text
+    assert "orders" in text
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        ({"max_checks": "many"}, "max_checks"),
+        ({"max_checks": 0}, "max_checks"),
+        ({"check_timeout_s": -1}, "check_timeout_s"),
+        ({"commit_interval_ms": 5000}, "commit_interval_ms"),
+        ({"allowed_check_hosts": ""}, "allowed_check_hosts"),
+        ({"max_chekcs": 3}, "max_chekcs"),
+        ({"metrics_port": 70000}, "metrics_port"),
+    ],
+)
+def test_bad_values_fail_fast_naming_the_setting(raw: dict, named: str) -> None:
+    with pytest.raises(ConfigurationError, match=named):
+        CoordinatorConfig.from_mapping({"bootstrap": "b:1", **raw})
+
+
+def test_unreadable_file_says_which(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("max_checks = = 3")
+    with pytest.raises(ConfigurationError, match="not valid TOML"):
+        CoordinatorConfig.load(toml_path=bad)
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        CoordinatorConfig.load(toml_path=tmp_path / "missing.toml")
+
+
+def test_only_allowed_hosts_pass() -> None:
+    config = CoordinatorConfig(bootstrap="b:1")
+    assert config.host_allowed("http://127.0.0.1:8431/txbridge/check")
+    assert config.host_allowed("https://localhost/check")
+    assert not config.host_allowed("http://169.254.169.254/latest")
+    assert not config.host_allowed("file:///etc/passwd")
+    assert not config.host_allowed("http://127.0.0.1.evil.example/")

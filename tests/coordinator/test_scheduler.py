@@ -1,0 +1,44 @@
+"""Back-check timing: broker append time + the coordinator's clock, growing capped backoff."""
+
+from __future__ import annotations
+
+from coordinator import scheduler
+from coordinator.scheduler import CheckPolicy
+from coordinator.state import PendingTx, Phase
+
+POLICY = CheckPolicy(delay_s=6.0, max_checks=3, backoff_s=5.0, backoff_max_s=12.0)
+
+
+def open_tx(append_ms: int = 100_000, check_after: float | None = None) -> PendingTx:
+    return PendingTx("t", 0, first_append_ms=append_ms, check_after_s=check_after)
+
+
+def test_first_check_counts_from_the_broker_append_time() -> None:
+    tx = open_tx()
+    assert scheduler.due(POLICY, [tx], 105_999, set()).check == []
+    assert scheduler.due(POLICY, [tx], 106_000, set()).check == [tx]
+
+
+def test_per_message_check_after_overrides_the_delay() -> None:
+    tx = open_tx(check_after=1.5)
+    assert scheduler.due(POLICY, [tx], 101_500, set()).check == [tx]
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    assert [POLICY.backoff_ms(n) for n in (1, 2, 3, 4)] == [5_000, 10_000, 12_000, 12_000]
+
+
+def test_unknown_reschedules_then_expires_after_max_checks() -> None:
+    tx = open_tx()
+    assert not scheduler.record_unknown(POLICY, tx, 200_000)
+    assert tx.next_check_ms == 205_000
+    assert scheduler.due(POLICY, [tx], 204_999, set()).check == []
+    assert not scheduler.record_unknown(POLICY, tx, 205_000)
+    assert scheduler.record_unknown(POLICY, tx, 215_000)
+    assert scheduler.due(POLICY, [tx], 215_000, set()).expire == [tx]
+
+
+def test_in_flight_and_decided_transactions_are_not_checked() -> None:
+    waiting, decided = open_tx(), PendingTx("d", 0, phase=Phase.COMMITTED, first_append_ms=0)
+    due = scheduler.due(POLICY, [waiting, decided], 10**9, {"t"})
+    assert (due.check, due.expire) == ([], [])
