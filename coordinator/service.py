@@ -31,6 +31,7 @@ from coordinator.registry import ProducerRegistry
 from coordinator.republisher import Batch, OutRecord, copy_aside, plan_republish, quarantine_raw
 from coordinator.scheduler import CheckPolicy
 from coordinator.state import PartitionState, PendingTx, Phase
+from coordinator.writer import TransactionWriter
 from txbridge import _kafka
 from txbridge.errors import KafkaOperationError, ProducerFencedError, WireFormatError
 from txbridge.wire import (
@@ -47,7 +48,6 @@ from txbridge.wire import (
 logger = logging.getLogger(__name__)
 
 _BATCH = 1000  # records per consume() call
-_TOPIC_CACHE_S = 30.0
 
 
 def _now_ms() -> int:
@@ -82,7 +82,7 @@ class Coordinator:
         self._checker: Checker | None = None
         self._reader: HalfReader | None = None
         self._metrics_server: Any = None
-        self._topic_sizes: dict[str, tuple[int | None, float]] = {}
+        self._writer: TransactionWriter = TransactionWriter(None)
         self._consumed_since_commit = 0
         self.running = threading.Event()  # set once partitions may be served (tests wait on it)
 
@@ -116,6 +116,7 @@ class Coordinator:
             transaction_timeout_ms=cfg.transaction_timeout_ms,
             linger_ms=5,
         )
+        self._writer = TransactionWriter(self._producer)
         try:
             self._producer.init_transactions(30)
         except Exception as exc:
@@ -399,10 +400,12 @@ class Coordinator:
     ) -> None:
         for tx in ready:
             messages = [ref.message for ref in tx.ordered_halves() if ref.message is not None]
-            plan = plan_republish(messages, self.config.max_message_bytes, self._partitions_of)
-            if isinstance(plan, str) or not self._produce_all(plan):
-                reason = plan if isinstance(plan, str) else "the producer refused a message"
-                self._set_aside(tx, reason, self.topics.quarantine, Phase.QUARANTINED)
+            plan = self._writer.poisoned.pop(tx.tx_id, None) or plan_republish(
+                messages, self.config.max_message_bytes, self._writer.partitions_of
+            )
+            refused = plan if isinstance(plan, str) else self._writer.republish(tx.tx_id, plan)
+            if refused is not None:
+                self._set_aside(tx, refused, self.topics.quarantine, Phase.QUARANTINED)
                 continue
             self.stats["messages_republished"] += len(plan)
             self.partitions[tx.partition].finish(tx, Phase.PUBLISHED)
@@ -417,7 +420,7 @@ class Coordinator:
             )
             self._set_aside(tx, reason, self.topics.expired, Phase.EXPIRED)
         for record in self._batch.records:
-            self._produce(record)
+            self._writer.produce(record)
 
     def _set_aside(self, tx: PendingTx, reason: str, topic: str, phase: Phase) -> None:
         if phase is Phase.QUARANTINED:
@@ -427,34 +430,8 @@ class Coordinator:
                 continue
             origin = f"{self.topics.half}/{tx.partition}/{ref.offset}"
             checks = tx.checks if phase is Phase.EXPIRED else None
-            self._produce(copy_aside(topic, ref.message, reason, origin, checks))
+            self._writer.produce(copy_aside(topic, ref.message, reason, origin, checks))
         self.partitions[tx.partition].finish(tx, phase)
-
-    def _produce_all(self, records: list[OutRecord]) -> bool:
-        """Produce a transaction's records; False when the client refuses one up front."""
-        for record in records:
-            try:
-                self._produce(record)
-            except KafkaOperationError as exc:
-                if exc.txn_requires_abort or exc.fatal:
-                    raise
-                logger.warning("republishing to %s refused: %s", record.topic, exc)
-                return False
-        return True
-
-    def _produce(self, record: OutRecord) -> None:
-        kwargs: dict[str, Any] = {"key": record.key, "value": record.value, "headers": record.headers}
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
-        while True:
-            try:
-                self._producer.produce(record.topic, **kwargs)
-            except BufferError:
-                self._producer.poll(0.1)  # the local queue is full: let deliveries drain
-            except Exception as exc:
-                raise _kafka.to_error(exc, f"producing to {record.topic}") from exc
-            else:
-                return
 
     def _write_changelog(self) -> tuple[dict[int, tuple[list[PendingTx], set[str]]], int]:
         persisted: dict[int, tuple[list[PendingTx], set[str]]] = {}
@@ -462,24 +439,15 @@ class Coordinator:
         for number, state in self.partitions.items():
             tombs = set(state.tombstones)
             for tx_id in tombs:
-                self._produce(OutRecord(self.topics.state, tx_id.encode(), None, [], number))
+                self._writer.produce(OutRecord(self.topics.state, tx_id.encode(), None, [], number))
             dirty = state.dirty()
             for tx in dirty:
-                self._produce(
+                self._writer.produce(
                     OutRecord(self.topics.state, tx.tx_id.encode(), changelog.encode_entry(tx), [], number)
                 )
             persisted[number] = (dirty, tombs)
             count += len(tombs) + len(dirty)
         return persisted, count
-
-    def _partitions_of(self, topic: str) -> int | None:
-        cached = self._topic_sizes.get(topic)
-        if cached is not None and time.monotonic() - cached[1] < _TOPIC_CACHE_S:
-            return cached[0]
-        metadata = self._producer.list_topics(topic, timeout=10).topics.get(topic)
-        size = None if metadata is None or metadata.error is not None else len(metadata.partitions)
-        self._topic_sizes[topic] = (size, time.monotonic())
-        return size
 
     def _on_transaction_error(self, exc: Exception) -> None:
         error = exc if isinstance(exc, KafkaOperationError) else _kafka.to_error(exc, "committing")

@@ -58,3 +58,25 @@ def test_oversized_committed_message_is_quarantined_without_blocking(
     assert sorted(len(s.value) for s in quarantined) == [5, 20_000]
     assert handle.service.stats["resolved_quarantined"] == 1
     assert len(read_topic(env.bootstrap, topic, isolation="read_uncommitted")) == 1
+
+
+def test_message_the_broker_rejects_is_quarantined_without_blocking(
+    env: Env, topic_factory: Callable[..., str]
+) -> None:
+    small = topic_factory(config={"max.message.bytes": "4000"})
+    other = topic_factory()
+    handle = env.start(check_delay_s=30.0)
+    before = env.producer.transaction([Msg(other, b"before", key=b"k")], TxState.COMMIT)
+    rejected = env.producer.transaction(
+        [Msg(other, b"first half of it", key=b"k"), Msg(small, b"y" * 9000, key=b"k")], TxState.COMMIT
+    )
+    after = env.producer.transaction([Msg(other, b"after", key=b"k")], TxState.COMMIT)
+
+    seen = wait_for(env.bootstrap, other, 2)
+    quarantined = wait_for(env.bootstrap, env.topics.quarantine, 2)
+
+    assert [s.headers["txb.tx"] for s in seen] == [before.encode(), after.encode()]
+    assert {s.headers["txb.tx"] for s in quarantined} == {rejected.encode()}
+    assert b"rejected" in quarantined[0].headers["txb.reason"]
+    assert read_topic(env.bootstrap, small) == []
+    assert handle.service.stats["kafka_aborts"] >= 1
