@@ -1,0 +1,76 @@
+"""The coordinator as a process: CLI errors, SIGTERM, metrics."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from coordinator.changelog import decode_entry
+from tests.coordinator.conftest import SECRET, Env, eventually
+from tests.coordinator.wire_producer import Msg
+from tests.kafka_helpers import read_topic, wait_for
+from txbridge.cli import main
+from txbridge.local.broker import free_port
+from txbridge.wire import TxState
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bad_setting_fails_fast_naming_it(env: Env) -> None:
+    result = CliRunner().invoke(main, ["coordinator", "--bootstrap", env.bootstrap, "--max-checks", "0"])
+    assert result.exit_code == 2
+    assert "max_checks must be at least 1" in result.output
+
+
+def test_sigterm_commits_pending_state_and_exits_cleanly(env: Env, tmp_path: Path) -> None:
+    log = tmp_path / "coordinator.log"
+    args = [sys.executable, "-m", "coordinator", "--bootstrap", env.bootstrap, "--namespace", env.namespace]
+    args += ["--group-id", f"coord-{env.namespace}", "--check-delay", "60", "--log-interval", "0.3"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TXBRIDGE_DEFAULT_SECRET": SECRET},
+        )
+    try:
+        assert eventually(lambda: "assigned partitions" in log.read_text(), timeout=60), log.read_text()
+        tx_id = env.producer.transaction([Msg("never-published", b"v")], TxState.UNKNOWN)
+        assert eventually(lambda: "pending=1 " in log.read_text(), timeout=30), log.read_text()
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    entries = [decode_entry(s.value) for s in read_topic(env.bootstrap, env.topics.state) if s.value]
+    assert [e.tx_id for e in entries] == [tx_id]
+    assert "stopped" in log.read_text()
+    assert "test-secret" not in log.read_text()
+
+
+def test_metrics_are_served(env: Env, topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory()
+    port = free_port()
+    env.start(metrics_port=port)
+    env.producer.transaction([Msg(topic, b"v")], TxState.COMMIT)
+    wait_for(env.bootstrap, topic, 1)
+
+    def scrape() -> str:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        return text if "txbridge_coordinator_resolved_published_total 1.0" in text else ""
+
+    text = eventually(scrape)
+    assert "txbridge_coordinator_resolved_published_total 1.0" in text
+    assert "txbridge_coordinator_assigned_partitions 3.0" in text
