@@ -111,11 +111,12 @@ def restore(
                         return list(entries.values())
                     raise _kafka.to_error(err, f"restoring {topic}/{partition}")
                 key = (msg.key() or b"").decode("utf-8", "replace")
-                if msg.value() is None:
+                value = msg.value()
+                if value is None:
                     entries.pop(key, None)
                     continue
                 try:
-                    entries[key] = decode_entry(msg.value())
+                    entries[key] = decode_entry(value)
                 except WireFormatError as exc:
                     logger.warning("%s/%d offset %d skipped: %s", topic, partition, msg.offset(), exc)
     finally:

@@ -11,7 +11,7 @@ import dataclasses
 import os
 import socket
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,7 +259,7 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 def _convert(name: str, annotation: Any, value: Any) -> Any:
     kind = str(annotation)
-    converters = {
+    converters: dict[str, Callable[[Any], Any]] = {
         "float": float,
         "int": _strict_int,
         "int | None": lambda v: None if v in (None, "", "none") else _strict_int(v),

@@ -44,15 +44,15 @@ class _Collector:
             family.add_metric([], float(self._stats.get(name, 0)))
             yield family
         for name, value in self._gauges().items():
-            family = GaugeMetricFamily(f"txbridge_coordinator_{name}", name.replace("_", " "))
-            family.add_metric([], value)
-            yield family
+            gauge = GaugeMetricFamily(f"txbridge_coordinator_{name}", name.replace("_", " "))
+            gauge.add_metric([], value)
+            yield gauge
 
 
 def make_registry(stats: Counter[str], gauges: Callable[[], dict[str, float]]) -> CollectorRegistry:
     """A private registry (several coordinators may run in one process, e.g. in tests)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(stats, gauges))  # type: ignore[arg-type]
+    registry.register(_Collector(stats, gauges))
     return registry
 
 

@@ -88,3 +88,9 @@ def test_eviction_keeps_the_budget_and_the_offsets() -> None:
     assert evict(txs, 150) == 200
     assert [t.halves[0].message is None for t in txs] == [True, True, False]
     assert [t.halves[0].offset for t in txs] == [0, 1, 2]
+
+
+def test_public_surface_is_pinned() -> None:
+    import coordinator
+
+    assert sorted(coordinator.__all__) == ["Coordinator", "CoordinatorConfig"]
