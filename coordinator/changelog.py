@@ -87,37 +87,56 @@ def decode_entry(value: bytes) -> PendingTx:
 
 
 def restore(
-    bootstrap: str, topic: str, partition: int, extra: Mapping[str, Any] | None = None, timeout: float = 60.0
-) -> list[PendingTx]:
-    """Every live entry of ``topic``/``partition``, read with read_committed to the end.
+    bootstrap: str,
+    topic: str,
+    partitions: list[int],
+    extra: Mapping[str, Any] | None = None,
+    timeout: float = 60.0,
+) -> dict[int, list[PendingTx]]:
+    """Every live entry of ``partitions`` of ``topic``, read with read_committed to the end.
+
+    Returns:
+        ``{partition: pending transactions}`` (partitions without entries are absent).
 
     Raises:
         KafkaOperationError: the end was not reached within ``timeout``.
     """
+    if not partitions:
+        return {}
     consumer = _kafka.consumer(
-        bootstrap, f"txbridge-restore-{uuid.uuid4().hex[:8]}", extra, enable_partition_eof=True
+        bootstrap,
+        f"txbridge-restore-{uuid.uuid4().hex[:8]}",
+        extra,
+        enable_partition_eof=True,
+        fetch_wait_max_ms=10,
     )
-    entries: dict[str, PendingTx] = {}
+    entries: dict[int, dict[str, PendingTx]] = {}
     try:
-        consumer.assign([_kafka.partition_at(topic, partition, _kafka.OFFSET_BEGINNING)])
+        consumer.assign([_kafka.partition_at(topic, p, _kafka.OFFSET_BEGINNING) for p in partitions])
+        pending = set(partitions)
         deadline = time.monotonic() + timeout
-        while True:
+        while pending:
             if time.monotonic() > deadline:
-                raise KafkaOperationError(f"restoring {topic}/{partition}: the end was not reached in time")
+                raise KafkaOperationError(
+                    f"restoring {topic} {sorted(pending)}: the end was not reached in time"
+                )
             for msg in consumer.consume(1000, 0.5):
                 err = msg.error()
                 if err is not None:
-                    if _kafka.is_partition_eof(err):
-                        return list(entries.values())
-                    raise _kafka.to_error(err, f"restoring {topic}/{partition}")
+                    if not _kafka.is_partition_eof(err):
+                        raise _kafka.to_error(err, f"restoring {topic}/{msg.partition()}")
+                    pending.discard(msg.partition())
+                    continue
+                live = entries.setdefault(int(msg.partition() or 0), {})
                 key = (msg.key() or b"").decode("utf-8", "replace")
                 value = msg.value()
                 if value is None:
-                    entries.pop(key, None)
+                    live.pop(key, None)
                     continue
                 try:
-                    entries[key] = decode_entry(value)
+                    live[key] = decode_entry(value)
                 except WireFormatError as exc:
-                    logger.warning("%s/%d offset %d skipped: %s", topic, partition, msg.offset(), exc)
+                    logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
     finally:
         consumer.close()
+    return {p: list(txs.values()) for p, txs in entries.items() if txs}

@@ -140,6 +140,8 @@ class Coordinator:
             extra,
             partition_assignment_strategy="range",
             group_protocol="classic",
+            # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
+            session_timeout_ms=10_000,
         )
         self._consumer.subscribe(
             [self.topics.half, self.topics.op],
@@ -192,27 +194,27 @@ class Coordinator:
         for tp in committed:
             if tp.offset >= 0:
                 self._positions[(tp.topic, tp.partition)] = tp.offset
-        for number in numbers:
-            self._restore(number)
+        self._restore(numbers)
         logger.info("assigned partitions %s", numbers)
         self.running.set()
 
-    def _restore(self, number: int) -> None:
-        start = self._positions.get((self.topics.half, number))
-        if start is None:
-            low, _high = self._consumer.get_watermark_offsets(
-                _kafka.partition_at(self.topics.half, number), timeout=10
-            )
-            start = max(low, 0)
-        state = PartitionState(number, self.stats, half_position=start)
+    def _restore(self, numbers: list[int]) -> None:
         restored = changelog.restore(
-            self.config.bootstrap, self.topics.state, number, self.config.extra_config
+            self.config.bootstrap, self.topics.state, numbers, self.config.extra_config
         )
-        for tx in restored:
-            state.add_restored(tx)
-        self.partitions[number] = state
-        if restored:
-            logger.info("partition %d: restored %d pending transactions", number, len(restored))
+        for number in numbers:
+            start = self._positions.get((self.topics.half, number))
+            if start is None:
+                low, _high = self._consumer.get_watermark_offsets(
+                    _kafka.partition_at(self.topics.half, number), timeout=10
+                )
+                start = max(low, 0)
+            state = PartitionState(number, self.stats, half_position=start)
+            for tx in restored.get(number, []):
+                state.add_restored(tx)
+            self.partitions[number] = state
+            if number in restored:
+                logger.info("partition %d: restored %d pending transactions", number, len(restored[number]))
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         # Commit while the partitions are still ours; the group metadata is still valid.
@@ -476,8 +478,7 @@ class Coordinator:
             if tp.offset >= 0:
                 self._positions[(tp.topic, tp.partition)] = tp.offset
             self._consumer.seek(_kafka.partition_at(tp.topic, tp.partition, offset))
-        for number in numbers:
-            self._restore(number)
+        self._restore(numbers)
 
     # ------------------------------------------------------------------ observability
 
