@@ -18,7 +18,6 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -84,6 +83,7 @@ class Coordinator:
         self._metrics_server: Any = None
         self._writer: TransactionWriter = TransactionWriter(None)
         self._consumed_since_commit = 0
+        self._fatal: KafkaOperationError | None = None  # set once the producer is fenced or broken
         self.running = threading.Event()  # set once partitions may be served (tests wait on it)
 
     # ------------------------------------------------------------------ lifecycle
@@ -102,6 +102,8 @@ class Coordinator:
         self._start()
         try:
             self._loop()
+            if self._fatal is not None:
+                raise self._fatal
             self._commit_boundary()  # finish the open work before leaving the group
         finally:
             self._shutdown()
@@ -160,8 +162,8 @@ class Coordinator:
         for part in (self._checker, self._registry, self._reader):
             if part is not None:
                 part.close()
-        if self._producer is not None:
-            self._producer.flush(10)
+        if self._producer is not None and self._fatal is None:
+            self._producer.flush(10)  # a fenced/fatal producer has nothing left worth delivering
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
         self.running.clear()
@@ -220,10 +222,14 @@ class Coordinator:
         # Commit while the partitions are still ours; the group metadata is still valid.
         try:
             self._commit_boundary()
-        except KafkaOperationError:
-            logger.exception(
-                "committing before revocation failed; the next owner resumes from the last commit"
+        except KafkaOperationError as exc:
+            # Raising inside a rebalance callback is unsafe: stop the loop and raise from run().
+            logger.warning(
+                "committing before revocation failed (%s); the next owner resumes from the last commit", exc
             )
+            if exc.fatal:
+                self._fatal = exc
+                self._stop.set()
         self._drop(partitions)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
@@ -352,7 +358,11 @@ class Coordinator:
         )
 
     def _commit_boundary(self) -> None:
-        if self._producer is None or (not self.partitions and not len(self._batch)):
+        if (
+            self._fatal is not None
+            or self._producer is None
+            or (not self.partitions and not len(self._batch))
+        ):
             return
         if not self._has_work():
             return
@@ -455,6 +465,7 @@ class Coordinator:
         error = exc if isinstance(exc, KafkaOperationError) else _kafka.to_error(exc, "committing")
         if isinstance(error, ProducerFencedError) or error.fatal:
             logger.error("coordinator %s must stop: %s", self.config.instance_id, error)
+            self._fatal = error
             raise error from exc
         logger.warning("Kafka transaction aborted, rewinding to the committed offsets: %s", error)
         self.stats["kafka_aborts"] += 1
@@ -505,9 +516,3 @@ class Coordinator:
             s["kafka_transactions"],
             s["kafka_aborts"],
         )
-
-
-def run_until_signalled(coordinator: Coordinator, install: Callable[[Callable[[], None]], None]) -> None:
-    """Run ``coordinator``; ``install`` registers its stop function with the caller's signal handling."""
-    install(coordinator.stop)
-    coordinator.run()

@@ -32,6 +32,8 @@ class RunningCoordinator:
         self.service.stop()
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the coordinator did not stop"
+        if self.errors:
+            raise self.errors[0]
 
 
 @dataclass
@@ -67,9 +69,8 @@ class Env:
         def target() -> None:
             try:
                 service.run()
-            except BaseException as exc:
+            except BaseException as exc:  # kept for the test to inspect; stop() re-raises it
                 handle.errors.append(exc)
-                raise
 
         handle.thread = threading.Thread(target=target, name="coordinator", daemon=True)
         handle.thread.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -11,6 +12,7 @@ from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
+from txbridge.errors import ProducerFencedError
 from txbridge.wire import TxState
 
 
@@ -53,3 +55,22 @@ def test_pending_transactions_survive_a_restart(
     assert attempts[0] == checks_before + 1  # the check count was restored, not restarted
     assert eventually(lambda: not ({by_check.encode(), by_op.encode()} & set(_live_state(env))))
     assert second.service.stats["resolved_published"] == 2
+
+
+def test_a_fenced_instance_stops_and_the_other_one_serves(
+    env: Env, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    first = env.start(instance_id="same")
+    second = env.start(instance_id="same", wait=False)  # same transactional.id: fences the first
+    assert eventually(lambda: second.service._producer is not None and second.thread.is_alive())
+    sent = [env.producer.transaction([Msg(topic, f"m{i}".encode())], TxState.COMMIT) for i in range(12)]
+
+    first.thread.join(60)
+    assert not first.thread.is_alive()
+    assert [type(e) for e in first.errors] == [ProducerFencedError]
+    seen = wait_for(env.bootstrap, topic, 12)
+    time.sleep(2)
+    seen = read_topic(env.bootstrap, topic)
+    assert sorted(s.headers["txb.tx"] for s in seen) == sorted(t.encode() for t in sent)
+    assert second.thread.is_alive()
