@@ -77,3 +77,26 @@ def test_op_before_its_halves_still_commits(env: Env, topic_factory: Callable[..
 
     seen = wait_for(env.bootstrap, topic, 2)
     assert [s.value for s in seen] == [b"x", b"y"]
+
+
+def test_evicted_payloads_are_re_read_by_offset(env: Env, topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory()
+    handle = env.start(check_delay_s=30.0, payload_cache_bytes=1)  # every payload is evicted at a commit
+    messages = [Msg(topic, f"v{i}".encode(), key=b"k", headers=(("n", str(i).encode()),)) for i in range(3)]
+    tx_id, partition = env.producer.halves(messages)
+    assert eventually(lambda: handle.service.stats["half_records"] >= 3)
+    assert eventually(
+        lambda: all(
+            ref.message is None
+            for state in handle.service.partitions.values()
+            for tx in state.pending.values()
+            for ref in tx.halves.values()
+        )
+    )
+
+    env.producer.op(tx_id, partition, TxState.COMMIT, count=3)
+
+    seen = wait_for(env.bootstrap, topic, 3)
+    assert [(s.key, s.value, s.headers["n"]) for s in seen] == [
+        (b"k", f"v{i}".encode(), str(i).encode()) for i in range(3)
+    ]
