@@ -87,10 +87,11 @@ class Checker:
         except Exception as exc:  # a bug here must not lose the job: it becomes UNKNOWN
             logger.exception("back-check of tx %s failed", job.request.tx_id)
             result = CheckResult(job, TxState.UNKNOWN, f"internal error: {type(exc).__name__}")
+        # Queue the result before clearing in-flight, so the loop never re-checks a tx in between.
+        self._results.put(result)
         with self._lock:
             self._in_flight[job.request.group] -= 1
             self.in_flight_txs.discard(job.request.tx_id)
-        self._results.put(result)
 
     def check(self, job: CheckJob) -> CheckResult:
         """Try the targets in order; the first COMMIT or ROLLBACK wins, else UNKNOWN."""

@@ -36,13 +36,19 @@ from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
 @click.option("--secret", "secrets", multiple=True, help="GROUP=SECRET (repeatable); prefer env/TOML.")
 @click.option("--producer-liveness", "producer_liveness_s", type=float, help="Heartbeat validity, seconds.")
 @click.option("--commit-interval-ms", type=int, help="Kafka transaction commit interval.")
+@click.option("--transaction-timeout-ms", type=int, help="transaction.timeout.ms of the coordinator.")
+@click.option("--kafka-config", "kafka_config", multiple=True, help="librdkafka KEY=VALUE (repeatable).")
 @click.option("--payload-cache-bytes", type=int, help="Budget of cached half payloads.")
 @click.option("--max-message-bytes", type=int, help="Larger committed messages are quarantined.")
 @click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port.")
 @click.option("--log-interval", "log_interval_s", type=float, help="Seconds between INFO count lines.")
 @_one_line_errors
 def coordinator(
-    bootstrap: str | None, config_path: str | None, secrets: tuple[str, ...], **flags: Any
+    bootstrap: str | None,
+    config_path: str | None,
+    secrets: tuple[str, ...],
+    kafka_config: tuple[str, ...],
+    **flags: Any,
 ) -> None:
     """Run a txbridge coordinator until SIGTERM/SIGINT."""
     from coordinator.config import CoordinatorConfig, parse_pairs
@@ -54,6 +60,8 @@ def coordinator(
     flags["bootstrap"] = resolve_bootstrap(bootstrap or _bootstrap_from(config_path))
     if secrets:
         flags["secrets"] = parse_pairs(secrets, "--secret")
+    if kafka_config:
+        flags["extra_config"] = parse_pairs(kafka_config, "--kafka-config")
     config = CoordinatorConfig.load(flags=flags, env=os.environ, toml_path=config_path)
     service = Coordinator(config)
 

@@ -45,6 +45,8 @@ class HalfReader:
     def load(self, txs: Iterable[PendingTx], timeout: float = 30.0) -> None:
         """Fill in ``message`` of every half of ``txs`` whose payload is missing.
 
+        A record the reader skipped past (deleted by retention) stays missing; the caller decides.
+
         Raises:
             KafkaOperationError: a record could not be read back in time (e.g. retention deleted it).
         """
@@ -70,15 +72,19 @@ class HalfReader:
         found: dict[int, HalfMessage] = {}
         self._consumer.assign([_kafka.partition_at(self._topic, partition, offsets[0])])
         deadline = time.monotonic() + timeout
+        reached = -1  # the highest offset read so far
         try:
-            while want - found.keys():
+            while want - found.keys() and reached < offsets[-1]:
                 if time.monotonic() > deadline:
                     missing = sorted(want - found.keys())[:5]
                     raise KafkaOperationError(
                         f"half records {self._topic}/{partition} at {missing} could not be read back"
                     )
                 for msg in self._consumer.consume(500, 0.5):
-                    if msg.error() is not None or msg.offset() not in want:
+                    if msg.error() is not None:
+                        continue
+                    reached = max(reached, msg.offset())
+                    if msg.offset() not in want:
                         continue
                     try:
                         found[msg.offset()] = decode_half(msg.value(), msg.headers())
@@ -86,9 +92,6 @@ class HalfReader:
                         raise KafkaOperationError(
                             f"half record {msg.offset()} no longer parses: {exc}"
                         ) from exc
-                if offsets[-1] in found and len(found) < len(want):
-                    # Passed the last wanted offset: the rest is gone (compaction is off, so retention).
-                    break
         finally:
             self._consumer.unassign()
         return found

@@ -71,7 +71,7 @@ class Coordinator:
         self.partitions: dict[int, PartitionState] = {}
         self._positions: dict[tuple[str, int], int] = {}
         self._batch = Batch(self.topics)
-        self._expiring: list[PendingTx] = []
+        self._expiring: dict[str, PendingTx] = {}  # tx id -> a tx whose checks are exhausted
         self._incomplete: list[tuple[PendingTx, str]] = []
         self._stop = threading.Event()
         self._transport = transport
@@ -242,7 +242,7 @@ class Coordinator:
             self._positions.pop((tp.topic, tp.partition), None)
             if tp.topic == self.topics.half:
                 self.partitions.pop(tp.partition, None)
-        self._expiring = [t for t in self._expiring if t.partition in self.partitions]
+        self._expiring = {k: t for k, t in self._expiring.items() if t.partition in self.partitions}
         self._incomplete = [(t, r) for t, r in self._incomplete if t.partition in self.partitions]
 
     # ------------------------------------------------------------------ input
@@ -301,7 +301,7 @@ class Coordinator:
         in_flight = self._checker.in_flight_txs
         for state in self.partitions.values():
             due = scheduler.due(self.policy, state.open_txs(), now, in_flight)
-            self._expiring.extend(t for t in due.expire if t not in self._expiring)
+            self._expiring.update((t.tx_id, t) for t in due.expire)
             for tx in due.check:
                 targets = tuple(self._registry.view.targets(tx.group, tx.instance, now))
                 request = CheckRequest(
@@ -335,8 +335,8 @@ class Coordinator:
             return  # revoked meanwhile, or decided by an op that arrived first
         if result.state is TxState.UNKNOWN:
             logger.debug("check %d of tx %s: UNKNOWN (%s)", tx.checks + 1, tx.tx_id, result.detail)
-            if scheduler.record_unknown(self.policy, tx, _now_ms()) and tx not in self._expiring:
-                self._expiring.append(tx)
+            if scheduler.record_unknown(self.policy, tx, _now_ms()):
+                self._expiring[tx.tx_id] = tx
             return
         self.stats["check_verdicts"] += 1
         logger.info("check of tx %s: %s from %s", tx.tx_id, result.state, result.detail)
@@ -368,14 +368,18 @@ class Coordinator:
             return
         self._prepare_waits()
         ready = [tx for s in self.partitions.values() for tx in s.ready_in_order()]
-        expiring = [t for t in self._expiring if t.phase is Phase.OPEN]
+        expiring = [t for t in self._expiring.values() if t.phase is Phase.OPEN]
         incomplete = list(self._incomplete)
         assert self._reader is not None
-        self._reader.load([*ready, *expiring, *(t for t, _ in incomplete)])
+        try:
+            self._reader.load([*ready, *expiring, *(t for t, _ in incomplete)])
+        except KafkaOperationError as exc:
+            logger.warning("re-reading half payloads failed, retrying at the next commit: %s", exc)
+            return
         try:
             self._producer.begin_transaction()
             self._write(ready, expiring, incomplete)
-            persisted, tombstoned = self._write_changelog()
+            persisted, _entries = self._write_changelog()
             offsets = [_kafka.partition_at(t, p, off) for (t, p), off in self._positions.items()]
             if offsets:
                 self._producer.send_offsets_to_transaction(
@@ -389,7 +393,6 @@ class Coordinator:
         for number, (txs, tombs) in persisted.items():
             if number in self.partitions:
                 self.partitions[number].mark_persisted(txs, tombs)
-        del tombstoned
         self._batch.clear()
         self._expiring.clear()
         self._incomplete.clear()
@@ -401,9 +404,13 @@ class Coordinator:
     def _prepare_waits(self) -> None:
         for state in self.partitions.values():
             if state.needs_end_offset():
-                _low, high = self._consumer.get_watermark_offsets(
-                    _kafka.partition_at(self.topics.half, state.partition), timeout=10
-                )
+                try:
+                    _low, high = self._consumer.get_watermark_offsets(
+                        _kafka.partition_at(self.topics.half, state.partition), timeout=10
+                    )
+                except Exception as exc:  # transient: the waiting COMMITs just wait one more interval
+                    logger.warning("end offset of %s/%d: %s", self.topics.half, state.partition, exc)
+                    continue
                 state.set_end_offset(high)
             self._incomplete.extend((r.tx, r.reason) for r in state.settle_waits())
 
@@ -412,6 +419,10 @@ class Coordinator:
     ) -> None:
         for tx in ready:
             messages = [ref.message for ref in tx.ordered_halves() if ref.message is not None]
+            if len(messages) < len(tx.halves):  # past the half topic's retention: never republish a part
+                reason = f"{len(tx.halves) - len(messages)} half record(s) can no longer be read"
+                self._set_aside(tx, reason, self.topics.quarantine, Phase.QUARANTINED)
+                continue
             plan = self._writer.poisoned.pop(tx.tx_id, None) or plan_republish(
                 messages, self.config.max_message_bytes, self._writer.partitions_of
             )
