@@ -9,6 +9,7 @@ writes an ``admin`` ROLLBACK op record (the audit trail of the decision).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -172,6 +173,22 @@ def resolve(
     return entry
 
 
+def list_pending(bootstrap: str, namespace: str = DEFAULT_NAMESPACE) -> list[dict[str, Any]]:
+    """Transactions pending across a coordinator commit (the live entries of ``<ns>_state``)."""
+    latest: dict[bytes, bytes | None] = {}
+    for msg in _read_all(bootstrap, Topics(namespace).state):
+        latest[msg.key() or b""] = msg.value()
+    out = []
+    for value in latest.values():
+        if value is None:
+            continue
+        try:
+            out.append(json.loads(value))
+        except ValueError:
+            continue
+    return sorted(out, key=lambda e: str(e.get("tx", "")))
+
+
 # ------------------------------------------------------------------ CLI
 
 
@@ -224,3 +241,17 @@ def resolve_command(bootstrap: str | None, namespace: str, tx_id: str, decision:
     entry = resolve(_bootstrap(bootstrap), tx_id, TxState(decision), namespace)
     done = f"republished {len(entry.messages)} message(s)" if decision == "COMMIT" else "rollback recorded"
     click.echo(f"{tx_id}: {decision} by admin, {done}")
+
+
+@admin.command("pending")
+@_decorate
+def pending_command(bootstrap: str | None, namespace: str) -> None:
+    """List transactions still pending at the coordinators' last commit: tx id, phase, group, checks."""
+    entries = list_pending(_bootstrap(bootstrap), namespace)
+    if not entries:
+        click.echo(f"no pending transactions in {Topics(namespace).state}")
+        return
+    click.echo(f"{'tx id':36}  {'phase':10}  {'group':12}  {'checks':>6}  halves")
+    for e in entries:
+        tx, phase, group = str(e.get("tx")), str(e.get("phase")), str(e.get("group"))
+        click.echo(f"{tx:36}  {phase:10}  {group:12}  {e.get('checks', 0):>6}  {len(e.get('halves', []))}")

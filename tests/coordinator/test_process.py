@@ -56,6 +56,12 @@ def test_sigterm_commits_pending_state_and_exits_cleanly(env: Env, tmp_path: Pat
             proc.wait(10)
     entries = [decode_entry(s.value) for s in read_topic(env.bootstrap, env.topics.state) if s.value]
     assert [e.tx_id for e in entries] == [tx_id]
+    pending = CliRunner().invoke(
+        main, ["admin", "pending", "--bootstrap", env.bootstrap, "--namespace", env.namespace]
+    )
+    assert pending.exit_code == 0, pending.output
+    assert tx_id in pending.output
+    assert "open" in pending.output
     assert "stopped" in log.read_text()
     assert "test-secret" not in log.read_text()
 
