@@ -100,7 +100,8 @@ class CoordinatorConfig:
     max_message_bytes: int = 1024 * 1024
     metrics_port: int | None = None
     log_interval_s: float = 30.0
-    extra_config: Mapping[str, Any] = field(default_factory=dict)
+    # Not in repr: it may hold sasl.password or ssl.key.password. The loop logs its keys only.
+    extra_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.validate()

@@ -151,7 +151,9 @@ class Coordinator:
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
-        logger.info("coordinator %s started: %r", cfg.instance_id, cfg)
+        logger.info(
+            "coordinator %s started: %r, extra_config keys %s", cfg.instance_id, cfg, sorted(cfg.extra_config)
+        )
 
     def _shutdown(self) -> None:
         if self._consumer is not None:

@@ -34,7 +34,9 @@ def test_secrets_come_from_env_and_never_show_in_repr() -> None:
     config = CoordinatorConfig.load(flags={"bootstrap": "b:1"}, env=env)
     assert config.secrets.for_group("orders") == b"s3cr3t-a"
     assert config.secrets.for_group("other") == b"fallback-x"
+    config = config.replace(extra_config={"sasl.password": "kafka-pw-9"})
     text = repr(config)
+    assert "kafka-pw-9" not in text
     assert "s3cr3t" not in text
     assert "fallback-x" not in text
     assert "orders" in text
