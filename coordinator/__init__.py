@@ -8,7 +8,11 @@ Small collaborators, pure logic apart from I/O:
 - :mod:`coordinator.checker`: signed HTTP back-checks with per-group concurrency;
 - :mod:`coordinator.registry`: live producer instances from ``<ns>_producers``;
 - :mod:`coordinator.changelog`: ``<ns>_state`` entries and their restore;
-- :mod:`coordinator.republisher`: what goes into one Kafka transaction;
+- :mod:`coordinator.republisher`: the records (republished, set aside, op records);
+- :mod:`coordinator.commit`: what one Kafka transaction carries, in order;
+- :mod:`coordinator.writer`: the transactional producer (refusals, delivery failures);
+- :mod:`coordinator.payloads`: the payload byte budget and re-reads by offset;
+- :mod:`coordinator.metrics`: Prometheus counters and gauges;
 - :mod:`coordinator.service`: the loop that ties them together.
 """
 

@@ -24,10 +24,11 @@ import httpx
 
 from coordinator import changelog, metrics, scheduler
 from coordinator.checker import Checker, CheckJob, CheckResult
+from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
 from coordinator.payloads import HalfReader, evict
 from coordinator.registry import ProducerRegistry
-from coordinator.republisher import Batch, OutRecord, copy_aside, plan_republish, quarantine_raw
+from coordinator.republisher import Batch, quarantine_raw
 from coordinator.scheduler import CheckPolicy
 from coordinator.state import PartitionState, PendingTx, Phase
 from coordinator.writer import TransactionWriter
@@ -380,8 +381,11 @@ class Coordinator:
             return
         try:
             self._producer.begin_transaction()
-            self._write(ready, expiring, incomplete)
-            persisted, _entries = self._write_changelog()
+            content = TransactionContent(
+                self._writer, self.topics, self.partitions, self.stats, self.config.max_message_bytes
+            )
+            content.write(ready, expiring, incomplete, self._batch)
+            persisted = content.write_changelog()
             offsets = [_kafka.partition_at(t, p, off) for (t, p), off in self._positions.items()]
             if offsets:
                 self._producer.send_offsets_to_transaction(
@@ -415,64 +419,6 @@ class Coordinator:
                     continue
                 state.set_end_offset(high)
             self._incomplete.extend((r.tx, r.reason) for r in state.settle_waits())
-
-    def _write(
-        self, ready: list[PendingTx], expiring: list[PendingTx], incomplete: list[tuple[PendingTx, str]]
-    ) -> None:
-        for tx in ready:
-            messages = [ref.message for ref in tx.ordered_halves() if ref.message is not None]
-            if len(messages) < len(tx.halves):  # past the half topic's retention: never republish a part
-                reason = f"{len(tx.halves) - len(messages)} half record(s) can no longer be read"
-                self._set_aside(tx, reason, self.topics.quarantine, Phase.QUARANTINED)
-                continue
-            plan = self._writer.poisoned.pop(tx.tx_id, None) or plan_republish(
-                messages, self.config.max_message_bytes, self._writer.partitions_of
-            )
-            refused = plan if isinstance(plan, str) else self._writer.republish(tx.tx_id, plan)
-            if refused is not None:
-                self._set_aside(tx, refused, self.topics.quarantine, Phase.QUARANTINED)
-                continue
-            self.stats["messages_republished"] += len(plan)
-            self.partitions[tx.partition].finish(tx, Phase.PUBLISHED)
-        for tx, reason in incomplete:
-            if tx.phase is Phase.COMMITTED:
-                self._set_aside(tx, reason, self.topics.quarantine, Phase.QUARANTINED)
-        for tx in expiring:
-            reason = f"no decision after {tx.checks} back-checks"
-            logger.warning("tx %s of group %r expired: %s", tx.tx_id, tx.group, reason)
-            self._batch.op(
-                tx.partition, tx.tx_id, TxState.ROLLBACK, OpSource.EXPIRY, group=tx.group, reason=reason
-            )
-            self._set_aside(tx, reason, self.topics.expired, Phase.EXPIRED)
-        for record in self._batch.records:
-            self._writer.produce(record)
-
-    def _set_aside(self, tx: PendingTx, reason: str, topic: str, phase: Phase) -> None:
-        if phase is Phase.QUARANTINED:
-            logger.error("committed tx %s quarantined: %s", tx.tx_id, reason)
-        for ref in tx.ordered_halves():
-            if ref.message is None:
-                continue
-            origin = f"{self.topics.half}/{tx.partition}/{ref.offset}"
-            checks = tx.checks if phase is Phase.EXPIRED else None
-            self._writer.produce(copy_aside(topic, ref.message, reason, origin, checks))
-        self.partitions[tx.partition].finish(tx, phase)
-
-    def _write_changelog(self) -> tuple[dict[int, tuple[list[PendingTx], set[str]]], int]:
-        persisted: dict[int, tuple[list[PendingTx], set[str]]] = {}
-        count = 0
-        for number, state in self.partitions.items():
-            tombs = set(state.tombstones)
-            for tx_id in tombs:
-                self._writer.produce(OutRecord(self.topics.state, tx_id.encode(), None, [], number))
-            dirty = state.dirty()
-            for tx in dirty:
-                self._writer.produce(
-                    OutRecord(self.topics.state, tx.tx_id.encode(), changelog.encode_entry(tx), [], number)
-                )
-            persisted[number] = (dirty, tombs)
-            count += len(tombs) + len(dirty)
-        return persisted, count
 
     def _on_transaction_error(self, exc: Exception) -> None:
         error = exc if isinstance(exc, KafkaOperationError) else _kafka.to_error(exc, "committing")

@@ -1,0 +1,109 @@
+"""What goes into one of the coordinator's Kafka transactions, in order.
+
+Ready committed transactions are republished in decision order; those that cannot
+be (too large, missing topic, refused, halves deleted) are quarantined whole;
+incomplete and expired ones are copied aside; then the batched records (op
+records, quarantined input); last the ``<ns>_state`` changelog entries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from coordinator import changelog
+from coordinator.republisher import Batch, OutRecord, copy_aside, plan_republish
+from coordinator.state import PartitionState, PendingTx, Phase
+from coordinator.writer import TransactionWriter
+from txbridge.wire import OpSource, Topics, TxState
+
+logger = logging.getLogger(__name__)
+
+
+class TransactionContent:
+    """Fills the open Kafka transaction; the partitions' state moves as records are produced.
+
+    Args:
+        writer: the coordinator's transactional producer wrapper.
+        topics: the namespace's topics.
+        partitions: the owned partitions' state (shared with the service).
+        stats: the service's counters.
+        max_message_bytes: larger messages are quarantined instead of republished.
+    """
+
+    def __init__(
+        self,
+        writer: TransactionWriter,
+        topics: Topics,
+        partitions: dict[int, PartitionState],
+        stats: Counter[str],
+        max_message_bytes: int,
+    ) -> None:
+        self.writer = writer
+        self.topics = topics
+        self.partitions = partitions
+        self.stats = stats
+        self.max_message_bytes = max_message_bytes
+
+    def write(
+        self,
+        ready: list[PendingTx],
+        expiring: list[PendingTx],
+        incomplete: list[tuple[PendingTx, str]],
+        batch: Batch,
+    ) -> None:
+        """Republish ``ready`` in order, set aside ``incomplete`` and ``expiring``, then ``batch``."""
+        for tx in ready:
+            messages = [ref.message for ref in tx.ordered_halves() if ref.message is not None]
+            if len(messages) < len(tx.halves):  # past the half topic's retention: never republish a part
+                reason = f"{len(tx.halves) - len(messages)} half record(s) can no longer be read"
+                self._set_aside(tx, reason, self.topics.quarantine, Phase.QUARANTINED)
+                continue
+            plan = self.writer.poisoned.pop(tx.tx_id, None) or plan_republish(
+                messages, self.max_message_bytes, self.writer.partitions_of
+            )
+            refused = plan if isinstance(plan, str) else self.writer.republish(tx.tx_id, plan)
+            if refused is not None:
+                self._set_aside(tx, refused, self.topics.quarantine, Phase.QUARANTINED)
+                continue
+            self.stats["messages_republished"] += len(plan)
+            self.partitions[tx.partition].finish(tx, Phase.PUBLISHED)
+        for tx, reason in incomplete:
+            if tx.phase is Phase.COMMITTED:
+                self._set_aside(tx, reason, self.topics.quarantine, Phase.QUARANTINED)
+        for tx in expiring:
+            reason = f"no decision after {tx.checks} back-checks"
+            logger.warning("tx %s of group %r expired: %s", tx.tx_id, tx.group, reason)
+            batch.op(tx.partition, tx.tx_id, TxState.ROLLBACK, OpSource.EXPIRY, group=tx.group, reason=reason)
+            self._set_aside(tx, reason, self.topics.expired, Phase.EXPIRED)
+        for record in batch.records:
+            self.writer.produce(record)
+
+    def _set_aside(self, tx: PendingTx, reason: str, topic: str, phase: Phase) -> None:
+        if phase is Phase.QUARANTINED:
+            logger.error("committed tx %s quarantined: %s", tx.tx_id, reason)
+        for ref in tx.ordered_halves():
+            if ref.message is None:
+                continue
+            origin = f"{self.topics.half}/{tx.partition}/{ref.offset}"
+            checks = tx.checks if phase is Phase.EXPIRED else None
+            self.writer.produce(copy_aside(topic, ref.message, reason, origin, checks))
+        self.partitions[tx.partition].finish(tx, phase)
+
+    def write_changelog(self) -> dict[int, tuple[list[PendingTx], set[str]]]:
+        """``<ns>_state`` entries of dirty pending txs and tombstones of resolved ones, per partition.
+
+        Returns what was written, for :meth:`PartitionState.mark_persisted` once the transaction commits.
+        """
+        persisted: dict[int, tuple[list[PendingTx], set[str]]] = {}
+        for number, state in self.partitions.items():
+            tombs = set(state.tombstones)
+            for tx_id in tombs:
+                self.writer.produce(OutRecord(self.topics.state, tx_id.encode(), None, [], number))
+            dirty = state.dirty()
+            for tx in dirty:
+                self.writer.produce(
+                    OutRecord(self.topics.state, tx.tx_id.encode(), changelog.encode_entry(tx), [], number)
+                )
+            persisted[number] = (dirty, tombs)
+        return persisted
