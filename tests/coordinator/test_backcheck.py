@@ -118,3 +118,21 @@ def test_late_commit_after_a_rollback_verdict_changes_nothing(
     seen = wait_for(env.bootstrap, topic, 1)
     assert [s.headers["txb.tx"] for s in seen] == [marker.encode()]
     assert eventually(lambda: handle.service.stats["conflicting_ops"] == 1)
+
+
+def test_check_timing_ignores_the_producer_clock_and_honours_check_after(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    check_server.script = lambda _req: TxState.COMMIT
+    env.producer.heartbeat(check_server.url)
+    env.start(check_delay_s=4.0)
+    # The wire producer stamps txb.ts = 1 ms after the epoch: were it used, both would be checked at once.
+    slow, _ = env.producer.halves([Msg(topic, b"slow")])
+    fast, _ = env.producer.halves([Msg(topic, b"fast")], check_after=0.2)
+
+    wait_for(env.bootstrap, topic, 1)
+    assert check_server.calls_for(fast)
+    assert check_server.calls_for(slow) == []
+    seen = wait_for(env.bootstrap, topic, 2)
+    assert [s.value for s in seen] == [b"fast", b"slow"]
