@@ -120,6 +120,18 @@ class PendingTx:
     def ordered_halves(self) -> list[HalfRef]:
         return [self.halves[seq] for seq in sorted(self.halves)]
 
+    def order_key(self) -> bytes:
+        """The key that orders this transaction against others: its first message's key, else its id."""
+        if self.halves:
+            key = self.halves[min(self.halves)].key
+            if key is not None:
+                return key
+        return self.tx_id.encode()
+
+    def first_offset(self) -> int:
+        """Offset of its earliest half record seen (its place in the producers' order)."""
+        return min((h.offset for h in self.halves.values()), default=-1)
+
     def cached_bytes(self) -> int:
         return sum(h.size for h in self.halves.values() if h.message is not None)
 
@@ -269,11 +281,21 @@ class PartitionState:
     # ------------------------------------------------------------------ output
 
     def ready_in_order(self) -> list[PendingTx]:
-        """READY transactions in decision order, stopping at the first COMMIT still waiting.
+        """READY transactions to republish now, in per-key order.
 
-        Stopping keeps per-key order (a later commit never overtakes an earlier one);
-        the wait is bounded by ``wait_offset``.
+        Decision order, stopping at the first COMMIT still waiting for halves (the wait
+        is bounded by ``wait_offset``). Per key the order is the order the producers
+        wrote the half records (their offsets on this partition), not the order the
+        decisions arrived: a READY transaction is held while an earlier transaction with
+        the same order key is still undecided or incomplete, so one resolved late by a
+        back-check (its local commit came first) is not overtaken by a later one of the
+        same key; those that go out together are sorted by half offset.
         """
+        undecided: dict[bytes, int] = {}
+        for tx in self.pending.values():
+            if tx.phase in (Phase.OPEN, Phase.COMMITTED) and tx.halves:
+                key, offset = tx.order_key(), tx.first_offset()
+                undecided[key] = min(undecided.get(key, offset), offset)
         committed = sorted(
             (t for t in self.pending.values() if t.phase in (Phase.COMMITTED, Phase.READY)),
             key=lambda t: t.decided_seq,
@@ -282,7 +304,12 @@ class PartitionState:
         for tx in committed:
             if tx.phase is not Phase.READY:
                 break
+            earlier = undecided.get(tx.order_key())
+            if earlier is not None and earlier < tx.first_offset():
+                self.stats["held_for_key_order"] += 1
+                continue
             out.append(tx)
+        out.sort(key=PendingTx.first_offset)
         return out
 
     def open_txs(self) -> list[PendingTx]:
