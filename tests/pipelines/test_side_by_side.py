@@ -104,13 +104,6 @@ def test_txbridge_read_committed_is_exact(side_by_side: SideBySide) -> None:
     assert m.latency_n == m.committed  # the watcher saw every one of them
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the coordinator republishes a transaction resolved by back-check when it is resolved, "
-    "after later transactions of the same key that committed meanwhile (UNKNOWN outcomes, producer "
-    "killed before its op record); keeping per-key order needs the coordinator to hold later same-key "
-    "transactions behind a pending one. Remove this mark when it does.",
-)
 def test_txbridge_read_committed_keeps_per_customer_order(side_by_side: SideBySide) -> None:
     if "txbridge" not in side_by_side.paths:
         pytest.skip("the txbridge producer SDK or coordinator is not in the tree yet")
