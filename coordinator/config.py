@@ -94,7 +94,7 @@ class CoordinatorConfig:
     allowed_check_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
     secrets: Secrets = field(default_factory=Secrets, repr=True)
     producer_liveness_s: float = 10.0
-    commit_interval_ms: int = 50
+    commit_interval_ms: int = 20
     transaction_timeout_ms: int = 10_000  # as Kafka Streams: bounds a crashed instance's takeover time
     payload_cache_bytes: int = 64 * 1024 * 1024
     max_message_bytes: int = 1024 * 1024

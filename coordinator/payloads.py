@@ -21,8 +21,11 @@ def evict(txs: Iterable[PendingTx], budget_bytes: int) -> int:
 
     Returns how many bytes were evicted.
     """
+    txs = list(txs)
+    total = sum(t.cached_bytes() for t in txs)
+    if total <= budget_bytes:
+        return 0  # the common case, every commit boundary: no sort
     ordered = sorted(txs, key=lambda t: (t.first_append_ms or 0, t.tx_id))
-    total = sum(t.cached_bytes() for t in ordered)
     evicted = 0
     for tx in ordered:
         if total <= budget_bytes:

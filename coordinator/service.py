@@ -81,6 +81,7 @@ class Coordinator:
         self._registry: ProducerRegistry | None = None
         self._checker: Checker | None = None
         self._reader: HalfReader | None = None
+        self._offsets: Any = None  # a never-subscribed consumer for end-offset queries
         self._metrics_server: Any = None
         self._writer: TransactionWriter = TransactionWriter(None)
         self._consumed_since_commit = 0
@@ -162,9 +163,10 @@ class Coordinator:
                 self._consumer.close()  # leaves the group: partitions move at once
             except Exception:
                 logger.exception("closing the consumer")
-        for part in (self._checker, self._registry, self._reader):
+        for part in (self._checker, self._registry, self._reader, self._offsets):
             if part is not None:
                 part.close()
+        self._offsets = None
         if self._producer is not None and self._fatal is None:
             self._producer.flush(10)  # a fenced/fatal producer has nothing left worth delivering
         if self._metrics_server is not None:
@@ -411,7 +413,9 @@ class Coordinator:
         for state in self.partitions.values():
             if state.needs_end_offset():
                 try:
-                    _low, high = self._consumer.get_watermark_offsets(
+                    # A client of its own: on the group consumer's connection this request would
+                    # queue behind a parked fetch (fetch.wait.max.ms, 500 ms) every time.
+                    _low, high = self._offsets_client().get_watermark_offsets(
                         _kafka.partition_at(self.topics.half, state.partition), timeout=10
                     )
                 except Exception as exc:  # transient: the waiting COMMITs just wait one more interval
@@ -419,6 +423,13 @@ class Coordinator:
                     continue
                 state.set_end_offset(high)
             self._incomplete.extend((r.tx, r.reason) for r in state.settle_waits())
+
+    def _offsets_client(self) -> Any:
+        if self._offsets is None:
+            self._offsets = _kafka.consumer(
+                self.config.bootstrap, f"{self.config.group_id}-offsets", self.config.extra_config
+            )
+        return self._offsets
 
     def _on_transaction_error(self, exc: Exception) -> None:
         error = exc if isinstance(exc, KafkaOperationError) else _kafka.to_error(exc, "committing")

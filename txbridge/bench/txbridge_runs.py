@@ -4,6 +4,7 @@ coordinator memory and failover. Each runs against real coordinator processes.""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import re
 import threading
@@ -12,6 +13,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
@@ -67,33 +69,35 @@ class Env:
 
 
 class Watcher:
-    """A read_committed consumer from the end of ``topic``: first-seen wall time per tx id."""
+    """A read_committed consumer in a process of its own, from the end of ``topic``.
+
+    It records the wall time each tx id is first seen. Its own process keeps the
+    producer's GIL out of the visibility timestamps.
+    """
 
     def __init__(self, bootstrap: str, topic: str) -> None:
+        ctx = multiprocessing.get_context("spawn")
         self.seen: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._consumer = _kafka.consumer(
-            bootstrap, f"bench-watch-{os.urandom(4).hex()}", fetch_wait_max_ms=10
-        )
-        parts = self._consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        self._consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in parts])
-        for p in parts:  # resolve OFFSET_END now, so nothing produced after this is missed
-            self._consumer.position([TopicPartition(topic, p)])
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._queue: Any = ctx.Queue()
+        self._stop = ctx.Event()
+        self._ready = ctx.Event()
+        self._proc = ctx.Process(target=_watch, args=(bootstrap, topic, self._queue, self._stop, self._ready))
+        self._drain = threading.Thread(target=self._collect, daemon=True)
 
     def start(self) -> Watcher:
-        self._consumer.consume(1, 0.5)
-        self._thread.start()
+        self._proc.start()
+        if not self._ready.wait(60):
+            raise BenchError("the visibility watcher did not start")
+        self._drain.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for msg in self._consumer.consume(1000, 0.05):
-                if msg.error() is None:
-                    now = time.perf_counter()
-                    for name, value in msg.headers() or ():
-                        if name == H_TX and value is not None:
-                            self.seen.setdefault(value.decode(), now)
+    def _collect(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            for tx, seen in batch:
+                self.seen.setdefault(tx, seen)
 
     def wait(self, count: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -103,8 +107,32 @@ class Watcher:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(10)
-        self._consumer.close()
+        self._drain.join(15)
+        self._proc.join(15)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+
+def _watch(bootstrap: str, topic: str, out: Any, stop: Any, ready: Any) -> None:
+    consumer = _kafka.consumer(bootstrap, f"bench-watch-{os.urandom(4).hex()}", fetch_wait_max_ms=10)
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in parts])
+    consumer.consume(1, 0.5)  # resolves OFFSET_END before anything is produced
+    ready.set()
+    try:
+        while not stop.is_set():
+            batch = []
+            for msg in consumer.consume(1000, 0.02):
+                if msg.error() is None:
+                    now = time.time()
+                    for name, value in msg.headers() or ():
+                        if name == H_TX and value is not None:
+                            batch.append((value.decode(), now))
+            if batch:
+                out.put(batch)
+    finally:
+        out.put(None)
+        consumer.close()
 
 
 def _always(state: TxState) -> Callable[[LocalTransaction, object], TxState]:
@@ -125,7 +153,7 @@ async def _send_many(
             result = await producer.send_in_transaction(message, execute)
             if result.error is not None and result.state is TxState.ROLLBACK:
                 raise BenchError(f"a transaction failed: {result.error}")
-            done[result.tx_id] = time.perf_counter()
+            done[result.tx_id] = time.time()
 
     await asyncio.gather(*(one(m) for m in messages))
 
@@ -139,7 +167,7 @@ def end_to_end(env: Env, ns: str, *, size: int, count: int, concurrency: int) ->
 
     async def main() -> float:
         async with env.producer(ns, "bench-e2e", lambda _t: TxState.COMMIT) as producer:
-            started = time.perf_counter()
+            started = time.time()
             msgs = (Message(topic, value, key=str(i % 4096).encode()) for i in range(count))
             await _send_many(producer, msgs, concurrency, _always(TxState.COMMIT), done)
             return started
@@ -171,17 +199,17 @@ def latency(env: Env, ns: str, *, size: int, rate: float, duration_s: float) -> 
 
     async def main() -> None:
         async with env.producer(ns, "bench-latency", lambda _t: TxState.COMMIT) as producer:
-            loop_start = time.perf_counter()
+            loop_start = time.time()
             tasks = []
 
             async def one(i: int) -> None:
                 result = await producer.send_in_transaction(
                     Message(topic, value, key=str(i % 4096).encode()), _always(TxState.COMMIT)
                 )
-                committed[result.tx_id] = time.perf_counter()
+                committed[result.tx_id] = time.time()
 
             for i in range(total):
-                delay = loop_start + i / rate - time.perf_counter()
+                delay = loop_start + i / rate - time.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 tasks.append(asyncio.create_task(one(i)))
@@ -218,7 +246,7 @@ def backcheck_drain(env: Env, ns: str, *, size: int, count: int, concurrency: in
 
     def check(txn: LocalTransaction) -> TxState:
         state = barrier.check(txn)
-        check_times.append(time.perf_counter())
+        check_times.append(time.time())
         return state
 
     committed: set[str] = set()
@@ -241,7 +269,7 @@ def backcheck_drain(env: Env, ns: str, *, size: int, count: int, concurrency: in
                 Message(topic, value, key=str(i).encode(), check_after=CHECK_AFTER_S) for i in range(count)
             )
             await _send_many(producer, msgs, concurrency, execute, done)
-            sent = time.perf_counter()
+            sent = time.time()
             if not await asyncio.to_thread(watcher.wait, len(committed), 300):
                 raise BenchError(
                     f"only {len(watcher.seen)} of {len(committed)} locally committed "
@@ -333,7 +361,7 @@ def failover(env: Env, *, size: int, rate: float = 50.0) -> Figure:
         async def main() -> None:
             async with env.producer(ns, "bench-failover", lambda _t: TxState.COMMIT) as producer:
                 first.kill()
-                killed[0] = time.perf_counter()
+                killed[0] = time.time()
                 for i in range(int(rate * 30)):
                     await producer.send_in_transaction(
                         Message(topic, value, key=keys[i % len(keys)]), _always(TxState.COMMIT)
