@@ -60,7 +60,7 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
 TERMINAL = frozenset(p for p, nxt in TRANSITIONS.items() if not nxt)
 
 
-@dataclass
+@dataclass(slots=True)
 class HalfRef:
     """Where a half record lies; ``message`` is None when its payload was evicted from the cache."""
 
@@ -71,7 +71,7 @@ class HalfRef:
     message: HalfMessage | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingTx:
     """One transaction not yet resolved on its partition."""
 

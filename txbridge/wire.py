@@ -165,7 +165,7 @@ def half_partition(order_key: bytes, partitions: int) -> int:
 Headers = list[tuple[str, bytes]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HalfMessage:
     """One message of a transaction, as carried by a half record."""
 
