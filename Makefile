@@ -22,6 +22,7 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/pytest $(ARGS)
 
 lint: $(STAMP)

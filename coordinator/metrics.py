@@ -29,6 +29,7 @@ COUNTERS = {
     "conflicting_ops": "late ops contradicting the first decision (ignored)",
     "duplicate_ops": "ops repeating the decision already taken",
     "late_halves": "half records of already resolved transactions",
+    "held_for_key_order": "ready transactions held behind an undecided one of the same key (per pass)",
     "kafka_transactions": "Kafka transactions committed",
     "kafka_aborts": "Kafka transactions aborted (state rewound to the committed offsets)",
 }

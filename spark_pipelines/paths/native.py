@@ -9,6 +9,7 @@ so ``init_transactions`` fences the killed one and aborts its open transaction.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from spark_pipelines import schema
 from spark_pipelines.faults import Fault, PlannedOrder
@@ -31,7 +32,7 @@ class NativePath:
         self.topic = topic
         self.store = store
         self.transactional_id = transactional_id
-        self._producer = None
+        self._producer: Any = None
 
     def start(self) -> None:
         self._producer = _kafka.producer(

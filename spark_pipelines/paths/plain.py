@@ -34,7 +34,7 @@ class PlainPath:
         self.bootstrap = bootstrap
         self.topic = topic
         self.store = store
-        self._producer = None
+        self._producer: Any = None
 
     def start(self) -> None:
         self._producer = _kafka.producer(self.bootstrap, enable_idempotence=False, acks="all", linger_ms=0)

@@ -22,9 +22,22 @@ __all__ = ["Figure", "bench"]
 @click.option("--in-flight", default=256, show_default=True, help="txbridge transactions in flight.")
 @click.option("--only", multiple=True, type=click.Choice(STEPS), help="Run only these steps (repeatable).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results"), show_default=True)
+@click.option("--keep-broker", is_flag=True, help="Leave a local broker this run started running.")
 @_one_line_errors
 def bench(**options: object) -> None:
     """Measure raw produce, native Kafka transactions and txbridge side by side."""
+    from txbridge.local.broker import LocalKafka
+
+    local = LocalKafka.from_home()
+    started_broker = not options["bootstrap"] and not local.status().running
+    try:
+        _run(options)
+    finally:
+        if started_broker and not options["keep_broker"]:
+            LocalKafka.from_home().stop()
+
+
+def _run(options: dict[str, object]) -> None:
     from rich.console import Console
 
     from txbridge.bench import results

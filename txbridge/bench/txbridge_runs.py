@@ -26,7 +26,7 @@ from txbridge.errors import TxBridgeError
 from txbridge.local.broker import free_port
 from txbridge.topics import init_topics
 from txbridge.transaction import LocalTransaction, Message
-from txbridge.wire import H_TX, TxState, half_partition
+from txbridge.wire import H_TX, TxState, half_partition, header_dict
 
 PARTITIONS = 12
 CHECK_AFTER_S = 3.0
@@ -125,9 +125,9 @@ def _watch(bootstrap: str, topic: str, out: Any, stop: Any, ready: Any) -> None:
             for msg in consumer.consume(1000, 0.02):
                 if msg.error() is None:
                     now = time.time()
-                    for name, value in msg.headers() or ():
-                        if name == H_TX and value is not None:
-                            batch.append((value.decode(), now))
+                    tx = header_dict(msg.headers()).get(H_TX)  # type: ignore[arg-type]
+                    if tx:
+                        batch.append((tx.decode(), now))
             if batch:
                 out.put(batch)
     finally:
