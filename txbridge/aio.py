@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from types import TracebackType
@@ -31,21 +33,73 @@ from txbridge.wire import TxState
 logger = logging.getLogger(__name__)
 
 
-async def _wait_all(futures: Sequence[Future[Delivered]], timeout: float) -> list[BaseException]:
+class _AckBridge:
+    """Hands delivery reports (completed on the delivery thread) to one event loop.
+
+    Reports are queued and the loop is woken once per batch, not once per record:
+    under load that is most of the asyncio producer's per-transaction cost.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._arrived: deque[tuple[asyncio.Future[Delivered], Future[Delivered]]] = deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def watch(self, future: Future[Delivered]) -> asyncio.Future[Delivered]:
+        waiter: asyncio.Future[Delivered] = self.loop.create_future()
+        future.add_done_callback(lambda done: self._arrive(waiter, done))
+        return waiter
+
+    def _arrive(self, waiter: asyncio.Future[Delivered], done: Future[Delivered]) -> None:
+        self._arrived.append((waiter, done))
+        with self._lock:
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            self._scheduled = False
+        while self._arrived:
+            waiter, done = self._arrived.popleft()
+            if waiter.done():
+                continue  # timed out meanwhile
+            exc = done.exception()
+            if exc is not None:
+                waiter.set_exception(exc)
+            else:
+                waiter.set_result(done.result())
+
+
+async def _wait_all(
+    bridge: _AckBridge, futures: Sequence[Future[Delivered]], timeout: float
+) -> list[BaseException]:
     """Await every delivery future (bounded); the failures in order, a timeout counting as one."""
     if not futures:
         return []
-    wrapped = [asyncio.wrap_future(f) for f in futures]
-    _done, pending = await asyncio.wait(wrapped, timeout=timeout)
+    waiters = [bridge.watch(f) for f in futures]
+
+    def expire() -> None:
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(
+                    KafkaOperationError(
+                        f"a record was not acknowledged within {timeout:.0f}s", retriable=True
+                    )
+                )
+
+    deadline = bridge.loop.call_later(timeout, expire)
     failures: list[BaseException] = []
-    for future in wrapped:
-        if future in pending:
-            future.cancel()
-            failures.append(
-                KafkaOperationError(f"a record was not acknowledged within {timeout:.0f}s", retriable=True)
-            )
-        elif (exc := future.exception()) is not None:
-            failures.append(exc)
+    try:
+        for waiter in waiters:
+            try:
+                await waiter
+            except Exception as exc:  # KafkaOperationError from the report, or the timeout above
+                failures.append(exc)
+    finally:
+        deadline.cancel()
     return failures
 
 
@@ -58,6 +112,13 @@ class AsyncTransactionProducer:
 
     def __init__(self, bootstrap: str, group: str, **options: Any) -> None:
         self._sync = TransactionProducer(bootstrap, group, **options)
+        self._bridge: _AckBridge | None = None
+
+    def _acks(self) -> _AckBridge:
+        loop = asyncio.get_running_loop()
+        if self._bridge is None or self._bridge.loop is not loop:
+            self._bridge = _AckBridge(loop)
+        return self._bridge
 
     @property
     def settings(self) -> Any:
@@ -99,7 +160,7 @@ class AsyncTransactionProducer:
         run = self._sync.resolve_execute(execute)
         tx = self._sync.open_transaction()
         tx.enqueue(normalise_messages(message))
-        tx.settle(await _wait_all(tx.take_pending(), self._sync.ack_timeout_s))
+        tx.settle(await _wait_all(self._acks(), tx.take_pending(), self._sync.ack_timeout_s))
         if tx.half_error is not None:
             return await self._finish(
                 tx, TxState.ROLLBACK, tx.half_error, reason="half record not acknowledged"
@@ -115,7 +176,9 @@ class AsyncTransactionProducer:
         self, tx: OpenTransaction, state: TxState, error: BaseException | None, *, reason: str = ""
     ) -> TransactionResult:
         future = tx.decide(state, reason=reason)
-        op_failures = await _wait_all([future], self._sync.ack_timeout_s) if future is not None else []
+        op_failures = (
+            await _wait_all(self._acks(), [future], self._sync.ack_timeout_s) if future is not None else []
+        )
         if op_failures:
             logger.warning(
                 "transaction %s: the %s op record was not acknowledged (%s); the back-check will decide",
@@ -176,7 +239,11 @@ class AsyncTransaction:
         Raises:
             KafkaOperationError: one was not; the transaction can only roll back.
         """
-        self._tx.settle(await _wait_all(self._tx.take_pending(), self._producer._sync.ack_timeout_s))
+        self._tx.settle(
+            await _wait_all(
+                self._producer._acks(), self._tx.take_pending(), self._producer._sync.ack_timeout_s
+            )
+        )
         if self._tx.half_error is not None:
             raise self._tx.half_error
 
@@ -200,7 +267,11 @@ class AsyncTransaction:
                 raise err from None
             self.result = await self._producer._finish(self._tx, self._outcome, None)
             return
-        self._tx.settle(await _wait_all(self._tx.take_pending(), self._producer._sync.ack_timeout_s))
+        self._tx.settle(
+            await _wait_all(
+                self._producer._acks(), self._tx.take_pending(), self._producer._sync.ack_timeout_s
+            )
+        )
         self.result = await self._producer._finish(
             self._tx,
             TxState.ROLLBACK,

@@ -64,12 +64,16 @@ def test_a_fenced_instance_stops_and_the_other_one_serves(
     first = env.start(instance_id="same")
     second = env.start(instance_id="same", wait=False)  # same transactional.id: fences the first
     assert eventually(lambda: second.service._producer is not None and second.thread.is_alive())
-    sent = [env.producer.transaction([Msg(topic, f"m{i}".encode())], TxState.COMMIT) for i in range(12)]
-
-    first.thread.join(60)
+    # A fenced zombie finds out at its next Kafka transaction, i.e. once one of its partitions
+    # has work: keep sending (spread over the partitions by tx id) until it has.
+    sent: list[str] = []
+    deadline = time.monotonic() + 60
+    while first.thread.is_alive() and time.monotonic() < deadline:
+        sent.append(env.producer.transaction([Msg(topic, f"m{len(sent)}".encode())], TxState.COMMIT))
+        first.thread.join(0.5)
     assert not first.thread.is_alive()
     assert [type(e) for e in first.errors] == [ProducerFencedError]
-    seen = wait_for(env.bootstrap, topic, 12)
+    seen = wait_for(env.bootstrap, topic, len(sent))
     time.sleep(2)
     seen = read_topic(env.bootstrap, topic)
     assert sorted(s.headers["txb.tx"] for s in seen) == sorted(t.encode() for t in sent)
