@@ -30,8 +30,9 @@ from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
 @click.option("--check-backoff-max", "check_backoff_max_s", type=float, help="Cap of the check backoff.")
 @click.option("--check-timeout", "check_timeout_s", type=float, help="HTTP timeout of a back-check.")
 @click.option(
-    "--check-concurrency", "check_concurrency_per_group", type=int, help="Checks in flight per group."
+    "--check-concurrency", "check_concurrency_per_group", type=int, help="Check requests in flight per group."
 )
+@click.option("--check-batch-size", type=int, help="Transactions asked about per check request.")
 @click.option("--allowed-check-hosts", help="Comma-separated hosts check URLs may use.")
 @click.option("--secret", "secrets", multiple=True, help="GROUP=SECRET (repeatable); prefer env/TOML.")
 @click.option("--producer-liveness", "producer_liveness_s", type=float, help="Heartbeat validity, seconds.")

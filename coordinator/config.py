@@ -68,7 +68,8 @@ class CoordinatorConfig:
         check_backoff_s: wait after the first UNKNOWN check; doubles per check ...
         check_backoff_max_s: ... up to this cap.
         check_timeout_s: HTTP timeout of one back-check.
-        check_concurrency_per_group: back-checks in flight per producer group.
+        check_concurrency_per_group: back-check requests in flight per producer group.
+        check_batch_size: transactions asked about in one back-check request (1: one per request).
         allowed_check_hosts: hosts a check URL may point at; any other is refused.
         secrets: HMAC secrets per producer group and a default (hidden from repr).
         producer_liveness_s: a producer instance is live this long after its last heartbeat.
@@ -91,6 +92,7 @@ class CoordinatorConfig:
     check_backoff_max_s: float = 60.0
     check_timeout_s: float = 5.0
     check_concurrency_per_group: int = 4
+    check_batch_size: int = 200
     allowed_check_hosts: tuple[str, ...] = ("127.0.0.1", "localhost")
     secrets: Secrets = field(default_factory=Secrets, repr=True)
     producer_liveness_s: float = 10.0
@@ -121,6 +123,7 @@ class CoordinatorConfig:
         at_least_one = {
             "max_checks": self.max_checks,
             "check_concurrency_per_group": self.check_concurrency_per_group,
+            "check_batch_size": self.check_batch_size,
             "commit_interval_ms": self.commit_interval_ms,
             "payload_cache_bytes": self.payload_cache_bytes,
             "max_message_bytes": self.max_message_bytes,
@@ -210,6 +213,7 @@ _ENV_SIMPLE = (
     "check_backoff_max_s",
     "check_timeout_s",
     "check_concurrency_per_group",
+    "check_batch_size",
     "allowed_check_hosts",
     "producer_liveness_s",
     "commit_interval_ms",
