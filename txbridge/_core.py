@@ -1,35 +1,41 @@
 """What the blocking and the asyncio producers share: settings, and one open transaction.
 
 :class:`OpenTransaction` writes records and drives the lifecycle; it never waits.
-The producers wait on the futures it returns (blocking, or through asyncio), so
-the protocol steps live in one place.
+The producers wait on the handles their writer returns (futures when blocking,
+acknowledgements batched onto the event loop with asyncio), so the protocol
+steps live in one place.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import lru_cache
+from typing import Any, Generic, TypeVar
 
 from txbridge import wire
-from txbridge.delivery import Delivered, DeliveryPump
 from txbridge.errors import ConfigurationError, TransactionStateError
 from txbridge.serializers import BytesSerializer, Serializer
 from txbridge.transaction import (
     LocalTransaction,
     Message,
+    RecordEncoder,
     TransactionLifecycle,
     TransactionResult,
     TxPhase,
-    build_half_messages,
+    coerce_state,
     phase_of,
     serialize_key,
 )
-from txbridge.wire import OpRecord, OpSource, Topics, TxState
+from txbridge.wire import Topics, TxState
+
+logger = logging.getLogger(__name__)
+
+H = TypeVar("H")
 
 
 def default_instance_id() -> str:
@@ -110,28 +116,77 @@ class ProducerSettings:
         return Topics(self.namespace)
 
 
-class OpenTransaction:
-    """One transaction in flight: its id, partition, messages, phase and unacknowledged records."""
+#: How a producer writes one record: ``write(topic, partition, key, value, headers)``
+#: enqueues it and returns a handle to wait on (a future, an acknowledgement...).
+RecordWriter = Callable[[str, int, bytes, bytes | None, list[tuple[str, bytes]] | None], H]
 
-    def __init__(
-        self, settings: ProducerSettings, pump: DeliveryPump, order_key: bytes | None = None
-    ) -> None:
+
+class TransactionFactory(Generic[H]):
+    """What every transaction of one producer shares: settings, encoder, topics, the writer.
+
+    Computed once per producer, so opening a transaction allocates only its own state.
+    """
+
+    def __init__(self, settings: ProducerSettings, write: RecordWriter[H]) -> None:
         self.settings = settings
-        self._pump = pump
+        self.encoder = RecordEncoder(
+            settings.group, settings.instance_id, settings.key_serializer, settings.value_serializer
+        )
+        topics = settings.topics
+        self.half_topic = topics.half
+        self.op_topic = topics.op
+        self.partitions = settings.partitions
+        self.write = write
+
+    def open(self, order_key: bytes | None = None) -> OpenTransaction[H]:
+        return OpenTransaction(self, order_key)
+
+
+@lru_cache(maxsize=8192)
+def _half_partition(order_key: bytes, partitions: int) -> int:
+    # murmur2 is pure Python: order keys repeat (customers, accounts), so remember the answer.
+    return wire.half_partition(order_key, partitions)
+
+
+class OpenTransaction(Generic[H]):
+    """One transaction in flight: its id, partition, messages, phase and unacknowledged records.
+
+    ``H`` is the producer's handle on a written record (see :data:`RecordWriter`).
+    """
+
+    __slots__ = (
+        "_factory",
+        "_order_key",
+        "_pending",
+        "half_error",
+        "lifecycle",
+        "messages",
+        "partition",
+        "tx_id",
+    )
+
+    def __init__(self, factory: TransactionFactory[H], order_key: bytes | None = None) -> None:
+        self._factory = factory
         self.tx_id = wire.new_tx_id()
         self.lifecycle = TransactionLifecycle(self.tx_id)
         self.partition: int | None = None
         self.messages: list[Message] = []
         self.half_error: BaseException | None = None
         self._order_key = order_key
-        self._pending: list[Future[Delivered]] = []
+        self._pending: list[H] = []
+
+    @property
+    def settings(self) -> ProducerSettings:
+        return self._factory.settings
 
     @property
     def phase(self) -> TxPhase:
         return self.lifecycle.phase
 
     def local_view(self) -> LocalTransaction:
-        return LocalTransaction(tx_id=self.tx_id, group=self.settings.group, messages=tuple(self.messages))
+        return LocalTransaction(
+            tx_id=self.tx_id, group=self._factory.settings.group, messages=tuple(self.messages)
+        )
 
     def enqueue(self, messages: Sequence[Message]) -> None:
         """Write ``messages`` as half records (not awaited: see :meth:`take_pending`).
@@ -146,33 +201,19 @@ class OpenTransaction:
             raise TransactionStateError(f"transaction {self.tx_id} already failed to write a half record")
         if not self.lifecycle.can(TxPhase.SENDING):
             raise TransactionStateError(f"transaction {self.tx_id} is {self.phase}: no more messages")
-        settings = self.settings
-        halves = build_half_messages(
-            self.tx_id,
-            messages,
-            first_seq=len(self.messages),
-            group=settings.group,
-            instance=settings.instance_id,
-            key_serializer=settings.key_serializer,
-            value_serializer=settings.value_serializer,
-        )
-        if self.partition is None:
-            order_key = self._order_key or halves[0].key or self.tx_id.encode()
-            self.partition = wire.half_partition(order_key, settings.partitions)
+        factory = self._factory
+        halves = factory.encoder.halves(self.tx_id, messages, len(self.messages))
+        partition = self.partition
+        if partition is None:
+            order_key = self._order_key or halves[0].message_key or halves[0].key
+            partition = self.partition = _half_partition(order_key, factory.partitions)
         self.lifecycle.advance(TxPhase.SENDING)
         self.messages.extend(messages)
+        write, topic = factory.write, factory.half_topic
         for half in halves:
-            self._pending.append(
-                self._pump.produce(
-                    settings.topics.half,
-                    partition=self.partition,
-                    key=half.record_key(),
-                    value=half.value,
-                    headers=half.to_headers(),
-                )
-            )
+            self._pending.append(write(topic, partition, half.key, half.value, half.headers))
 
-    def take_pending(self) -> list[Future[Delivered]]:
+    def take_pending(self) -> list[H]:
         """The half records not yet awaited (the caller waits, then calls :meth:`settle`)."""
         pending, self._pending = self._pending, []
         return pending
@@ -181,29 +222,24 @@ class OpenTransaction:
         """Record the outcome of the awaited half records: PREPARED, or remember the failure."""
         if failures:
             self.half_error = self.half_error or failures[0]
-        elif self.phase is TxPhase.SENDING and not self._pending:
+        elif self.lifecycle.phase is TxPhase.SENDING and not self._pending:
             self.lifecycle.advance(TxPhase.PREPARED)
 
-    def decide(self, state: TxState, *, reason: str = "") -> Future[Delivered] | None:
+    def decide(self, state: TxState, *, reason: str = "") -> H | None:
         """Move to the final phase and write the op record (COMMIT/ROLLBACK; nothing for UNKNOWN
         or when no half record was ever written)."""
-        if state is TxState.COMMIT and self.phase is not TxPhase.PREPARED and self.messages:
+        if state is TxState.COMMIT and self.lifecycle.phase is not TxPhase.PREPARED and self.messages:
             raise TransactionStateError(
                 f"transaction {self.tx_id} cannot commit: its half records are not all acknowledged"
             )
         self.lifecycle.advance(phase_of(state))
         if state is TxState.UNKNOWN or self.partition is None:
             return None
-        key, value = OpRecord(
-            tx_id=self.tx_id,
-            state=state,
-            source=OpSource.PRODUCER,
-            count=len(self.messages) if state is TxState.COMMIT else None,
-            group=self.settings.group,
-            instance=self.settings.instance_id,
-            reason=reason,
-        ).encode()
-        return self._pump.produce(self.settings.topics.op, partition=self.partition, key=key, value=value)
+        factory = self._factory
+        key, value = factory.encoder.op(
+            self.tx_id, state, count=len(self.messages) if state is TxState.COMMIT else None, reason=reason
+        )
+        return factory.write(factory.op_topic, self.partition, key, value, None)
 
     def result(
         self, state: TxState, error: BaseException | None, op_failures: Sequence[BaseException]
@@ -231,3 +267,102 @@ def normalise_messages(message: Message | Sequence[Message]) -> list[Message]:
     if not messages or not all(isinstance(m, Message) for m in messages):
         raise TypeError("send_in_transaction takes a Message or a non-empty sequence of Message")
     return messages
+
+
+HALF_NOT_ACKNOWLEDGED = "half record not acknowledged"
+
+
+def half_failure(tx: OpenTransaction[Any]) -> tuple[TxState, BaseException | None, str]:
+    """What a transaction whose half record failed writes: ROLLBACK, with the error (logged)."""
+    logger.warning(
+        "transaction %s: a half record was not acknowledged (%s); rolled back, not run locally",
+        tx.tx_id,
+        tx.half_error,
+    )
+    return TxState.ROLLBACK, tx.half_error, HALF_NOT_ACKNOWLEDGED
+
+
+def op_outcome(
+    tx: OpenTransaction[Any],
+    state: TxState,
+    error: BaseException | None,
+    op_failures: Sequence[BaseException],
+) -> TransactionResult:
+    """The result once the op record was awaited; a failed op record is logged (the check decides)."""
+    if op_failures:
+        logger.warning(
+            "transaction %s: the %s op record was not acknowledged (%s); the back-check will decide",
+            tx.tx_id,
+            state,
+            op_failures[0],
+        )
+    return tx.result(state, error, op_failures)
+
+
+def local_failure(txn: LocalTransaction, exc: Exception) -> tuple[TxState, BaseException]:
+    """RocketMQ's rule: a local transaction that raised is UNKNOWN (the back-check decides)."""
+    logger.warning(
+        "local transaction %s raised %s: leaving it UNKNOWN for the back-check", txn.tx_id, type(exc).__name__
+    )
+    return TxState.UNKNOWN, exc
+
+
+def checked_answer(txn: LocalTransaction, answer: Any) -> TxState:
+    """The local transaction's answer as a TxState; anything else is UNKNOWN (logged), never COMMIT."""
+    if answer is TxState.COMMIT or answer is TxState.ROLLBACK:
+        return answer
+    state = coerce_state(answer)
+    if state is TxState.UNKNOWN and answer is not TxState.UNKNOWN:
+        logger.warning("local transaction %s answered %r, not a TxState: UNKNOWN", txn.tx_id, answer)
+    return state
+
+
+class TransactionBlock(Generic[H]):
+    """What ``with producer.transaction()`` and ``async with ...`` share: state and exit rules.
+
+    The subclasses only wait (blocking or awaited); the decision on leaving the block is here:
+    a clean exit writes the outcome (COMMIT by default), unless a half record failed
+    (ROLLBACK, and its error is raised); an exception writes ROLLBACK.
+
+    Attributes:
+        result: the :class:`TransactionResult`, set when the block exits.
+    """
+
+    def __init__(self, tx: OpenTransaction[H]) -> None:
+        self._tx = tx
+        self._outcome = TxState.COMMIT
+        self.result: TransactionResult | None = None
+
+    @property
+    def tx_id(self) -> str:
+        return self._tx.tx_id
+
+    @property
+    def partition(self) -> int | None:
+        """The half/op partition (known after the first send)."""
+        return self._tx.partition
+
+    @property
+    def local(self) -> LocalTransaction:
+        return self._tx.local_view()
+
+    def set_outcome(self, state: TxState) -> None:
+        """What a clean exit writes: COMMIT (default), ROLLBACK, or UNKNOWN (left to the back-check)."""
+        self._outcome = TxState(state)
+
+    def _settled(self, failures: Sequence[BaseException]) -> None:
+        """Settle awaited half records; raise the half failure (the block can only roll back)."""
+        self._tx.settle(failures)
+        if self._tx.half_error is not None:
+            raise self._tx.half_error
+
+    def _exit_decision(
+        self, exc: BaseException | None
+    ) -> tuple[TxState, BaseException | None, str, BaseException | None]:
+        """``(state, error, reason, to_raise)`` once every half record is settled."""
+        if exc is not None:
+            return TxState.ROLLBACK, exc, f"exception in the transaction block: {type(exc).__name__}", None
+        if self._tx.half_error is not None:
+            state, error, reason = half_failure(self._tx)
+            return state, error, reason, self._tx.half_error
+        return self._outcome, None, "", None

@@ -1,8 +1,8 @@
 """The asyncio transactional producer: the same protocol, awaited instead of blocked on.
 
 It wraps a :class:`~txbridge.producer.TransactionProducer` (same constructor):
-records go through the same shared Kafka producer and their delivery futures are
-awaited with :func:`asyncio.wrap_future`, so the event loop never blocks on Kafka.
+records go through the same shared Kafka producer and their delivery reports
+reach the event loop in batches, so the loop never blocks on Kafka.
 Start-up and shutdown (metadata, check server, registry) run in a worker thread.
 
 ``execute`` and check callbacks may be plain or ``async`` functions. A plain
@@ -12,95 +12,163 @@ Start-up and shutdown (metadata, check server, registry) run in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import threading
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future
+from functools import partial
 from types import TracebackType
 from typing import Any
 
 from starlette.applications import Starlette
 
-from txbridge._core import OpenTransaction, normalise_messages
-from txbridge.delivery import Delivered
+from txbridge._core import (
+    OpenTransaction,
+    ProducerSettings,
+    TransactionBlock,
+    TransactionFactory,
+    checked_answer,
+    half_failure,
+    local_failure,
+    normalise_messages,
+    op_outcome,
+)
+from txbridge.delivery import DeliveryPump, delivery_error
 from txbridge.errors import KafkaOperationError
-from txbridge.producer import ExecuteFunction, TransactionProducer, checked_answer
+from txbridge.producer import ExecuteFunction, TransactionProducer
 from txbridge.transaction import LocalTransaction, Message, TransactionResult
 from txbridge.wire import TxState
 
 logger = logging.getLogger(__name__)
 
 
-class _AckBridge:
-    """Hands delivery reports (completed on the delivery thread) to one event loop.
+class _Ack:
+    """One record's delivery report as the event loop sees it (changed on the loop thread only)."""
 
-    Reports are queued and the loop is woken once per batch, not once per record:
-    under load that is most of the asyncio producer's per-transaction cost.
+    __slots__ = ("done", "error", "wait")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.error: BaseException | None = None
+        self.wait: _Wait | None = None
+
+
+class _Wait:
+    """A coroutine waiting for some records: one future, however many records."""
+
+    __slots__ = ("acks", "deadline", "future", "outstanding")
+
+    def __init__(self, future: asyncio.Future[None], acks: list[_Ack], deadline: float) -> None:
+        self.future = future
+        self.acks = acks
+        self.outstanding = len(acks)
+        self.deadline = deadline
+
+
+class _AckBridge:
+    """Writes records and hands their delivery reports to one event loop.
+
+    Reports (from the delivery thread) are queued and the loop is woken once per
+    batch, not once per record; a wait costs one asyncio future however many
+    records it covers, and one sweep every :data:`_SWEEP_S` bounds every wait
+    (instead of a timer per wait). Under load this is most of the asyncio
+    producer's per-transaction cost.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, pump: DeliveryPump, timeout_s: float) -> None:
         self.loop = loop
-        self._arrived: deque[tuple[asyncio.Future[Delivered], Future[Delivered]]] = deque()
+        self._pump = pump
+        self._timeout_s = timeout_s
+        self._arrived: deque[tuple[_Ack, Any, Any]] = deque()
         self._lock = threading.Lock()
         self._scheduled = False
+        self._waiting: set[_Wait] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
 
-    def watch(self, future: Future[Delivered]) -> asyncio.Future[Delivered]:
-        waiter: asyncio.Future[Delivered] = self.loop.create_future()
-        future.add_done_callback(lambda done: self._arrive(waiter, done))
-        return waiter
+    def write(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> _Ack:
+        """Enqueue one record (a transaction's :data:`~txbridge._core.RecordWriter`)."""
+        ack = _Ack()
+        error = self._pump.send(
+            topic, partition, key, value, headers=headers, on_delivery=partial(self._arrive, ack)
+        )
+        if error is not None:
+            ack.done, ack.error = True, error
+        return ack
 
-    def _arrive(self, waiter: asyncio.Future[Delivered], done: Future[Delivered]) -> None:
-        self._arrived.append((waiter, done))
+    def _arrive(self, ack: _Ack, err: Any, msg: Any) -> None:
+        # On the delivery thread: queue the report; wake the loop unless a drain is already due.
+        self._arrived.append((ack, err, msg))
         with self._lock:
             if self._scheduled:
                 return
             self._scheduled = True
-        self.loop.call_soon_threadsafe(self._drain)
+        # A closed loop has nobody waiting; never raise into librdkafka's callback.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         with self._lock:
             self._scheduled = False
-        while self._arrived:
-            waiter, done = self._arrived.popleft()
-            if waiter.done():
+        arrived = self._arrived
+        while arrived:
+            ack, err, msg = arrived.popleft()
+            if ack.done:
                 continue  # timed out meanwhile
-            exc = done.exception()
-            if exc is not None:
-                waiter.set_exception(exc)
-            else:
-                waiter.set_result(done.result())
+            ack.done = True
+            if err is not None:
+                ack.error = delivery_error(err, msg)
+            wait = ack.wait
+            if wait is not None:
+                wait.outstanding -= 1
+                if not wait.outstanding:
+                    self._release(wait)
 
+    def _release(self, wait: _Wait) -> None:
+        self._waiting.discard(wait)
+        if not wait.future.done():
+            wait.future.set_result(None)
 
-async def _wait_all(
-    bridge: _AckBridge, futures: Sequence[Future[Delivered]], timeout: float
-) -> list[BaseException]:
-    """Await every delivery future (bounded); the failures in order, a timeout counting as one."""
-    if not futures:
-        return []
-    waiters = [bridge.watch(f) for f in futures]
-
-    def expire() -> None:
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_exception(
-                    KafkaOperationError(
-                        f"a record was not acknowledged within {timeout:.0f}s", retriable=True
-                    )
-                )
-
-    deadline = bridge.loop.call_later(timeout, expire)
-    failures: list[BaseException] = []
-    try:
-        for waiter in waiters:
+    async def wait(self, acks: list[_Ack]) -> list[BaseException]:
+        """Wait for every record (bounded); the failures in record order (a timeout counts as one)."""
+        outstanding = [ack for ack in acks if not ack.done]
+        if outstanding:
+            wait = _Wait(self.loop.create_future(), outstanding, self.loop.time() + self._timeout_s)
+            for ack in outstanding:
+                ack.wait = wait
+            self._waiting.add(wait)
+            if self._sweeper is None:
+                self._sweeper = self.loop.call_later(_SWEEP_S, self._sweep)
             try:
-                await waiter
-            except Exception as exc:  # KafkaOperationError from the report, or the timeout above
-                failures.append(exc)
-    finally:
-        deadline.cancel()
-    return failures
+                await wait.future
+            finally:
+                self._waiting.discard(wait)  # cancelled: forget it
+        return [ack.error for ack in acks if ack.error is not None]
+
+    def _sweep(self) -> None:
+        """Fail the records of waits past their deadline; runs while anything waits."""
+        now = self.loop.time()
+        for wait in [w for w in self._waiting if w.deadline <= now]:
+            for ack in wait.acks:
+                if not ack.done:
+                    ack.done = True
+                    ack.error = KafkaOperationError(
+                        f"a record was not acknowledged within {self._timeout_s:.0f}s", retriable=True
+                    )
+            self._release(wait)
+        self._sweeper = self.loop.call_later(_SWEEP_S, self._sweep) if self._waiting else None
+
+
+#: How often waits are checked against their deadline (the bound is ``ack_timeout_s`` + this).
+_SWEEP_S = 0.5
 
 
 class AsyncTransactionProducer:
@@ -113,15 +181,19 @@ class AsyncTransactionProducer:
     def __init__(self, bootstrap: str, group: str, **options: Any) -> None:
         self._sync = TransactionProducer(bootstrap, group, **options)
         self._bridge: _AckBridge | None = None
+        self._transactions: TransactionFactory[_Ack] | None = None
 
-    def _acks(self) -> _AckBridge:
+    def _open(self, order_key: Any = None) -> tuple[_AckBridge, OpenTransaction[_Ack]]:
+        """A new transaction whose records report to the running loop."""
         loop = asyncio.get_running_loop()
-        if self._bridge is None or self._bridge.loop is not loop:
-            self._bridge = _AckBridge(loop)
-        return self._bridge
+        bridge, transactions = self._bridge, self._transactions
+        if bridge is None or transactions is None or bridge.loop is not loop:
+            bridge = self._bridge = _AckBridge(loop, self._sync.pump, self._sync.ack_timeout_s)
+            transactions = self._transactions = TransactionFactory(self.settings, bridge.write)
+        return bridge, self._sync.open_with(transactions, order_key)
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> ProducerSettings:
         return self._sync.settings
 
     @property
@@ -158,35 +230,31 @@ class AsyncTransactionProducer:
     ) -> TransactionResult:
         """See :meth:`TransactionProducer.send_in_transaction`; ``execute`` may be ``async``."""
         run = self._sync.resolve_execute(execute)
-        tx = self._sync.open_transaction()
+        bridge, tx = self._open()
         tx.enqueue(normalise_messages(message))
-        tx.settle(await _wait_all(self._acks(), tx.take_pending(), self._sync.ack_timeout_s))
+        tx.settle(await bridge.wait(tx.take_pending()))
         if tx.half_error is not None:
-            return await self._finish(
-                tx, TxState.ROLLBACK, tx.half_error, reason="half record not acknowledged"
-            )
+            state, error, reason = half_failure(tx)
+            return await self._finish(bridge, tx, state, error, reason=reason)
         state, error = await _run_local(run, tx.local_view(), arg)
-        return await self._finish(tx, state, error)
+        return await self._finish(bridge, tx, state, error)
 
     def transaction(self, order_key: Any = None) -> AsyncTransaction:
         """See :meth:`TransactionProducer.transaction`: ``async with producer.transaction() as tx``."""
-        return AsyncTransaction(self, self._sync.open_transaction(order_key))
+        bridge, tx = self._open(order_key)
+        return AsyncTransaction(self, bridge, tx)
 
     async def _finish(
-        self, tx: OpenTransaction, state: TxState, error: BaseException | None, *, reason: str = ""
+        self,
+        bridge: _AckBridge,
+        tx: OpenTransaction[_Ack],
+        state: TxState,
+        error: BaseException | None,
+        *,
+        reason: str = "",
     ) -> TransactionResult:
-        future = tx.decide(state, reason=reason)
-        op_failures = (
-            await _wait_all(self._acks(), [future], self._sync.ack_timeout_s) if future is not None else []
-        )
-        if op_failures:
-            logger.warning(
-                "transaction %s: the %s op record was not acknowledged (%s); the back-check will decide",
-                tx.tx_id,
-                state,
-                op_failures[0],
-            )
-        return tx.result(state, error, op_failures)
+        ack = tx.decide(state, reason=reason)
+        return op_outcome(tx, state, error, await bridge.wait([ack]) if ack is not None else [])
 
 
 async def _run_local(
@@ -194,38 +262,22 @@ async def _run_local(
 ) -> tuple[TxState, BaseException | None]:
     try:
         answer = execute(txn, arg)
-        if inspect.isawaitable(answer):
+        if not isinstance(answer, TxState) and inspect.isawaitable(answer):
             answer = await answer
     except Exception as exc:  # RocketMQ's rule: a failed local transaction is UNKNOWN
-        logger.warning(
-            "local transaction %s raised %s: leaving it UNKNOWN for the back-check",
-            txn.tx_id,
-            type(exc).__name__,
-        )
-        return TxState.UNKNOWN, exc
+        return local_failure(txn, exc)
     return checked_answer(txn, answer), None
 
 
-class AsyncTransaction:
+class AsyncTransaction(TransactionBlock[_Ack]):
     """``async with producer.transaction() as tx``: see :class:`txbridge.producer.Transaction`."""
 
-    def __init__(self, producer: AsyncTransactionProducer, tx: OpenTransaction) -> None:
+    def __init__(
+        self, producer: AsyncTransactionProducer, bridge: _AckBridge, tx: OpenTransaction[_Ack]
+    ) -> None:
+        super().__init__(tx)
         self._producer = producer
-        self._tx = tx
-        self._outcome = TxState.COMMIT
-        self.result: TransactionResult | None = None
-
-    @property
-    def tx_id(self) -> str:
-        return self._tx.tx_id
-
-    @property
-    def partition(self) -> int | None:
-        return self._tx.partition
-
-    @property
-    def local(self) -> LocalTransaction:
-        return self._tx.local_view()
+        self._bridge = bridge
 
     async def send(self, message: Message, *, wait: bool = True) -> None:
         """Write ``message`` as a half record; by default return once it is acknowledged."""
@@ -239,17 +291,7 @@ class AsyncTransaction:
         Raises:
             KafkaOperationError: one was not; the transaction can only roll back.
         """
-        self._tx.settle(
-            await _wait_all(
-                self._producer._acks(), self._tx.take_pending(), self._producer._sync.ack_timeout_s
-            )
-        )
-        if self._tx.half_error is not None:
-            raise self._tx.half_error
-
-    def set_outcome(self, state: TxState) -> None:
-        """What a clean exit writes: COMMIT (default), ROLLBACK, or UNKNOWN."""
-        self._outcome = TxState(state)
+        self._settled(await self._bridge.wait(self._tx.take_pending()))
 
     async def __aenter__(self) -> AsyncTransaction:
         return self
@@ -257,24 +299,8 @@ class AsyncTransaction:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if exc is None:
-            try:
-                await self.prepare()
-            except KafkaOperationError as err:
-                self.result = await self._producer._finish(
-                    self._tx, TxState.ROLLBACK, err, reason="half record not acknowledged"
-                )
-                raise err from None
-            self.result = await self._producer._finish(self._tx, self._outcome, None)
-            return
-        self._tx.settle(
-            await _wait_all(
-                self._producer._acks(), self._tx.take_pending(), self._producer._sync.ack_timeout_s
-            )
-        )
-        self.result = await self._producer._finish(
-            self._tx,
-            TxState.ROLLBACK,
-            exc,
-            reason=f"exception in the transaction block: {type(exc).__name__}",
-        )
+        self._tx.settle(await self._bridge.wait(self._tx.take_pending()))
+        state, error, reason, to_raise = self._exit_decision(exc)
+        self.result = await self._producer._finish(self._bridge, self._tx, state, error, reason=reason)
+        if to_raise is not None:
+            raise to_raise from None

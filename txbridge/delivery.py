@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
 from typing import Any, NamedTuple
@@ -27,6 +27,10 @@ DEFAULT_MESSAGE_TIMEOUT_MS = 30_000
 class Delivered(NamedTuple):
     partition: int
     offset: int
+
+
+#: librdkafka's delivery callback: ``(error or None, message)``, run on the delivery thread.
+OnDelivery = Callable[[Any, Any], None]
 
 
 class DeliveryPump:
@@ -46,6 +50,9 @@ class DeliveryPump:
         self._bootstrap = bootstrap
         self._extra = dict(extra_config or {})
         self._poll_interval_s = poll_interval_s
+        self._message_timeout_s = (
+            float(self._extra.get("message.timeout.ms", DEFAULT_MESSAGE_TIMEOUT_MS)) / 1000
+        )
         self._producer: Any = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -53,7 +60,7 @@ class DeliveryPump:
     @property
     def message_timeout_s(self) -> float:
         """librdkafka's bound on a delivery report (``message.timeout.ms``)."""
-        return float(self._extra.get("message.timeout.ms", DEFAULT_MESSAGE_TIMEOUT_MS)) / 1000
+        return self._message_timeout_s
 
     def start(self) -> None:
         if self._producer is not None:
@@ -82,6 +89,49 @@ class DeliveryPump:
             for name, topic in metadata.topics.items()
         }
 
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        headers: list[tuple[str, bytes]] | None,
+        on_delivery: OnDelivery,
+    ) -> KafkaOperationError | None:
+        """Enqueue one record; librdkafka calls ``on_delivery(err, msg)`` on the delivery thread.
+
+        The hot path: no future, nothing allocated beyond what the caller passes.
+
+        Returns:
+            The error when the record could not even be enqueued (then no report follows);
+            ``None`` once it is enqueued. Never raises for Kafka errors.
+
+        Raises:
+            TransactionStateError: the pump is not started.
+        """
+        producer = self._producer
+        if producer is None:
+            raise TransactionStateError("the producer is not started: call start() or use `with producer:`")
+        deadline = 0.0
+        while True:
+            try:
+                producer.produce(topic, value, key, partition, on_delivery, headers=headers)
+            except BufferError:
+                # The local queue is full: the poll thread drains it; wait, bounded.
+                now = time.monotonic()
+                deadline = deadline or now + self._message_timeout_s
+                if now > deadline:
+                    return KafkaOperationError(
+                        f"producing to {topic}: local queue stayed full for {self._message_timeout_s:.0f}s",
+                        retriable=True,
+                    )
+                time.sleep(0.01)
+            except Exception as exc:  # KafkaException (unknown partition, too large...): the record failed
+                return _kafka.to_error(exc, f"producing to {topic}[{partition}]")
+            else:
+                return None
+
     def produce(
         self,
         topic: str,
@@ -89,41 +139,33 @@ class DeliveryPump:
         partition: int,
         key: bytes | None,
         value: bytes | None,
-        headers: Sequence[tuple[str, bytes]] = (),
+        headers: Sequence[tuple[str, bytes]] | None = (),
     ) -> Future[Delivered]:
         """Enqueue one record; the future resolves when Kafka acknowledges it (or fails with
         :class:`~txbridge.errors.KafkaOperationError`). Never raises for Kafka errors."""
-        if self._producer is None:
-            raise TransactionStateError("the producer is not started: call start() or use `with producer:`")
         future: Future[Delivered] = Future()
-        deadline = time.monotonic() + self.message_timeout_s
-        while True:
-            try:
-                self._producer.produce(
-                    topic,
-                    value=value,
-                    key=key,
-                    partition=partition,
-                    headers=list(headers),
-                    on_delivery=partial(_report, future),
-                )
-            except BufferError:
-                # The local queue is full: the poll thread drains it; wait, bounded.
-                if time.monotonic() > deadline:
-                    future.set_exception(
-                        KafkaOperationError(
-                            f"producing to {topic}: local queue stayed full for "
-                            f"{self.message_timeout_s:.0f}s",
-                            retriable=True,
-                        )
-                    )
-                    return future
-                time.sleep(0.01)
-            except Exception as exc:  # KafkaException (unknown partition, too large...): fail the future
-                future.set_exception(_kafka.to_error(exc, f"producing to {topic}[{partition}]"))
-                return future
-            else:
-                return future
+        error = self.send(
+            topic,
+            partition,
+            key,
+            value,
+            headers=list(headers) if headers else None,
+            on_delivery=partial(_report, future),
+        )
+        if error is not None:
+            future.set_exception(error)
+        return future
+
+    def write(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> Future[Delivered]:
+        """:meth:`produce` as a transaction's record writer (positional, like ``_core.RecordWriter``)."""
+        return self.produce(topic, partition=partition, key=key, value=value, headers=headers)
 
     def close(self, timeout: float = 30.0) -> None:
         """Deliver what is queued (up to ``timeout``), then stop the poll thread."""
@@ -139,11 +181,16 @@ class DeliveryPump:
         self._thread = None
 
 
+def delivery_error(err: Any, msg: Any) -> KafkaOperationError:
+    """A failed delivery report as txbridge's error, naming where the record was going."""
+    return _kafka.to_error(err, f"writing to {msg.topic()}[{msg.partition()}]")
+
+
 def _report(future: Future[Delivered], err: Any, msg: Any) -> None:
     if future.done():  # defensive: a report arrives once, but never raise in librdkafka's callback
         return
     if err is not None:
-        future.set_exception(_kafka.to_error(err, f"writing to {msg.topic()}[{msg.partition()}]"))
+        future.set_exception(delivery_error(err, msg))
     else:
         future.set_result(Delivered(msg.partition(), msg.offset()))
 

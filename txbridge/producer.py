@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from enum import StrEnum
 from types import TracebackType
 from typing import Any
@@ -28,19 +29,25 @@ from typing import Any
 from starlette.applications import Starlette
 
 from txbridge import _kafka
-from txbridge._core import OpenTransaction, ProducerSettings, normalise_messages, order_key_bytes
+from txbridge._core import (
+    H,
+    OpenTransaction,
+    ProducerSettings,
+    TransactionBlock,
+    TransactionFactory,
+    checked_answer,
+    half_failure,
+    local_failure,
+    normalise_messages,
+    op_outcome,
+    order_key_bytes,
+)
 from txbridge.checkback import CHECK_PATH, CheckServer, build_check_app
-from txbridge.delivery import DeliveryPump, wait_all
-from txbridge.errors import ConfigurationError, KafkaOperationError, TransactionStateError
+from txbridge.delivery import Delivered, DeliveryPump, wait_all
+from txbridge.errors import ConfigurationError, TransactionStateError
 from txbridge.registry import Heartbeat
 from txbridge.serializers import BytesSerializer, Serializer
-from txbridge.transaction import (
-    LocalTransaction,
-    Message,
-    TransactionListener,
-    TransactionResult,
-    coerce_state,
-)
+from txbridge.transaction import LocalTransaction, Message, TransactionListener, TransactionResult
 from txbridge.wire import DEFAULT_NAMESPACE, DEFAULT_PARTITIONS, TxState
 
 logger = logging.getLogger(__name__)
@@ -130,6 +137,7 @@ class TransactionProducer:
         #: ``serve_checks=False``.
         self.check_app: Starlette = build_check_app(self.settings.group, self.settings.secret, check)
         self._pump = DeliveryPump(self.settings.bootstrap, self.settings.extra_config)
+        self._transactions = TransactionFactory(self.settings, self._pump.write)
         self._server: CheckServer | None = None
         self._heartbeat: Heartbeat | None = None
         self._url: str | None = advertised_url
@@ -245,10 +253,19 @@ class TransactionProducer:
 
     # ---------------------------------------------------------------- transactions
 
-    def open_transaction(self, order_key: Any = None) -> OpenTransaction:
-        """A new transaction (internal seam shared with the asyncio producer)."""
+    @property
+    def pump(self) -> DeliveryPump:
+        """The shared Kafka producer (internal seam with the asyncio producer)."""
+        return self._pump
+
+    def open_transaction(self, order_key: Any = None) -> OpenTransaction[Future[Delivered]]:
+        """A new transaction whose records are futures."""
+        return self.open_with(self._transactions, order_key)
+
+    def open_with(self, transactions: TransactionFactory[H], order_key: Any = None) -> OpenTransaction[H]:
+        """A new transaction of ``transactions`` (internal seam with the asyncio producer)."""
         self._require_started()
-        return OpenTransaction(self.settings, self._pump, order_key_bytes(self.settings, order_key))
+        return transactions.open(order_key_bytes(self.settings, order_key))
 
     def resolve_execute(self, execute: ExecuteFunction | None) -> ExecuteFunction:
         if execute is not None:
@@ -298,27 +315,20 @@ class TransactionProducer:
         """
         return Transaction(self, self.open_transaction(order_key))
 
-    def _rollback_after_half_failure(self, tx: OpenTransaction) -> TransactionResult:
-        logger.warning(
-            "transaction %s: a half record was not acknowledged (%s); rolled back, not run locally",
-            tx.tx_id,
-            tx.half_error,
-        )
-        return self._finish(tx, TxState.ROLLBACK, tx.half_error, reason="half record not acknowledged")
+    def _rollback_after_half_failure(self, tx: OpenTransaction[Future[Delivered]]) -> TransactionResult:
+        state, error, reason = half_failure(tx)
+        return self._finish(tx, state, error, reason=reason)
 
     def _finish(
-        self, tx: OpenTransaction, state: TxState, error: BaseException | None, *, reason: str = ""
+        self,
+        tx: OpenTransaction[Future[Delivered]],
+        state: TxState,
+        error: BaseException | None,
+        *,
+        reason: str = "",
     ) -> TransactionResult:
         future = tx.decide(state, reason=reason)
-        op_failures = wait_all([future], self.ack_timeout_s) if future is not None else []
-        if op_failures:
-            logger.warning(
-                "transaction %s: the %s op record was not acknowledged (%s); the back-check will decide",
-                tx.tx_id,
-                state,
-                op_failures[0],
-            )
-        return tx.result(state, error, op_failures)
+        return op_outcome(tx, state, error, wait_all([future], self.ack_timeout_s) if future else [])
 
 
 def run_local(
@@ -328,23 +338,11 @@ def run_local(
     try:
         answer = execute(txn, arg)
     except Exception as exc:  # RocketMQ's rule: the local transaction's failure is UNKNOWN, not ROLLBACK
-        logger.warning(
-            "local transaction %s raised %s: leaving it UNKNOWN for the back-check",
-            txn.tx_id,
-            type(exc).__name__,
-        )
-        return TxState.UNKNOWN, exc
+        return local_failure(txn, exc)
     return checked_answer(txn, answer), None
 
 
-def checked_answer(txn: LocalTransaction, answer: Any) -> TxState:
-    state = coerce_state(answer)
-    if state is TxState.UNKNOWN and answer is not TxState.UNKNOWN:
-        logger.warning("local transaction %s answered %r, not a TxState: UNKNOWN", txn.tx_id, answer)
-    return state
-
-
-class Transaction:
+class Transaction(TransactionBlock[Future[Delivered]]):
     """A transaction opened by :meth:`TransactionProducer.transaction`.
 
     ``send()`` waits for the half record's acknowledgement by default, so any local
@@ -355,24 +353,9 @@ class Transaction:
         result: the :class:`TransactionResult`, set when the block exits.
     """
 
-    def __init__(self, producer: TransactionProducer, tx: OpenTransaction) -> None:
+    def __init__(self, producer: TransactionProducer, tx: OpenTransaction[Future[Delivered]]) -> None:
+        super().__init__(tx)
         self._producer = producer
-        self._tx = tx
-        self._outcome = TxState.COMMIT
-        self.result: TransactionResult | None = None
-
-    @property
-    def tx_id(self) -> str:
-        return self._tx.tx_id
-
-    @property
-    def partition(self) -> int | None:
-        """The half/op partition (known after the first send)."""
-        return self._tx.partition
-
-    @property
-    def local(self) -> LocalTransaction:
-        return self._tx.local_view()
 
     def send(self, message: Message, *, wait: bool = True) -> None:
         """Write ``message`` as a half record.
@@ -396,13 +379,7 @@ class Transaction:
         Raises:
             KafkaOperationError: one was not; the transaction can only roll back.
         """
-        self._tx.settle(wait_all(self._tx.take_pending(), self._producer.ack_timeout_s))
-        if self._tx.half_error is not None:
-            raise self._tx.half_error
-
-    def set_outcome(self, state: TxState) -> None:
-        """What a clean exit writes: COMMIT (default), ROLLBACK, or UNKNOWN (left to the back-check)."""
-        self._outcome = TxState(state)
+        self._settled(wait_all(self._tx.take_pending(), self._producer.ack_timeout_s))
 
     def __enter__(self) -> Transaction:
         return self
@@ -410,22 +387,12 @@ class Transaction:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if exc is None:
-            try:
-                self.prepare()
-            except KafkaOperationError as err:
-                self.result = self._producer._rollback_after_half_failure(self._tx)
-                raise err from None
-            self.result = self._producer._finish(self._tx, self._outcome, None)
-            return
-        # Settle records still in flight first, so the ROLLBACK follows every half record.
+        # Settle records still in flight first, so the op record follows every half record.
         self._tx.settle(wait_all(self._tx.take_pending(), self._producer.ack_timeout_s))
-        self.result = self._producer._finish(
-            self._tx,
-            TxState.ROLLBACK,
-            exc,
-            reason=f"exception in the transaction block: {type(exc).__name__}",
-        )
+        state, error, reason, to_raise = self._exit_decision(exc)
+        self.result = self._producer._finish(self._tx, state, error, reason=reason)
+        if to_raise is not None:
+            raise to_raise from None
 
 
 def _url(host: str, port: int) -> str:

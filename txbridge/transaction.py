@@ -1,8 +1,8 @@
 """A transaction's data and lifecycle: messages, the local-transaction view, results, phases.
 
 Pure logic, no I/O: the producers (blocking and asyncio) drive a
-:class:`TransactionLifecycle` through its phases and turn messages into half
-records with :func:`build_half_messages`.
+:class:`TransactionLifecycle` through its phases and encode half and op records
+with a :class:`RecordEncoder`.
 
 Phases and allowed transitions (one table, one guarded setter)::
 
@@ -15,16 +15,17 @@ Phases and allowed transitions (one table, one guarded setter)::
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from txbridge import wire
 from txbridge.errors import SerializationError, TransactionStateError
 from txbridge.serializers import Serializer
-from txbridge.wire import HalfMessage, TxState
+from txbridge.wire import TxState
 
 HeadersArg = Sequence[tuple[str, bytes]] | Mapping[str, bytes]
 
@@ -192,46 +193,95 @@ def serialize_key(serializer: Serializer, key: Any) -> bytes | None:
         raise SerializationError(f"key serializer {serializer!r} failed: {exc}") from exc
 
 
-def build_half_messages(
-    tx_id: str,
-    messages: Sequence[Message],
-    *,
-    first_seq: int,
-    group: str,
-    instance: str,
-    key_serializer: Serializer,
-    value_serializer: Serializer,
-) -> list[HalfMessage]:
-    """The half records of ``messages``, numbered from ``first_seq``.
+class HalfRecord(NamedTuple):
+    """A half record ready to produce: its Kafka key and value, its headers, the serialized message key."""
 
-    Raises:
-        SerializationError: a key or value cannot be serialized (nothing is written then).
+    key: bytes
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    message_key: bytes | None
+
+
+class RecordEncoder:
+    """Encodes one producer instance's half and op records (wire format v1).
+
+    The same bytes as :meth:`wire.HalfMessage.to_headers` and :meth:`wire.OpRecord.encode`
+    (a unit test pins it), with what every record of the instance shares (version,
+    group and instance headers, the op record's JSON fields) encoded once: this is
+    the producer's per-transaction hot path.
+
+    Args:
+        group: the producer group.
+        instance: this instance's id.
+        key_serializer: turns message keys into bytes.
+        value_serializer: turns message values into bytes.
     """
-    now_ms = int(time.time() * 1000)
-    halves = []
-    for offset, msg in enumerate(messages):
-        try:
-            value = value_serializer.serialize(msg.value)
-        except SerializationError:
-            raise
-        except Exception as exc:  # see serialize_key
-            raise SerializationError(f"value serializer {value_serializer!r} failed: {exc}") from exc
-        halves.append(
-            HalfMessage(
-                tx_id=tx_id,
-                seq=first_seq + offset,
-                topic=msg.topic,
-                value=value,
-                key=serialize_key(key_serializer, msg.key),
-                partition=msg.partition,
-                group=group,
-                instance=instance,
-                timestamp_ms=now_ms,
-                check_after_s=msg.check_after,
-                user_headers=msg.header_pairs,
-            )
-        )
-    return halves
+
+    def __init__(
+        self, group: str, instance: str, key_serializer: Serializer, value_serializer: Serializer
+    ) -> None:
+        self.key_serializer = key_serializer
+        self.value_serializer = value_serializer
+        self._version = (wire.H_VERSION, str(wire.VERSION).encode())
+        self._group = (wire.H_GROUP, group.encode())
+        self._instance = (wire.H_INSTANCE, instance.encode())
+        who = f'"group":{json.dumps(group)},"instance":{json.dumps(instance)}'
+        self._op_head = f'{{"v":{wire.VERSION},"tx":"'
+        self._op_after_tx = {
+            state: f'","state":"{state.value}","source":"{wire.OpSource.PRODUCER.value}",{who},"ts":'
+            for state in (TxState.COMMIT, TxState.ROLLBACK)
+        }
+
+    def halves(self, tx_id: str, messages: Sequence[Message], first_seq: int) -> list[HalfRecord]:
+        """The half records of ``messages``, numbered from ``first_seq``.
+
+        Raises:
+            SerializationError: a key or value cannot be serialized (nothing is written then).
+        """
+        tx = tx_id.encode()
+        ts = (wire.H_TS, str(time.time_ns() // 1_000_000).encode())
+        records = []
+        for seq, msg in enumerate(messages, first_seq):
+            try:
+                value = self.value_serializer.serialize(msg.value)
+            except SerializationError:
+                raise
+            except Exception as exc:  # see serialize_key
+                raise SerializationError(f"value serializer {self.value_serializer!r} failed: {exc}") from exc
+            key = serialize_key(self.key_serializer, msg.key)
+            headers = [
+                self._version,
+                (wire.H_TX, tx),
+                (wire.H_SEQ, str(seq).encode()),
+                (wire.H_TOPIC, msg.topic.encode()),
+                self._group,
+                self._instance,
+                ts,
+            ]
+            if msg.partition is not None:
+                headers.append((wire.H_PARTITION, str(msg.partition).encode()))
+            if key is not None:
+                headers.append((wire.H_KEY, key))
+            if msg.check_after is not None:
+                headers.append((wire.H_CHECK_AFTER, repr(float(msg.check_after)).encode()))
+            if value is None:
+                headers.append((wire.H_NULL, b"1"))
+            if msg.headers:
+                headers.extend(msg.header_pairs)
+            records.append(HalfRecord(tx, value, headers, key))
+        return records
+
+    def op(self, tx_id: str, state: TxState, *, count: int | None, reason: str = "") -> tuple[bytes, bytes]:
+        """``(key, value)`` of the producer's COMMIT or ROLLBACK op record.
+
+        ``tx_id`` is one of this producer's UUIDs, so it needs no JSON escaping.
+        """
+        body = self._op_head + tx_id + self._op_after_tx[state] + str(time.time_ns() // 1_000_000)
+        if count is not None:
+            body += f',"count":{count}'
+        if reason:
+            body += f',"reason":{json.dumps(reason)}'
+        return tx_id.encode(), (body + "}").encode()
 
 
 def local_transaction_from_check(request: wire.CheckRequest) -> LocalTransaction:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.kafka_helpers import read_topic
 from txbridge import AsyncTransactionProducer, LocalTransaction, Message, TxState, wire
+from txbridge.errors import KafkaOperationError
 from txbridge.wire import Topics
 
 from .conftest import PARTITIONS, SECRET
@@ -106,3 +107,40 @@ def test_async_context_manager_commit_and_rollback(
     assert [(o["state"], o.get("count")) for o in ops[committed]] == [("COMMIT", 2)]
     assert [o["state"] for o in ops[rolled_back]] == ["ROLLBACK"]
     assert json.loads(answer) == {"state": "UNKNOWN"}
+
+
+def test_async_failed_half_write_never_runs_the_local_transaction(
+    kafka_bootstrap: str, namespace: str, topics: Topics, group_factory: Callable[[], str]
+) -> None:
+    # Records above the broker's limit are refused: the half write fails for real.
+    ran: list[str] = []
+
+    async def main() -> tuple[Any, Any]:
+        async with make_async(
+            kafka_bootstrap, namespace, group_factory(), extra_config={"message.max.bytes": 2_000_000}
+        ) as producer:
+            result = await producer.send_in_transaction(
+                [Message("orders", b"small", key=b"k"), Message("orders", b"x" * 1_500_000, key=b"k")],
+                lambda txn, arg: ran.append(txn.tx_id) or TxState.COMMIT,
+            )
+            tx = producer.transaction()
+
+            async def too_large() -> None:
+                async with tx:
+                    await tx.send(Message("orders", b"x" * 1_500_000))
+                    ran.append(tx.tx_id)
+
+            with pytest.raises(KafkaOperationError, match="MSG_SIZE_TOO_LARGE"):
+                await too_large()
+            return result, tx
+
+    result, tx = asyncio.run(main())
+    assert ran == []
+    assert result.state is TxState.ROLLBACK
+    assert isinstance(result.error, KafkaOperationError)
+    assert tx.result is not None
+    assert tx.result.state is TxState.ROLLBACK
+    ops = ops_by_tx(kafka_bootstrap, topics)
+    # The first half record may have landed: a ROLLBACK op says it must not be published.
+    assert [o["state"] for o in ops[result.tx_id]] == ["ROLLBACK"]
+    assert [o["state"] for o in ops[tx.tx_id]] == ["ROLLBACK"]

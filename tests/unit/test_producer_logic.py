@@ -7,14 +7,14 @@ import pytest
 from txbridge import AvroSerializer, BytesSerializer, LocalTransaction, Message, StringSerializer, TxState
 from txbridge.errors import SerializationError, TransactionStateError
 from txbridge.transaction import (
+    RecordEncoder,
     TransactionLifecycle,
     TransactionListener,
     TxPhase,
-    build_half_messages,
     coerce_state,
     local_transaction_from_check,
 )
-from txbridge.wire import CheckMessage, CheckRequest, decode_half
+from txbridge.wire import CheckMessage, CheckRequest, OpRecord, OpSource, decode_half, decode_op, new_tx_id
 
 SCHEMA = {
     "type": "record",
@@ -86,23 +86,56 @@ def test_serializers_round_trip_and_fail_clearly() -> None:
         BytesSerializer().serialize(12)
 
 
-def test_half_messages_follow_the_wire_format() -> None:
-    halves = build_half_messages(
+def _encoder() -> RecordEncoder:
+    return RecordEncoder("g", "i-é", StringSerializer(), StringSerializer())
+
+
+def test_half_records_follow_the_wire_format() -> None:
+    halves = _encoder().halves(
         "tx-1",
-        [Message("orders", "v", key="k", headers={"trace": b"1"}), Message("audit", None, partition=2)],
+        [
+            Message("orders", "v", key="k", headers={"trace": b"1"}, check_after=2),
+            Message("audit", None, partition=2),
+        ],
         first_seq=3,
-        group="g",
-        instance="i",
-        key_serializer=StringSerializer(),
-        value_serializer=StringSerializer(),
     )
-    back = [decode_half(h.value, h.to_headers()) for h in halves]
-    assert [(b.seq, b.topic, b.key, b.value, b.partition) for b in back] == [
-        (3, "orders", b"k", b"v", None),
-        (4, "audit", None, None, 2),  # a null value is carried as a tombstone
+    back = [decode_half(h.value, h.headers) for h in halves]
+    assert [(b.seq, b.topic, b.key, b.value, b.partition, b.check_after_s) for b in back] == [
+        (3, "orders", b"k", b"v", None, 2.0),
+        (4, "audit", None, None, 2, None),  # a null value is carried as a tombstone
     ]
     assert back[0].user_headers == (("trace", b"1"),)
-    assert {h.record_key() for h in halves} == {b"tx-1"}
+    assert (back[0].group, back[0].instance) == ("g", "i-é")
+    assert {h.key for h in halves} == {b"tx-1"}
+    assert [h.message_key for h in halves] == [b"k", None]
+    # Byte for byte what the wire module encodes for the same half message.
+    for half, decoded in zip(halves, back, strict=True):
+        assert half.headers == decoded.to_headers()
+
+
+def test_half_records_refuse_what_the_serializer_refuses() -> None:
+    with pytest.raises(SerializationError, match="StringSerializer"):
+        _encoder().halves("tx-1", [Message("orders", b"not text")], first_seq=0)
+
+
+@pytest.mark.parametrize(
+    ("state", "count", "reason"),
+    [(TxState.COMMIT, 2, ""), (TxState.ROLLBACK, None, 'half record "x" not acknowledged: é')],
+)
+def test_op_records_are_the_wire_modules_bytes(state: TxState, count: int | None, reason: str) -> None:
+    tx_id = new_tx_id()
+    key, value = _encoder().op(tx_id, state, count=count, reason=reason)
+    decoded = decode_op(value)
+    assert (decoded.tx_id, decoded.state, decoded.source, decoded.count, decoded.reason) == (
+        tx_id,
+        state,
+        OpSource.PRODUCER,
+        count,
+        reason,
+    )
+    assert (key, value) == OpRecord(
+        tx_id, state, OpSource.PRODUCER, count, "g", "i-é", decoded.timestamp_ms, reason
+    ).encode()
 
 
 def test_check_request_becomes_a_local_transaction_without_values() -> None:
