@@ -1,6 +1,7 @@
-"""Signed HTTP back-checks, with bounded concurrency per producer group.
+"""Signed HTTP back-checks, batched, with bounded concurrency per producer group.
 
-Jobs run on a thread pool; the loop submits them and drains results, so a slow
+Jobs run on a thread pool; the loop submits them (up to ``check_batch_size``
+transactions of one group and writer per request) and drains results, so a slow
 or dead group occupies at most ``concurrency_per_group`` workers and never the
 loop. Only an explicit, well-formed verdict counts (DTM #535); everything else,
 including refused URLs, is UNKNOWN.
@@ -18,7 +19,15 @@ from dataclasses import dataclass
 import httpx
 
 from coordinator.config import CoordinatorConfig
-from txbridge.wire import SIGNATURE_HEADER, CheckRequest, TxState, decode_check_answer, sign
+from txbridge.wire import (
+    SIGNATURE_HEADER,
+    CheckBatch,
+    CheckRequest,
+    TxState,
+    decode_check_answer,
+    decode_check_batch_answer,
+    sign,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +50,7 @@ class CheckResult:
 
 
 class Checker:
-    """Runs :class:`CheckJob` s. ``transport`` is for tests (httpx.MockTransport)."""
+    """Runs :class:`CheckJob` s, many per request. ``transport`` is for tests (httpx.MockTransport)."""
 
     def __init__(self, config: CoordinatorConfig, transport: httpx.BaseTransport | None = None) -> None:
         self._config = config
@@ -51,6 +60,7 @@ class Checker:
         self._results: queue.SimpleQueue[CheckResult] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._in_flight: Counter[str] = Counter()
+        self._single_only: set[str] = set()  # URLs that answered a batch with 400
         self.in_flight_txs: set[str] = set()
 
     def start(self) -> None:
@@ -60,71 +70,137 @@ class Checker:
         )
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="txbridge-check")
 
+    def can_submit(self, group: str) -> bool:
+        """Whether ``group`` has a free request slot (see ``check_concurrency_per_group``)."""
+        with self._lock:
+            return self._in_flight[group] < self._config.check_concurrency_per_group
+
     def submit(self, job: CheckJob) -> bool:
         """Start ``job`` unless its group already has its share in flight. Returns whether it started."""
-        group = job.request.group
+        return self.submit_batch([job])
+
+    def submit_batch(self, jobs: list[CheckJob]) -> bool:
+        """Start one request about ``jobs`` (one group, the same targets) unless the group is at
+        its concurrency limit. Returns whether it started."""
+        group = jobs[0].request.group
         with self._lock:
             if self._in_flight[group] >= self._config.check_concurrency_per_group:
                 return False
             self._in_flight[group] += 1
-            self.in_flight_txs.add(job.request.tx_id)
+            self.in_flight_txs.update(j.request.tx_id for j in jobs)
         assert self._pool is not None, "Checker.start() first"
-        self._pool.submit(self._run, job)
+        self._pool.submit(self._run, jobs)
         return True
 
     def results(self) -> list[CheckResult]:
-        """Results that arrived since the last call."""
+        """Results that arrived since the last call.
+
+        A transaction stays in :attr:`in_flight_txs` until its result is taken here, so the
+        loop never asks about a transaction whose answer it has not applied yet.
+        """
         out = []
         while True:
             try:
                 out.append(self._results.get_nowait())
             except queue.Empty:
-                return out
+                break
+        if out:
+            with self._lock:
+                self.in_flight_txs.difference_update(r.job.request.tx_id for r in out)
+        return out
 
-    def _run(self, job: CheckJob) -> None:
+    def _run(self, jobs: list[CheckJob]) -> None:
         try:
-            result = self.check(job)
-        except Exception as exc:  # a bug here must not lose the job: it becomes UNKNOWN
-            logger.exception("back-check of tx %s failed", job.request.tx_id)
-            result = CheckResult(job, TxState.UNKNOWN, f"internal error: {type(exc).__name__}")
-        # Queue the result before clearing in-flight, so the loop never re-checks a tx in between.
-        self._results.put(result)
-        with self._lock:
-            self._in_flight[job.request.group] -= 1
-            self.in_flight_txs.discard(job.request.tx_id)
+            results = self.check_batch(jobs)
+        except Exception as exc:  # a bug here must not lose the jobs: they become UNKNOWN
+            logger.exception("back-check of %d transactions failed", len(jobs))
+            results = [CheckResult(j, TxState.UNKNOWN, f"internal error: {type(exc).__name__}") for j in jobs]
+        for result in results:
+            self._results.put(result)
+        with self._lock:  # the request slot is free now; the tx ids leave in_flight_txs in results()
+            self._in_flight[jobs[0].request.group] -= 1
 
     def check(self, job: CheckJob) -> CheckResult:
         """Try the targets in order; the first COMMIT or ROLLBACK wins, else UNKNOWN."""
-        if not job.targets:
-            return CheckResult(job, TxState.UNKNOWN, f"no live instance of group {job.request.group!r}")
-        secret = self._config.secrets.for_group(job.request.group)
+        return self.check_batch([job])[0]
+
+    def check_batch(self, jobs: list[CheckJob]) -> list[CheckResult]:
+        """Ask the targets in order about the transactions still undecided; one result per job.
+
+        Every job must have the same group and targets (the coordinator batches by writer).
+        """
+        first = jobs[0]
+        group = first.request.group
+        if not first.targets:
+            return [CheckResult(j, TxState.UNKNOWN, f"no live instance of group {group!r}") for j in jobs]
+        secret = self._config.secrets.for_group(group)
         if secret is None:
-            logger.warning("no secret for producer group %r: back-checks cannot be signed", job.request.group)
-            return CheckResult(job, TxState.UNKNOWN, "no secret configured for the group")
-        body = job.request.encode()
+            logger.warning("no secret for producer group %r: back-checks cannot be signed", group)
+            return [CheckResult(j, TxState.UNKNOWN, "no secret configured for the group") for j in jobs]
+        remaining = list(jobs)
+        results: list[CheckResult] = []
         refused = 0
-        details = []
-        for url in job.targets:
+        details: list[str] = []
+        for url in first.targets:
             if not self._config.host_allowed(url):
                 refused += 1
                 logger.warning("check URL %s refused: its host is not in allowed_check_hosts", url)
                 details.append(f"{url}: host not allowed")
                 continue
-            state, detail = self._post(url, body, secret)
+            states, detail = self._ask(url, remaining, secret)
             details.append(f"{url}: {detail}")
-            if state is not TxState.UNKNOWN:
-                return CheckResult(job, state, url, refused)
-        return CheckResult(job, TxState.UNKNOWN, "; ".join(details), refused)
+            undecided = []
+            for job in remaining:
+                state = states[job.request.tx_id]
+                if state is TxState.UNKNOWN:
+                    undecided.append(job)
+                else:
+                    results.append(CheckResult(job, state, url, refused))
+            remaining = undecided
+            if not remaining:
+                return results
+        why = "; ".join(details)
+        return results + [CheckResult(j, TxState.UNKNOWN, why, refused) for j in remaining]
 
-    def _post(self, url: str, body: bytes, secret: bytes) -> tuple[TxState, str]:
+    def _ask(self, url: str, jobs: list[CheckJob], secret: bytes) -> tuple[dict[str, TxState], str]:
+        if len(jobs) == 1 or url in self._single_only:
+            return self._ask_one_by_one(url, jobs, secret)
+        batch = CheckBatch(jobs[0].request.group, tuple(j.request for j in jobs))
+        try:
+            response = self._post(url, batch.encode(), secret)
+        except httpx.HTTPError as exc:
+            return dict.fromkeys((j.request.tx_id for j in jobs), TxState.UNKNOWN), type(exc).__name__
+        if response.status_code == 400:
+            # A producer that predates batches reads the batch as a malformed single check.
+            logger.info("check URL %s refused a batch (HTTP 400): asking it one transaction at a time", url)
+            with self._lock:
+                self._single_only.add(url)
+            return self._ask_one_by_one(url, jobs, secret)
+        states = decode_check_batch_answer(
+            response.status_code, response.content, (j.request.tx_id for j in jobs)
+        )
+        decided = sum(s is not TxState.UNKNOWN for s in states.values())
+        return states, f"HTTP {response.status_code}, {decided} of {len(jobs)} decided"
+
+    def _ask_one_by_one(
+        self, url: str, jobs: list[CheckJob], secret: bytes
+    ) -> tuple[dict[str, TxState], str]:
+        states: dict[str, TxState] = {}
+        detail = ""
+        for job in jobs:
+            try:
+                response = self._post(url, job.request.encode(), secret)
+            except httpx.HTTPError as exc:
+                states[job.request.tx_id], detail = TxState.UNKNOWN, type(exc).__name__
+                continue
+            state = decode_check_answer(response.status_code, response.content)
+            states[job.request.tx_id], detail = state, f"HTTP {response.status_code} -> {state.value}"
+        return states, detail
+
+    def _post(self, url: str, body: bytes, secret: bytes) -> httpx.Response:
         assert self._client is not None, "Checker.start() first"
         headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(secret, body)}
-        try:
-            response = self._client.post(url, content=body, headers=headers)
-        except httpx.HTTPError as exc:
-            return TxState.UNKNOWN, f"{type(exc).__name__}"
-        state = decode_check_answer(response.status_code, response.content)
-        return state, f"HTTP {response.status_code} -> {state.value}"
+        return self._client.post(url, content=body, headers=headers)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -304,6 +304,8 @@ class Coordinator:
         assert self._registry is not None
         now = _now_ms()
         in_flight = self._checker.in_flight_txs
+        # One request asks about up to check_batch_size transactions of one group and writer.
+        batches: dict[tuple[str, tuple[str, ...]], list[CheckJob]] = {}
         for state in self.partitions.values():
             due = scheduler.due(self.policy, state.open_txs(), now, in_flight)
             self._expiring.update((t.tx_id, t) for t in due.expire)
@@ -316,9 +318,17 @@ class Coordinator:
                     attempt=tx.checks + 1,
                     messages=tuple(self._check_message(tx, seq) for seq in sorted(tx.halves)),
                 )
-                if not self._checker.submit(CheckJob(state.partition, request, targets)):
-                    continue  # its group is at its concurrency limit: checked on a later pass
-                self.stats["checks"] += 1
+                batches.setdefault((tx.group, targets), []).append(
+                    CheckJob(state.partition, request, targets)
+                )
+        size = self.config.check_batch_size
+        for jobs in batches.values():
+            for start in range(0, len(jobs), size):
+                chunk = jobs[start : start + size]
+                if not self._checker.submit_batch(chunk):
+                    break  # its group is at its concurrency limit: the rest wait for a later pass
+                self.stats["checks"] += len(chunk)
+                self.stats["check_requests"] += 1
 
     @staticmethod
     def _check_message(tx: PendingTx, seq: int) -> CheckMessage:
@@ -344,7 +354,7 @@ class Coordinator:
                 self._expiring[tx.tx_id] = tx
             return
         self.stats["check_verdicts"] += 1
-        logger.info("check of tx %s: %s from %s", tx.tx_id, result.state, result.detail)
+        logger.debug("check of tx %s: %s from %s", tx.tx_id, result.state, result.detail)
         tx.checks += 1
         # Applied in memory now and written as an op record in the same Kafka transaction.
         state.on_op(OpRecord(tx.tx_id, result.state, OpSource.CHECK, group=tx.group))

@@ -1,17 +1,23 @@
 """The back-check endpoint: an ASGI app (mountable anywhere) and a built-in uvicorn server.
 
-``POST /txbridge/check`` with a :class:`~txbridge.wire.CheckRequest` body and a
+``POST /txbridge/check`` with a :class:`~txbridge.wire.CheckRequest` body (one
+transaction) or a :class:`~txbridge.wire.CheckBatch` body (several), and a
 ``Txbridge-Signature`` header. The signature is verified before the body is
 parsed or any user code runs:
 
 - unsigned, malformed, wrong or stale signature: **401** ``{"error": ...}``;
 - signed but not a check request: **400**; a check for another group: **404**;
-- otherwise **200** with ``{"state": "COMMIT" | "ROLLBACK" | "UNKNOWN"}``; a check
-  function that raises (or answers something else) yields UNKNOWN.
+- otherwise **200** with ``{"state": "COMMIT" | "ROLLBACK" | "UNKNOWN"}``, or for a
+  batch ``{"states": {"<tx id>": ..., ...}}``; a check function that raises (or
+  answers something else) yields UNKNOWN for its transaction only.
+
+A batch costs one request, one signature check and one worker-thread hop: the check
+function runs for each transaction in turn (an ``async`` one concurrently).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import socket
@@ -62,36 +68,73 @@ def build_check_app(
             logger.warning("rejected a back-check from %s: %s", _peer(request), exc)
             return JSONResponse({"error": str(exc)}, status_code=401)
         try:
-            check_request = wire.decode_check_request(body)
+            parsed = wire.decode_check_body(body)
         except WireFormatError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        if check_request.group != group:
+        if parsed.group != group:
             return JSONResponse(
                 {"error": f"this producer answers back-checks of group {group!r} only"}, status_code=404
             )
-        state = await _run_check(check, local_transaction_from_check(check_request))
-        return Response(wire.encode_check_answer(state), media_type="application/json")
+        requests = parsed.checks if isinstance(parsed, wire.CheckBatch) else (parsed,)
+        txns = [local_transaction_from_check(r) for r in requests]
+        if inspect.iscoroutinefunction(check):
+            states = list(await asyncio.gather(*(_run_async_check(check, t) for t in txns)))
+        else:
+            states = await run_in_threadpool(_run_sync_checks, check, txns)
+            for i, state in enumerate(states):
+                if inspect.isawaitable(state):  # a plain function that returned an awaitable
+                    states[i] = _verdict(txns[i], await _guarded(state, txns[i]))
+        if isinstance(parsed, wire.CheckBatch):
+            answer = wire.encode_check_batch_answer({t.tx_id: s for t, s in zip(txns, states, strict=True)})
+        else:
+            answer = wire.encode_check_answer(states[0])
+        return Response(answer, media_type="application/json")
 
     return Starlette(routes=[Route(CHECK_PATH, handle, methods=["POST"])])
 
 
-async def _run_check(check: CheckFunction, txn: LocalTransaction) -> TxState:
+def _run_sync_checks(check: CheckFunction, txns: list[LocalTransaction]) -> list[Any]:
+    """In one worker thread: each transaction's verdict (or an awaitable the loop resolves)."""
+    out: list[Any] = []
+    for txn in txns:
+        try:
+            answer = check(txn)
+        except Exception as exc:  # the user's code: any failure is UNKNOWN, asked again later
+            _log_failure(txn, exc)
+            out.append(TxState.UNKNOWN)
+            continue
+        out.append(answer if inspect.isawaitable(answer) else _verdict(txn, answer))
+    return out
+
+
+async def _run_async_check(check: CheckFunction, txn: LocalTransaction) -> TxState:
     try:
-        if inspect.iscoroutinefunction(check):
-            answer = await check(txn)
-        else:
-            answer = await run_in_threadpool(check, txn)
-            if inspect.isawaitable(answer):
-                answer = await answer
-    except Exception as exc:  # the user's code: any failure is UNKNOWN, the coordinator asks again later
-        logger.warning(
-            "back-check of transaction %s (attempt %d) raised %s: answering UNKNOWN",
-            txn.tx_id,
-            txn.attempt,
-            type(exc).__name__,
-            exc_info=logger.isEnabledFor(logging.DEBUG),
-        )
+        pending = check(txn)
+    except Exception as exc:  # e.g. a TypeError binding the arguments
+        _log_failure(txn, exc)
         return TxState.UNKNOWN
+    return _verdict(txn, await _guarded(pending, txn))
+
+
+async def _guarded(awaitable: Any, txn: LocalTransaction) -> Any:
+    try:
+        return await awaitable
+    except Exception as exc:
+        _log_failure(txn, exc)
+        return TxState.UNKNOWN
+
+
+def _log_failure(txn: LocalTransaction, exc: Exception) -> None:
+    logger.warning(
+        "back-check of transaction %s (attempt %d) raised %s: answering UNKNOWN",
+        txn.tx_id,
+        txn.attempt,
+        type(exc).__name__,
+        exc_info=logger.isEnabledFor(logging.DEBUG),
+    )
+
+
+def _verdict(txn: LocalTransaction, answer: Any) -> TxState:
     state = coerce_state(answer)
     if state is TxState.UNKNOWN and answer is not TxState.UNKNOWN:
         logger.warning("back-check of %s answered %r, not a TxState: answering UNKNOWN", txn.tx_id, answer)

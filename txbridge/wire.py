@@ -412,9 +412,13 @@ class CheckMessage:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
+#: Most transactions one batched back-check request may carry; a producer refuses more (400).
+MAX_CHECK_BATCH = 1000
+
+
 @dataclass(frozen=True)
 class CheckRequest:
-    """The body of a back-check ``POST``."""
+    """The body of a back-check ``POST`` about one transaction."""
 
     tx_id: str
     group: str
@@ -423,31 +427,78 @@ class CheckRequest:
     messages: tuple[CheckMessage, ...] = field(default_factory=tuple)
 
     def encode(self) -> bytes:
+        return _json({"v": VERSION, **self._fields()})
+
+    def _fields(self) -> dict[str, Any]:
         def b64(data: bytes | None) -> str | None:
             return None if data is None else base64.b64encode(data).decode()
 
-        return json.dumps(
-            {
-                "v": VERSION,
-                "tx": self.tx_id,
-                "group": self.group,
-                "instance": self.instance,
-                "attempt": self.attempt,
-                "messages": [
-                    {"topic": m.topic, "key": b64(m.key), "headers": [[n, b64(v)] for n, v in m.headers]}
-                    for m in self.messages
-                ],
-            },
-            separators=(",", ":"),
-        ).encode()
+        return {
+            "tx": self.tx_id,
+            "group": self.group,
+            "instance": self.instance,
+            "attempt": self.attempt,
+            "messages": [
+                {"topic": m.topic, "key": b64(m.key), "headers": [[n, b64(v)] for n, v in m.headers]}
+                for m in self.messages
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class CheckBatch:
+    """The body of a batched back-check ``POST``: several transactions of one group.
+
+    Encoded as ``{"v":1,"group":...,"checks":[<a CheckRequest without "v">, ...]}``; the
+    answer is ``{"states":{"<tx id>":"COMMIT"|"ROLLBACK"|"UNKNOWN", ...}}``.
+    """
+
+    group: str
+    checks: tuple[CheckRequest, ...]
+
+    def encode(self) -> bytes:
+        return _json({"v": VERSION, "group": self.group, "checks": [c._fields() for c in self.checks]})
+
+
+def _json(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def decode_check_body(body: bytes) -> CheckRequest | CheckBatch:
+    """Parse a back-check request body: one transaction, or a batch (it has ``checks``).
+
+    Raises:
+        WireFormatError: the body is neither a version-1 check request nor a batch of them
+            (or a batch of more than :data:`MAX_CHECK_BATCH`, or of another group's checks).
+    """
+    data = _check_json(body)
+    if "checks" not in data:
+        return _check_from(data)
+    try:
+        group = str(data["group"])
+        items = list(data["checks"])
+    except (KeyError, TypeError) as exc:
+        raise WireFormatError(f"check batch is not valid: {exc}") from None
+    if not items:
+        raise WireFormatError("check batch is empty")
+    if len(items) > MAX_CHECK_BATCH:
+        raise WireFormatError(f"check batch has {len(items)} checks; at most {MAX_CHECK_BATCH} allowed")
+    checks = tuple(_check_from(item) for item in items)
+    if any(c.group != group for c in checks):
+        raise WireFormatError("a check batch holds checks of one group only")
+    return CheckBatch(group, checks)
 
 
 def decode_check_request(body: bytes) -> CheckRequest:
-    """Parse a back-check request body.
+    """Parse a back-check request body about one transaction.
 
     Raises:
         WireFormatError: the body is not a version-1 check request.
     """
+    return _check_from(_check_json(body))
+
+
+def _check_json(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body)
         version = data.get("v")
@@ -455,6 +506,10 @@ def decode_check_request(body: bytes) -> CheckRequest:
         raise WireFormatError(f"check request is not a JSON object: {exc}") from None
     if version != VERSION:
         raise WireFormatError(f"check request has wire version {version!r}")
+    return dict(data)
+
+
+def _check_from(data: Any) -> CheckRequest:
     try:
         messages = tuple(
             CheckMessage(
@@ -496,6 +551,32 @@ def decode_check_answer(status_code: int, body: bytes) -> TxState:
     if state in (TxState.COMMIT.value, TxState.ROLLBACK.value, TxState.UNKNOWN.value):
         return TxState(state)
     return TxState.UNKNOWN
+
+
+def encode_check_batch_answer(states: Mapping[str, TxState]) -> bytes:
+    return _json({"states": {tx: state.value for tx, state in states.items()}})
+
+
+def decode_check_batch_answer(status_code: int, body: bytes, tx_ids: Iterable[str]) -> dict[str, TxState]:
+    """The verdict for each of ``tx_ids``; as for one check, only an explicit one counts.
+
+    A transaction missing from the answer, or with anything but a known state, is UNKNOWN;
+    so is every transaction of a non-200 answer or of a body that is not ``{"states": {...}}``.
+    """
+    states = dict.fromkeys(tx_ids, TxState.UNKNOWN)
+    if status_code != 200:
+        return states
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return states
+    if not isinstance(data, dict) or set(data) != {"states"} or not isinstance(data["states"], dict):
+        return states
+    known = {TxState.COMMIT.value, TxState.ROLLBACK.value}
+    for tx, state in data["states"].items():
+        if tx in states and state in known:
+            states[tx] = TxState(state)
+    return states
 
 
 def sign(secret: bytes, body: bytes, *, now: float | None = None) -> str:

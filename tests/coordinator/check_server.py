@@ -10,10 +10,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from txbridge.errors import SignatureError, WireFormatError
 from txbridge.wire import (
     SIGNATURE_HEADER,
+    CheckBatch,
     CheckRequest,
     TxState,
+    decode_check_body,
     decode_check_request,
     encode_check_answer,
+    encode_check_batch_answer,
     verify,
 )
 
@@ -23,12 +26,20 @@ Answer = TxState | tuple[int, bytes]
 
 @dataclass
 class CheckServer:
-    """Answers ``script(request)``; records every verified request and every rejected one."""
+    """Answers ``script(request)``; records every verified request and every rejected one.
+
+    A batch is answered transaction by transaction, unless the script gives a raw answer for
+    one of them: that raw answer is then the whole response. ``batches=False`` plays a
+    producer that predates batches (a batch body is a 400), ``posts`` counts HTTP requests.
+    """
 
     secret: bytes
     script: Callable[[CheckRequest], Answer] = lambda _req: TxState.UNKNOWN
+    batches: bool = True
     calls: list[CheckRequest] = field(default_factory=list)
     rejected: int = 0
+    posts: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -42,19 +53,31 @@ class CheckServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                owner.posts += 1
                 try:
                     verify(owner.secret, self.headers.get(SIGNATURE_HEADER), body)
-                    request = decode_check_request(body)
-                except (SignatureError, WireFormatError):
+                except SignatureError:
                     owner.rejected += 1
                     self._answer(401, b'{"error":"bad signature"}')
                     return
-                owner.calls.append(request)
-                answer = owner.script(request)
-                if isinstance(answer, TxState):
-                    self._answer(200, encode_check_answer(answer))
+                try:
+                    parsed = decode_check_body(body) if owner.batches else decode_check_request(body)
+                except WireFormatError:
+                    owner.rejected += 1
+                    self._answer(400, b'{"error":"not a check request"}')
+                    return
+                requests = parsed.checks if isinstance(parsed, CheckBatch) else (parsed,)
+                owner.batch_sizes.append(len(requests))
+                owner.calls.extend(requests)
+                answers = [owner.script(r) for r in requests]
+                raw = [a for a in answers if not isinstance(a, TxState)]
+                if raw:
+                    self._answer(*raw[0])
+                elif isinstance(parsed, CheckBatch):
+                    states = {r.tx_id: a for r, a in zip(requests, answers, strict=True)}
+                    self._answer(200, encode_check_batch_answer(states))  # type: ignore[arg-type]
                 else:
-                    self._answer(*answer)
+                    self._answer(200, encode_check_answer(answers[0]))  # type: ignore[arg-type]
 
             def _answer(self, status: int, body: bytes) -> None:
                 self.send_response(status)

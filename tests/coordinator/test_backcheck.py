@@ -136,3 +136,36 @@ def test_check_timing_ignores_the_producer_clock_and_honours_check_after(
     assert check_server.calls_for(slow) == []
     seen = wait_for(env.bootstrap, topic, 2)
     assert [s.value for s in seen] == [b"fast", b"slow"]
+
+
+@pytest.mark.parametrize("batches", [True, False], ids=["batched", "producer-without-batches"])
+def test_many_unknown_transactions_are_resolved_in_few_requests(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str], batches: bool
+) -> None:
+    topic = topic_factory()
+    check_server.batches = batches
+    committed: set[str] = set()
+    check_server.script = lambda req: TxState.COMMIT if req.tx_id in committed else TxState.ROLLBACK
+    env.producer.heartbeat(check_server.url)
+    # Every transaction is due at once (check_after 0.5 s), so the coordinator batches them.
+    tx_ids = [
+        env.producer.halves(
+            [Msg(topic, f"m{i}".encode(), key=f"k{i}".encode())], check_after=0.5, flush=False
+        )[0]
+        for i in range(60)
+    ]
+    env.producer.flush()
+    committed.update(tx_ids[::2])
+    handle = env.start(check_batch_size=25)
+
+    seen = wait_for(env.bootstrap, topic, 30)
+
+    assert sorted(s.headers["txb.tx"].decode() for s in seen) == sorted(committed)
+    assert eventually(lambda: handle.service.stats["resolved_rolled_back"] == 30)
+    assert sorted(c.tx_id for c in check_server.calls) == sorted(tx_ids)  # each asked exactly once
+    if batches:
+        assert 1 < max(check_server.batch_sizes) <= 25
+        assert check_server.posts < len(tx_ids)
+    else:  # the batches in flight when the first was refused (up to 4), then one tx per request
+        assert set(check_server.batch_sizes) == {1}
+        assert 1 <= check_server.rejected <= 4

@@ -9,8 +9,16 @@ import pytest
 
 from coordinator.checker import Checker, CheckJob
 from coordinator.config import CoordinatorConfig, Secrets
-from txbridge.errors import SignatureError
-from txbridge.wire import SIGNATURE_HEADER, CheckRequest, TxState, decode_check_request, verify
+from txbridge.errors import SignatureError, WireFormatError
+from txbridge.wire import (
+    SIGNATURE_HEADER,
+    CheckBatch,
+    CheckRequest,
+    TxState,
+    decode_check_body,
+    decode_check_request,
+    verify,
+)
 
 SECRET = b"unit-secret"
 REQUEST = CheckRequest("tx-1", "orders", "inst-1", 2)
@@ -107,3 +115,89 @@ def test_concurrency_per_group_is_bounded() -> None:
         time.sleep(0.01)
     checker.close()
     assert sorted(r.job.request.group for r in results) == ["orders", "orders", "payments"]
+
+
+def jobs(count: int, *targets: str) -> list[CheckJob]:
+    return [CheckJob(0, CheckRequest(f"tx-{i}", "orders", "inst-1", 1), targets) for i in range(count)]
+
+
+def test_a_batch_is_one_signed_request_and_undecided_ones_go_to_the_next_target() -> None:
+    seen: list[tuple[int | None, list[str]]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        verify(SECRET, request.headers[SIGNATURE_HEADER], request.content)
+        batch = decode_check_body(request.content)
+        assert isinstance(batch, CheckBatch)
+        asked = [c.tx_id for c in batch.checks]
+        seen.append((request.url.port, asked))
+        if request.url.port == 1:  # the writer knows only the even ones
+            states = {tx: "COMMIT" for tx in asked if int(tx[3:]) % 2 == 0}
+        else:
+            states = {tx: "ROLLBACK" for tx in asked}
+        return httpx.Response(200, json={"states": states})
+
+    results = make(handler).check_batch(jobs(5, "http://127.0.0.1:1/c", "http://127.0.0.1:2/c"))
+
+    assert seen == [(1, ["tx-0", "tx-1", "tx-2", "tx-3", "tx-4"]), (2, ["tx-1", "tx-3"])]
+    verdicts = {r.job.request.tx_id: (r.state, r.detail) for r in results}
+    assert verdicts == {
+        "tx-0": (TxState.COMMIT, "http://127.0.0.1:1/c"),
+        "tx-2": (TxState.COMMIT, "http://127.0.0.1:1/c"),
+        "tx-4": (TxState.COMMIT, "http://127.0.0.1:1/c"),
+        "tx-1": (TxState.ROLLBACK, "http://127.0.0.1:2/c"),
+        "tx-3": (TxState.ROLLBACK, "http://127.0.0.1:2/c"),
+    }
+
+
+def test_a_target_that_refuses_batches_is_asked_one_transaction_at_a_time_from_then_on() -> None:
+    bodies: list[bytes] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(request.content)
+        try:
+            decode_check_request(request.content)
+        except WireFormatError:
+            return httpx.Response(400, json={"error": "not a check request"})
+        return httpx.Response(200, json={"state": "COMMIT"})
+
+    checker = make(handler)
+    first = checker.check_batch(jobs(3, "http://127.0.0.1:9/c"))
+    second = checker.check_batch(jobs(2, "http://127.0.0.1:9/c"))
+
+    assert [r.state for r in first + second] == [TxState.COMMIT] * 5
+    assert len(bodies) == 1 + 3 + 2  # one refused batch, then single requests only
+
+
+def test_a_failed_batch_leaves_every_transaction_unknown() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    results = make(handler).check_batch(jobs(3, "http://127.0.0.1:9/c"))
+    assert [r.state for r in results] == [TxState.UNKNOWN] * 3
+    assert all("ReadTimeout" in r.detail for r in results)
+
+
+def test_a_submitted_batch_counts_as_one_request_against_the_group_limit() -> None:
+    release = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        while not release:
+            time.sleep(0.01)
+        batch = decode_check_body(request.content)
+        assert isinstance(batch, CheckBatch)
+        return httpx.Response(200, json={"states": {c.tx_id: "COMMIT" for c in batch.checks}})
+
+    checker = make(handler, check_concurrency_per_group=1)
+    assert checker.submit_batch(jobs(4, "http://127.0.0.1:9/c"))
+    assert checker.in_flight_txs == {"tx-0", "tx-1", "tx-2", "tx-3"}
+    assert not checker.submit_batch(jobs(1, "http://127.0.0.1:9/c"))
+    release.append(True)
+    deadline = time.monotonic() + 10
+    results = []
+    while len(results) < 4 and time.monotonic() < deadline:
+        results += checker.results()
+        time.sleep(0.01)
+    checker.close()
+    assert sorted(r.job.request.tx_id for r in results) == ["tx-0", "tx-1", "tx-2", "tx-3"]
+    assert {r.state for r in results} == {TxState.COMMIT}
+    assert checker.in_flight_txs == set()

@@ -164,3 +164,70 @@ def test_only_post_on_the_check_path(make_producer: Callable[..., TransactionPro
     assert httpx.get(producer.check_url, timeout=10).status_code == 405
     other = producer.check_url.replace("/txbridge/check", "/elsewhere")
     assert httpx.post(other, content=b"{}", timeout=10).status_code == 404
+
+
+def test_a_batch_is_answered_per_transaction_and_one_failure_stays_its_own(
+    make_producer: Callable[..., TransactionProducer],
+) -> None:
+    verdicts: dict[str, TxState | Exception] = {}
+    checked: list[str] = []
+
+    def check(txn: LocalTransaction) -> TxState:
+        checked.append(txn.tx_id)
+        answer = verdicts[txn.tx_id]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    producer = make_producer(check=check)
+    requests = [request_for(producer) for _ in range(4)]
+    answers: list[TxState | Exception] = [
+        TxState.COMMIT,
+        RuntimeError("db down"),
+        TxState.ROLLBACK,
+        TxState.UNKNOWN,
+    ]
+    verdicts.update({r.tx_id: a for r, a in zip(requests, answers, strict=True)})
+    body = wire.CheckBatch(producer.settings.group, tuple(requests)).encode()
+
+    response = post(producer.check_url, body, wire.sign(SECRET, body))
+
+    assert response.status_code == 200
+    states = wire.decode_check_batch_answer(200, response.content, [r.tx_id for r in requests])
+    assert [states[r.tx_id] for r in requests] == [
+        TxState.COMMIT,
+        TxState.UNKNOWN,
+        TxState.ROLLBACK,
+        TxState.UNKNOWN,
+    ]
+    assert checked == [r.tx_id for r in requests]
+
+
+def test_an_async_check_answers_a_batch(make_producer: Callable[..., TransactionProducer]) -> None:
+    async def check(txn: LocalTransaction) -> TxState:
+        return TxState.COMMIT if txn.attempt == 2 else TxState.ROLLBACK
+
+    producer = make_producer(check=check)
+    requests = [request_for(producer), request_for(producer, attempt=5)]
+    body = wire.CheckBatch(producer.settings.group, tuple(requests)).encode()
+
+    response = post(producer.check_url, body, wire.sign(SECRET, body))
+
+    assert response.json() == {"states": {requests[0].tx_id: "COMMIT", requests[1].tx_id: "ROLLBACK"}}
+
+
+@pytest.mark.parametrize("problem", ["unsigned", "other-group", "too-many"])
+def test_a_bad_batch_runs_no_user_code(
+    make_producer: Callable[..., TransactionProducer], problem: str
+) -> None:
+    listener = RecordingListener()
+    producer = make_producer(listener=listener)
+    count = wire.MAX_CHECK_BATCH + 1 if problem == "too-many" else 2
+    group = "someone-else" if problem == "other-group" else producer.settings.group
+    body = wire.CheckBatch(group, tuple(request_for(producer, group=group) for _ in range(count))).encode()
+
+    response = post(producer.check_url, body, None if problem == "unsigned" else wire.sign(SECRET, body))
+
+    assert response.status_code == {"unsigned": 401, "other-group": 404, "too-many": 400}[problem]
+    assert "error" in response.json()
+    assert listener.checked == []

@@ -161,3 +161,62 @@ def test_producer_registry_round_trip() -> None:
     assert inst.key() == b"g/i"
     with pytest.raises(WireFormatError):
         wire.decode_producer(json.dumps({"group": "g"}).encode())
+
+
+def _batch(*tx_ids: str, group: str = "g") -> wire.CheckBatch:
+    return wire.CheckBatch(
+        group, tuple(wire.CheckRequest(t, group, "i", 1, (wire.CheckMessage("o", b"k"),)) for t in tx_ids)
+    )
+
+
+def test_check_batch_round_trip_and_single_bodies_still_parse() -> None:
+    batch = _batch("t1", "t2")
+    assert wire.decode_check_body(batch.encode()) == batch
+    single = wire.CheckRequest("t1", "g", "i", 3)
+    assert wire.decode_check_body(single.encode()) == single
+    with pytest.raises(WireFormatError):  # a producer that knows single checks only refuses a batch
+        wire.decode_check_request(batch.encode())
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b'{"v":1,"group":"g","checks":[]}', "empty"),
+        (
+            _batch("t1", group="g").encode().replace(b'"group":"g","checks"', b'"group":"h","checks"'),
+            "one group",
+        ),
+        (_batch(*(f"t{i}" for i in range(wire.MAX_CHECK_BATCH + 1))).encode(), "at most"),
+        (b'{"v":1,"group":"g","checks":[{"tx":"t"}]}', "not valid"),
+        (b'{"v":2,"group":"g","checks":[]}', "version"),
+    ],
+)
+def test_bad_check_batches_are_refused_with_a_reason(body: bytes, why: str) -> None:
+    with pytest.raises(WireFormatError, match=why):
+        wire.decode_check_body(body)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (200, b'{"states":{"a":"COMMIT","b":"ROLLBACK"}}', {"a": "COMMIT", "b": "ROLLBACK"}),
+        (200, b'{"states":{"a":"COMMIT"}}', {"a": "COMMIT", "b": "UNKNOWN"}),  # b missing
+        (200, b'{"states":{"a":"commit","b":"UNKNOWN"}}', {"a": "UNKNOWN", "b": "UNKNOWN"}),
+        (200, b'{"states":{"a":"COMMIT","zz":"COMMIT"}}', {"a": "COMMIT", "b": "UNKNOWN"}),  # not asked
+        (200, b'{"states":{"a":"COMMIT"},"ok":1}', {"a": "UNKNOWN", "b": "UNKNOWN"}),
+        (200, b'{"state":"COMMIT"}', {"a": "UNKNOWN", "b": "UNKNOWN"}),
+        (200, b'{"states":["COMMIT"]}', {"a": "UNKNOWN", "b": "UNKNOWN"}),
+        (500, b'{"states":{"a":"COMMIT","b":"COMMIT"}}', {"a": "UNKNOWN", "b": "UNKNOWN"}),
+        (200, b"OK", {"a": "UNKNOWN", "b": "UNKNOWN"}),
+    ],
+)
+def test_batch_answers_count_only_explicit_verdicts(
+    status: int, body: bytes, expected: dict[str, str]
+) -> None:
+    states = wire.decode_check_batch_answer(status, body, ["a", "b"])
+    assert {tx: s.value for tx, s in states.items()} == expected
+
+
+def test_batch_answer_round_trip() -> None:
+    states = {"a": TxState.COMMIT, "b": TxState.UNKNOWN}
+    assert wire.decode_check_batch_answer(200, wire.encode_check_batch_answer(states), states) == states
