@@ -97,9 +97,7 @@ class BenchRun:
                 duration_s=m.latency_s,
             )
         elif name == "checks":
-            figure = tb.backcheck_drain(
-                self.env, self._shared_namespace(), size=size, count=m.checks, concurrency=self.in_flight
-            )
+            figure = tb.backcheck_drain(self.env, size=size, count=m.checks, concurrency=self.in_flight)
         elif name == "memory":
             figure = tb.memory(self.env, size=size, pending=m.pending, cache_bytes=16 * 2**20)
         elif name == "failover":
