@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -63,7 +64,9 @@ def decode_entry(value: bytes) -> PendingTx:
         if body.get("v") != ENTRY_VERSION:
             raise WireFormatError(f"state entry has version {body.get('v')!r}")
         halves = {
-            int(seq): HalfRef(int(off), int(size), str(topic), None if key is None else base64.b64decode(key))
+            int(seq): HalfRef(
+                int(off), int(size), sys.intern(str(topic)), None if key is None else base64.b64decode(key)
+            )
             for seq, off, size, topic, key in body["halves"]
         }
         return PendingTx(
@@ -71,8 +74,8 @@ def decode_entry(value: bytes) -> PendingTx:
             partition=int(body["p"]),
             phase=Phase(body["phase"]),
             halves=halves,
-            group=str(body.get("group", "")),
-            instance=str(body.get("instance", "")),
+            group=sys.intern(str(body.get("group", ""))),
+            instance=sys.intern(str(body.get("instance", ""))),
             first_append_ms=body.get("first"),
             check_after_s=body.get("check_after"),
             decision_source=OpSource(body["source"]) if body.get("source") else None,

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from coordinator.state import PendingTx
+from coordinator.state import HalfRef, PartitionState, PendingTx
 from txbridge import _kafka
 from txbridge.errors import KafkaOperationError, WireFormatError
 from txbridge.wire import HalfMessage, decode_half
@@ -19,22 +19,38 @@ logger = logging.getLogger(__name__)
 def evict(txs: Iterable[PendingTx], budget_bytes: int) -> int:
     """Drop cached payloads, oldest transactions first, until the rest fit ``budget_bytes``.
 
-    Returns how many bytes were evicted.
+    Sums every transaction's cached bytes; :func:`evict_states` uses the states' running
+    totals instead. Returns how many bytes were evicted.
     """
     txs = list(txs)
     total = sum(t.cached_bytes() for t in txs)
     if total <= budget_bytes:
-        return 0  # the common case, every commit boundary: no sort
-    ordered = sorted(txs, key=lambda t: (t.first_append_ms or 0, t.tx_id))
+        return 0
+    return _drop_oldest(txs, total, budget_bytes)
+
+
+def evict_states(states: Iterable[PartitionState], budget_bytes: int) -> int:
+    """Keep the cached payloads of ``states`` within ``budget_bytes``, oldest transactions first.
+
+    Under budget this costs one addition per partition. Over it, payloads are dropped
+    until the rest fit 7/8 of the budget, so the sort of the pending transactions runs
+    once per eighth of the budget of new payloads, not at every commit boundary.
+    Returns how many bytes were evicted.
+    """
+    states = list(states)
+    total = sum(s.payload_bytes for s in states)
+    if total <= budget_bytes:
+        return 0  # the common case, every commit boundary
+    cached = [t for s in states for t in s.pending.values() if t.cached_bytes()]
+    return _drop_oldest(cached, total, budget_bytes - budget_bytes // 8)
+
+
+def _drop_oldest(txs: list[PendingTx], total: int, target: int) -> int:
     evicted = 0
-    for tx in ordered:
-        if total <= budget_bytes:
+    for tx in sorted(txs, key=lambda t: (t.first_append_ms or 0, t.tx_id)):
+        if total - evicted <= target:
             break
-        for ref in tx.halves.values():
-            if ref.message is not None:
-                ref.message = None
-                total -= ref.size
-                evicted += ref.size
+        evicted += tx.drop_payloads()
     return evicted
 
 
@@ -53,14 +69,15 @@ class HalfReader:
         Raises:
             KafkaOperationError: a record could not be read back in time (e.g. retention deleted it).
         """
-        wanted: dict[int, dict[int, Any]] = {}
+        wanted: dict[int, dict[int, tuple[PendingTx, HalfRef]]] = {}
         for tx in txs:
-            for ref in tx.halves.values():
+            for ref in tx.ordered_halves():
                 if ref.message is None:
-                    wanted.setdefault(tx.partition, {})[ref.offset] = ref
+                    wanted.setdefault(tx.partition, {})[ref.offset] = (tx, ref)
         for partition, refs in wanted.items():
             for offset, message in self._read(partition, sorted(refs), timeout).items():
-                refs[offset].message = message
+                tx, ref = refs[offset]
+                tx.set_payload(ref, message)
 
     def _read(self, partition: int, offsets: list[int], timeout: float) -> dict[int, HalfMessage]:
         if self._consumer is None:

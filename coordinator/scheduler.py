@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from coordinator.state import PendingTx, Phase
+from coordinator.state import Due, PendingTx, Phase
 
 
 @dataclass(frozen=True)
@@ -41,16 +41,14 @@ class CheckPolicy:
         return int(min(self.backoff_s * (2 ** min(exponent, 30)), self.backoff_max_s) * 1000)
 
 
-@dataclass(frozen=True)
-class Due:
-    """What to do now: transactions to check and transactions to expire."""
-
-    check: list[PendingTx]
-    expire: list[PendingTx]
+__all__ = ["CheckPolicy", "Due", "due", "record_unknown"]
 
 
 def due(policy: CheckPolicy, txs: Iterable[PendingTx], now_ms: int, in_flight: set[str]) -> Due:
-    """Undecided transactions whose check time has come (``in_flight`` ones are skipped)."""
+    """Undecided transactions whose check time has come (``in_flight`` ones are skipped).
+
+    A scan of ``txs``; :meth:`PartitionState.due_checks` gives the same answer from a heap.
+    """
     check: list[PendingTx] = []
     expire: list[PendingTx] = []
     for tx in txs:

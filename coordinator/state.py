@@ -16,17 +16,40 @@ Readiness of a COMMIT:
 A COMMIT that reached ``wait_offset`` and is still missing halves is *incomplete*
 (quarantined if it has halves, an *orphan* op if it has none: typically the
 read-back of a decision that was already applied before a restart).
+
+Indexes. A coordinator may hold 100,000 pending transactions and reaches a commit
+boundary every few tens of milliseconds, so nothing done at a boundary scans them
+all. :class:`PartitionState` keeps indexes that the transitions update (a
+transaction tells its owning state when its phase, ``dirty`` or ``next_check_ms``
+changes): the dirty ones, the COMMITTED ones (and those without a ``wait_offset``),
+COMMITTED/READY in decision order, the undecided ones per order key, a heap of
+back-check times, and the bytes of cached payloads. Each boundary method costs
+what it returns, not what is pending.
+
+Memory. Per pending transaction the state keeps one :class:`PendingTx`, one
+:class:`HalfRef` per half (a transaction with one half has no dict of halves), and
+the decoded :class:`~txbridge.wire.HalfMessage` while its payload is cached; topic,
+group, instance and header names are interned, so 100,000 transactions of one
+producer group share one copy of each.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
-from collections import Counter, OrderedDict
-from dataclasses import dataclass, field
+import sys
+from collections import Counter, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from txbridge.errors import TransactionStateError
 from txbridge.wire import HalfMessage, OpRecord, OpSource, TxState
+
+if TYPE_CHECKING:
+    from coordinator.scheduler import CheckPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -58,11 +81,17 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.ORPHAN: frozenset(),
 }
 TERMINAL = frozenset(p for p, nxt in TRANSITIONS.items() if not nxt)
+UNDECIDED = frozenset({Phase.OPEN, Phase.COMMITTED})  # may still hold a later same-key tx back
+DECIDED_COMMIT = frozenset({Phase.COMMITTED, Phase.READY})  # in the republish queue
 
 
 @dataclass(slots=True)
 class HalfRef:
-    """Where a half record lies; ``message`` is None when its payload was evicted from the cache."""
+    """Where a half record lies; ``message`` is None when its payload was evicted from the cache.
+
+    Change ``message`` through :meth:`PendingTx.set_payload` / :meth:`PendingTx.drop_payloads`
+    so that the owning state's byte count stays right.
+    """
 
     offset: int
     size: int
@@ -71,26 +100,92 @@ class HalfRef:
     message: HalfMessage | None = None
 
 
-@dataclass(slots=True)
-class PendingTx:
-    """One transaction not yet resolved on its partition."""
+_NO_HALVES: Mapping[int, HalfRef] = MappingProxyType({})
 
-    tx_id: str
-    partition: int
-    phase: Phase = Phase.OPEN
-    halves: dict[int, HalfRef] = field(default_factory=dict)
-    group: str = ""
-    instance: str = ""
-    first_append_ms: int | None = None
-    check_after_s: float | None = None
-    decision_source: OpSource | None = None
-    count: int | None = None
-    wait_offset: int | None = None
-    checks: int = 0
-    next_check_ms: int | None = None
-    decided_seq: int = 0  # position in the partition's decision order
-    dirty: bool = True  # changed since its last <ns>_state entry
-    persisted: bool = False  # has a live <ns>_state entry (tombstone it when resolved)
+
+class PendingTx:
+    """One transaction not yet resolved on its partition.
+
+    A slotted class rather than a dataclass: ``phase``, ``dirty`` and
+    ``next_check_ms`` are properties that keep the owning :class:`PartitionState`'s
+    indexes current, and the halves of a one-half transaction (the common case) are
+    kept without a dict. ``halves`` is a read-only view; halves are added by the state.
+    """
+
+    __slots__ = (
+        "_dirty",
+        "_halves",
+        "_next_check_ms",
+        "_owner",
+        "_phase",
+        "check_after_s",
+        "checks",
+        "count",
+        "decided_seq",
+        "decision_source",
+        "first_append_ms",
+        "group",
+        "instance",
+        "partition",
+        "persisted",
+        "tx_id",
+        "wait_offset",
+    )
+
+    def __init__(
+        self,
+        tx_id: str,
+        partition: int,
+        phase: Phase = Phase.OPEN,
+        *,
+        halves: Mapping[int, HalfRef] | None = None,
+        group: str = "",
+        instance: str = "",
+        first_append_ms: int | None = None,
+        check_after_s: float | None = None,
+        decision_source: OpSource | None = None,
+        count: int | None = None,
+        wait_offset: int | None = None,
+        checks: int = 0,
+        next_check_ms: int | None = None,
+        decided_seq: int = 0,
+        dirty: bool = True,
+        persisted: bool = False,
+    ) -> None:
+        self.tx_id = tx_id
+        self.partition = partition
+        self._phase = phase
+        # None: no half; a HalfRef: exactly seq 0; a dict: anything else.
+        self._halves: HalfRef | dict[int, HalfRef] | None = None
+        if halves:
+            for seq, ref in sorted(halves.items()):
+                self._add_half(seq, ref)
+        self.group = group
+        self.instance = instance
+        self.first_append_ms = first_append_ms
+        self.check_after_s = check_after_s
+        self.decision_source = decision_source
+        self.count = count
+        self.wait_offset = wait_offset  # set by PartitionState.set_end_offset only
+        self.checks = checks
+        self._next_check_ms = next_check_ms
+        self.decided_seq = decided_seq  # position in the partition's decision order
+        self._dirty = dirty  # changed since its last <ns>_state entry
+        self.persisted = persisted  # has a live <ns>_state entry (tombstone it when resolved)
+        self._owner: PartitionState | None = None  # the state whose pending set holds it
+
+    def __repr__(self) -> str:
+        return (
+            f"PendingTx({self.tx_id!r}, partition={self.partition}, phase={self._phase.value}, "
+            f"halves={sorted(self.halves)}, checks={self.checks})"
+        )
+
+    # ------------------------------------------------------------------ tracked fields
+
+    @property
+    def phase(self) -> Phase:
+        """The current phase; changed only by :meth:`move`."""
+        return self._phase
 
     def move(self, to: Phase) -> None:
         """The one guarded setter of ``phase``.
@@ -98,42 +193,145 @@ class PendingTx:
         Raises:
             TransactionStateError: ``to`` is not allowed from the current phase.
         """
-        if to not in TRANSITIONS[self.phase]:
-            raise TransactionStateError(f"tx {self.tx_id}: {self.phase} -> {to} is not allowed")
-        self.phase = to
+        before = self._phase
+        if to not in TRANSITIONS[before]:
+            raise TransactionStateError(f"tx {self.tx_id}: {before} -> {to} is not allowed")
+        self._phase = to
         self.dirty = True
+        if self._owner is not None:
+            self._owner._moved(self, before)
 
     @property
-    def decision(self) -> TxState | None:
-        if self.phase in (Phase.COMMITTED, Phase.READY, Phase.PUBLISHED, Phase.QUARANTINED):
-            return TxState.COMMIT
-        if self.phase in (Phase.ROLLED_BACK, Phase.EXPIRED):
-            return TxState.ROLLBACK
-        return None
+    def dirty(self) -> bool:
+        """Changed since its last ``<ns>_state`` entry."""
+        return self._dirty
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        self._dirty = value
+        if self._owner is not None:
+            self._owner._dirty_changed(self)
+
+    @property
+    def next_check_ms(self) -> int | None:
+        """When to back-check it next (coordinator clock); None until first scheduled."""
+        return self._next_check_ms
+
+    @next_check_ms.setter
+    def next_check_ms(self, value: int | None) -> None:
+        self._next_check_ms = value
+        if self._owner is not None:
+            self._owner._rescheduled(self)
+
+    # ------------------------------------------------------------------ halves
+
+    @property
+    def halves(self) -> Mapping[int, HalfRef]:
+        """seq -> half (read-only)."""
+        h = self._halves
+        if h is None:
+            return _NO_HALVES
+        return MappingProxyType({0: h} if isinstance(h, HalfRef) else h)
+
+    def _add_half(self, seq: int, ref: HalfRef) -> bool:
+        """Add a half; False when that seq is already known."""
+        h = self._halves
+        if h is None:
+            self._halves = ref if seq == 0 else {seq: ref}
+        elif isinstance(h, HalfRef):
+            if seq == 0:
+                return False
+            self._halves = {0: h, seq: ref}
+        elif seq in h:
+            return False
+        else:
+            h[seq] = ref
+        return True
+
+    def has_half(self, seq: int) -> bool:
+        h = self._halves
+        if h is None or isinstance(h, HalfRef):
+            return h is not None and seq == 0
+        return seq in h
+
+    def half_count(self) -> int:
+        h = self._halves
+        return 0 if h is None else 1 if isinstance(h, HalfRef) else len(h)
+
+    def _first_half(self) -> HalfRef | None:
+        h = self._halves
+        if h is None or isinstance(h, HalfRef):
+            return h
+        return h[min(h)]
+
+    def ordered_halves(self) -> list[HalfRef]:
+        h = self._halves
+        if h is None:
+            return []
+        if isinstance(h, HalfRef):
+            return [h]
+        return [h[seq] for seq in sorted(h)]
 
     def complete(self) -> bool:
         """True when every half of a decided COMMIT is known (see the module docstring)."""
-        if self.count is not None:
-            return all(seq in self.halves for seq in range(self.count))
-        return bool(self.halves) and all(seq in self.halves for seq in range(len(self.halves)))
-
-    def ordered_halves(self) -> list[HalfRef]:
-        return [self.halves[seq] for seq in sorted(self.halves)]
+        h = self._halves
+        if self.count is None and h is None:
+            return False
+        wanted = self.count if self.count is not None else self.half_count()
+        if h is None or isinstance(h, HalfRef):
+            return wanted <= (0 if h is None else 1)
+        return all(seq in h for seq in range(wanted))
 
     def order_key(self) -> bytes:
         """The key that orders this transaction against others: its first message's key, else its id."""
-        if self.halves:
-            key = self.halves[min(self.halves)].key
-            if key is not None:
-                return key
+        first = self._first_half()
+        if first is not None and first.key is not None:
+            return first.key
         return self.tx_id.encode()
 
     def first_offset(self) -> int:
         """Offset of its earliest half record seen (its place in the producers' order)."""
-        return min((h.offset for h in self.halves.values()), default=-1)
+        h = self._halves
+        if h is None:
+            return -1
+        if isinstance(h, HalfRef):
+            return h.offset
+        return min(ref.offset for ref in h.values())
+
+    # ------------------------------------------------------------------ payloads
 
     def cached_bytes(self) -> int:
-        return sum(h.size for h in self.halves.values() if h.message is not None)
+        h = self._halves
+        if h is None:
+            return 0
+        if isinstance(h, HalfRef):
+            return h.size if h.message is not None else 0
+        return sum(ref.size for ref in h.values() if ref.message is not None)
+
+    def set_payload(self, ref: HalfRef, message: HalfMessage) -> None:
+        """Put a re-read payload back into ``ref`` (one of this transaction's halves)."""
+        if ref.message is None and self._owner is not None:
+            self._owner.payload_bytes += ref.size
+        ref.message = message
+
+    def drop_payloads(self) -> int:
+        """Evict every cached payload of this transaction. Returns the bytes dropped."""
+        dropped = 0
+        for ref in self.ordered_halves():
+            if ref.message is not None:
+                ref.message = None
+                dropped += ref.size
+        if self._owner is not None:
+            self._owner.payload_bytes -= dropped
+        return dropped
+
+    @property
+    def decision(self) -> TxState | None:
+        if self._phase in (Phase.COMMITTED, Phase.READY, Phase.PUBLISHED, Phase.QUARANTINED):
+            return TxState.COMMIT
+        if self._phase in (Phase.ROLLED_BACK, Phase.EXPIRED):
+            return TxState.ROLLBACK
+        return None
 
 
 @dataclass(frozen=True)
@@ -144,6 +342,29 @@ class Resolution:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Due:
+    """What to do now: transactions to check and transactions to expire."""
+
+    check: list[PendingTx]
+    expire: list[PendingTx]
+
+
+def _intern_message(msg: HalfMessage) -> HalfMessage:
+    """``msg`` sharing the strings that repeat across transactions: topic, group, instance, header names.
+
+    A copy only when one of them is not interned yet (``decode_half`` may intern them itself).
+    """
+    topic, group, instance = sys.intern(msg.topic), sys.intern(msg.group), sys.intern(msg.instance)
+    names_shared = all(sys.intern(name) is name for name, _ in msg.user_headers)
+    if msg.topic is topic and msg.group is group and msg.instance is instance and names_shared:
+        return msg
+    headers = msg.user_headers
+    if not names_shared:
+        headers = tuple((sys.intern(name), value) for name, value in headers)
+    return replace(msg, topic=topic, group=group, instance=instance, user_headers=headers)
+
+
 class PartitionState:
     """The pending transactions of one half/op partition (pure: the service feeds it records).
 
@@ -151,6 +372,11 @@ class PartitionState:
         partition: the half/op partition number.
         stats: shared counters (``conflicting_ops``, ``late_halves``, ...), read by metrics.
         half_position: next half offset to consume (from the committed offsets).
+
+    Attributes:
+        pending: tx id -> transaction (read it; change it through this class).
+        tombstones: resolved txs whose ``<ns>_state`` entry must be deleted.
+        payload_bytes: sizes of the half payloads currently cached in ``pending``.
     """
 
     def __init__(self, partition: int, stats: Counter[str] | None = None, half_position: int = 0) -> None:
@@ -158,50 +384,80 @@ class PartitionState:
         self.stats: Counter[str] = stats if stats is not None else Counter()
         self.half_position = half_position
         self.pending: dict[str, PendingTx] = {}
-        self.resolved: OrderedDict[str, TxState | None] = OrderedDict()
-        self.tombstones: set[str] = set()  # resolved txs whose <ns>_state entry must be deleted
+        self.tombstones: set[str] = set()
+        self.payload_bytes = 0
         self._decisions = 0
+        # Resolved ids and their decision; a deque remembers which to forget first.
+        self._resolved: dict[str, TxState | None] = {}
+        self._resolved_order: deque[str] = deque()
+        # Indexes (see the module docstring), kept by _adopt, _moved, _dirty_changed,
+        # _rescheduled and _resolve.
+        self._dirty: dict[str, PendingTx] = {}
+        self._committed: dict[str, PendingTx] = {}  # phase COMMITTED
+        self._awaiting_end: dict[str, PendingTx] = {}  # COMMITTED with no wait_offset yet
+        self._decided: dict[str, PendingTx] = {}  # COMMITTED or READY, in decided_seq order ...
+        self._decided_sorted = True  # ... unless a restored one came out of order
+        self._ready = 0  # how many are READY
+        # order key -> the undecided transaction(s) with halves and that key (keyless ones
+        # order only against themselves and are not indexed)
+        self._by_key: dict[bytes, PendingTx | list[PendingTx]] = {}
+        # (due ms, tx id): OPEN transactions by next_check_ms, or by first_append_ms while
+        # unscheduled; stale entries are skipped when popped and dropped by _compact_checks.
+        self._checks: list[tuple[int, str]] = []
+        self._due: dict[str, PendingTx] = {}  # OPEN, next_check_ms reached: due until rescheduled
 
     # ------------------------------------------------------------------ input
 
     def add_restored(self, tx: PendingTx) -> None:
         """A transaction restored from ``<ns>_state`` (already persisted there)."""
-        tx.persisted, tx.dirty = True, False
+        tx.persisted, tx._dirty = True, False
         self._decisions = max(self._decisions, tx.decided_seq)
-        self.pending[tx.tx_id] = tx
+        self._adopt(tx)
 
     def on_half(self, msg: HalfMessage, offset: int, size: int, append_ms: int) -> PendingTx | None:
         """Record a half message. Returns its transaction, or None when it was already resolved."""
         self.half_position = max(self.half_position, offset + 1)
-        if msg.tx_id in self.resolved:
+        if msg.tx_id in self._resolved:
             self.stats["late_halves"] += 1
             logger.debug("half %s/%d of a resolved transaction ignored", msg.tx_id, msg.seq)
             return None
         tx = self.pending.get(msg.tx_id)
+        new = tx is None
         if tx is None:
-            tx = self.pending[msg.tx_id] = PendingTx(msg.tx_id, self.partition)
-        if msg.seq in tx.halves:
+            tx = PendingTx(msg.tx_id, self.partition)
+        elif tx.has_half(msg.seq):
             self.stats["duplicate_halves"] += 1
             return tx
-        tx.halves[msg.seq] = HalfRef(offset, size, msg.topic, msg.key, msg)
+        msg = _intern_message(msg)
+        reindex = tx._phase in UNDECIDED and not new
+        if reindex:
+            self._unindex_key(tx)
+        tx._add_half(msg.seq, HalfRef(offset, size, msg.topic, msg.key, msg))
         tx.group = tx.group or msg.group
         tx.instance = tx.instance or msg.instance
         if tx.first_append_ms is None:
             tx.first_append_ms = append_ms
             tx.check_after_s = msg.check_after_s
-        tx.dirty = True
+        if new:
+            self._adopt(tx)  # indexes it by key, payload bytes, check time
+        else:
+            self.payload_bytes += size
+            if reindex:
+                self._index_key(tx)
+            tx.dirty = True
         self._promote(tx)
         return tx
 
     def on_op(self, op: OpRecord) -> PendingTx | None:
         """Apply a decision from an op record (or a back-check). Returns the tx when it changed."""
-        if op.tx_id in self.resolved:
-            self._late_decision(op, self.resolved[op.tx_id])
+        if op.tx_id in self._resolved:
+            self._late_decision(op, self._resolved[op.tx_id])
             return None
         tx = self.pending.get(op.tx_id)
         if tx is None:
-            tx = self.pending[op.tx_id] = PendingTx(op.tx_id, self.partition)
-            tx.group, tx.instance = op.group, op.instance
+            group, instance = sys.intern(op.group), sys.intern(op.instance)
+            tx = PendingTx(op.tx_id, self.partition, group=group, instance=instance)
+            self._adopt(tx)
         if tx.decision is not None:
             self._late_decision(op, tx.decision)
             return None
@@ -236,7 +492,7 @@ class PartitionState:
         )
 
     def _promote(self, tx: PendingTx) -> None:
-        if tx.phase is Phase.COMMITTED and self._complete_now(tx):
+        if tx._phase is Phase.COMMITTED and self._complete_now(tx):
             tx.move(Phase.READY)
 
     def _complete_now(self, tx: PendingTx) -> bool:
@@ -248,12 +504,14 @@ class PartitionState:
 
     def needs_end_offset(self) -> bool:
         """True when a COMMIT waits for halves and has no ``wait_offset`` yet."""
-        return any(t.phase is Phase.COMMITTED and t.wait_offset is None for t in self.pending.values())
+        return any(t.wait_offset is None for t in self._awaiting_end.values())
 
     def set_end_offset(self, end: int) -> None:
         """The half partition's end offset, read after every current decision arrived."""
-        for tx in self.pending.values():
-            if tx.phase is Phase.COMMITTED and tx.wait_offset is None:
+        waiting = list(self._awaiting_end.values())
+        self._awaiting_end.clear()
+        for tx in waiting:
+            if tx._phase is Phase.COMMITTED and tx.wait_offset is None:
                 tx.wait_offset = end
                 tx.dirty = True
                 self._promote(tx)
@@ -261,21 +519,22 @@ class PartitionState:
     def settle_waits(self) -> list[Resolution]:
         """Promote or give up on COMMITs whose ``wait_offset`` was reached. Returns the given-up ones."""
         out: list[Resolution] = []
-        for tx in list(self.pending.values()):
-            if tx.phase is not Phase.COMMITTED or tx.wait_offset is None:
-                continue
-            if self.half_position < tx.wait_offset:
-                continue
+        reached = [
+            t
+            for t in self._committed.values()
+            if t.wait_offset is not None and self.half_position >= t.wait_offset
+        ]
+        for tx in reached:
             self._promote(tx)
-            if tx.phase is Phase.READY:
+            if tx._phase is Phase.READY:
                 continue
-            if not tx.halves:
+            if tx._halves is None:
                 tx.move(Phase.ORPHAN)
                 self.stats["orphan_ops"] += 1
                 self._resolve(tx)
                 continue
             expected = tx.count if tx.count is not None else "?"
-            out.append(Resolution(tx, f"incomplete: {len(tx.halves)} of {expected} half records found"))
+            out.append(Resolution(tx, f"incomplete: {tx.half_count()} of {expected} half records found"))
         return out
 
     # ------------------------------------------------------------------ output
@@ -291,20 +550,16 @@ class PartitionState:
         back-check (its local commit came first) is not overtaken by a later one of the
         same key; those that go out together are sorted by half offset.
         """
-        undecided: dict[bytes, int] = {}
-        for tx in self.pending.values():
-            if tx.phase in (Phase.OPEN, Phase.COMMITTED) and tx.halves:
-                key, offset = tx.order_key(), tx.first_offset()
-                undecided[key] = min(undecided.get(key, offset), offset)
-        committed = sorted(
-            (t for t in self.pending.values() if t.phase in (Phase.COMMITTED, Phase.READY)),
-            key=lambda t: t.decided_seq,
-        )
+        if not self._ready:
+            return []
+        if not self._decided_sorted:
+            self._decided = dict(sorted(self._decided.items(), key=lambda item: item[1].decided_seq))
+            self._decided_sorted = True
         out = []
-        for tx in committed:
-            if tx.phase is not Phase.READY:
+        for tx in self._decided.values():
+            if tx._phase is not Phase.READY:
                 break
-            earlier = undecided.get(tx.order_key())
+            earlier = self._earliest_undecided(tx.order_key())
             if earlier is not None and earlier < tx.first_offset():
                 self.stats["held_for_key_order"] += 1
                 continue
@@ -313,29 +568,180 @@ class PartitionState:
         return out
 
     def open_txs(self) -> list[PendingTx]:
-        return [t for t in self.pending.values() if t.phase is Phase.OPEN]
+        """Every OPEN transaction (a scan: the service schedules checks with :meth:`due_checks`)."""
+        return [t for t in self.pending.values() if t._phase is Phase.OPEN]
+
+    def due_checks(self, policy: CheckPolicy, now_ms: int, in_flight: set[str]) -> Due:
+        """OPEN transactions whose back-check time has come (``in_flight`` ones are skipped).
+
+        The same answer as ``scheduler.due(policy, self.open_txs(), now_ms, in_flight)``,
+        including giving each new OPEN transaction its first ``next_check_ms``, at the
+        cost of the due transactions rather than of all open ones. A due transaction is
+        returned at every call until its ``next_check_ms`` changes or it is decided.
+        """
+        heap = self._checks
+        while heap and heap[0][0] <= now_ms:
+            at, tx_id = heapq.heappop(heap)
+            tx = self.pending.get(tx_id)
+            if tx is None or tx._phase is not Phase.OPEN:
+                continue
+            if tx._next_check_ms is None:  # an unscheduled entry (keyed by first_append_ms)
+                tx.next_check_ms = policy.first_due_ms(tx, now_ms)  # pushes its real entry
+                tx.dirty = True
+            elif tx._next_check_ms == at:
+                self._due[tx_id] = tx
+        check: list[PendingTx] = []
+        expire: list[PendingTx] = []
+        for tx in self._due.values():
+            if tx.tx_id in in_flight:
+                continue
+            (expire if tx.checks >= policy.max_checks else check).append(tx)
+        return Due(check, expire)
+
+    def has_work(self) -> bool:
+        """Something for the next commit boundary: a tombstone, a dirty or READY tx, an end offset to read."""
+        return bool(self.tombstones or self._dirty or self._ready or self.needs_end_offset())
 
     def finish(self, tx: PendingTx, phase: Phase) -> None:
         """Move ``tx`` to a terminal ``phase`` and forget it (remembering its id)."""
         tx.move(phase)
         self._resolve(tx)
 
-    def _resolve(self, tx: PendingTx) -> None:
-        assert tx.phase in TERMINAL, tx.phase
-        self.pending.pop(tx.tx_id, None)
-        self.resolved[tx.tx_id] = tx.decision
-        if len(self.resolved) > RESOLVED_MEMORY:
-            self.resolved.popitem(last=False)
-        if tx.persisted:
-            self.tombstones.add(tx.tx_id)
-        self.stats[f"resolved_{tx.phase.value}"] += 1
-
     def dirty(self) -> list[PendingTx]:
         """Pending transactions whose ``<ns>_state`` entry is missing or stale."""
-        return [t for t in self.pending.values() if t.dirty]
+        return list(self._dirty.values())
 
     def mark_persisted(self, txs: list[PendingTx], tombstoned: set[str]) -> None:
         """After a Kafka transaction committed their entries."""
         for tx in txs:
             tx.dirty, tx.persisted = False, True
+        if not self._dirty:
+            self._dirty = {}  # a dict keeps its largest table until refilled: let it go
         self.tombstones -= tombstoned
+
+    # ------------------------------------------------------------------ indexes
+
+    def _adopt(self, tx: PendingTx) -> None:
+        """Make ``tx`` pending here and index it by its current fields."""
+        tx._owner = self
+        self.pending[tx.tx_id] = tx
+        if tx._dirty:
+            self._dirty[tx.tx_id] = tx
+        if tx._halves is not None:
+            self.payload_bytes += tx.cached_bytes()
+        phase = tx._phase
+        if phase is Phase.READY:
+            self._ready += 1
+        if phase is Phase.COMMITTED:
+            self._committed[tx.tx_id] = tx
+            if tx.wait_offset is None:
+                self._awaiting_end[tx.tx_id] = tx
+        if phase in DECIDED_COMMIT:
+            self._add_decided(tx)
+        if phase in UNDECIDED:
+            self._index_key(tx)
+        if phase is Phase.OPEN and tx._halves is not None:
+            at = tx._next_check_ms if tx._next_check_ms is not None else tx.first_append_ms or 0
+            self._push_check(at, tx.tx_id)
+
+    def _moved(self, tx: PendingTx, before: Phase) -> None:
+        """``tx`` went from ``before`` to its current phase."""
+        after, tx_id = tx._phase, tx.tx_id
+        if before is Phase.READY:
+            self._ready -= 1
+        if after is Phase.READY:
+            self._ready += 1
+        if before is Phase.COMMITTED:
+            self._committed.pop(tx_id, None)
+            self._awaiting_end.pop(tx_id, None)
+        if after is Phase.COMMITTED:
+            self._committed[tx_id] = tx
+            if tx.wait_offset is None:
+                self._awaiting_end[tx_id] = tx
+        if before in DECIDED_COMMIT and after not in DECIDED_COMMIT:
+            self._decided.pop(tx_id, None)
+        elif after in DECIDED_COMMIT and before not in DECIDED_COMMIT:
+            self._add_decided(tx)
+        if before in UNDECIDED and after not in UNDECIDED:
+            self._unindex_key(tx)
+        if before is Phase.OPEN:
+            self._due.pop(tx_id, None)
+
+    def _dirty_changed(self, tx: PendingTx) -> None:
+        if tx._dirty:
+            self._dirty[tx.tx_id] = tx
+        else:
+            self._dirty.pop(tx.tx_id, None)
+
+    def _rescheduled(self, tx: PendingTx) -> None:
+        self._due.pop(tx.tx_id, None)
+        if tx._phase is Phase.OPEN and tx._next_check_ms is not None:
+            self._push_check(tx._next_check_ms, tx.tx_id)
+
+    def _push_check(self, at: int, tx_id: str) -> None:
+        heapq.heappush(self._checks, (at, tx_id))
+        if len(self._checks) > 2 * len(self.pending) + 1024:
+            self._compact_checks()
+
+    def _compact_checks(self) -> None:
+        """Rebuild the check heap from the OPEN transactions (drops entries of decided ones)."""
+        entries = []
+        for tx in self.pending.values():
+            if tx._phase is Phase.OPEN and tx._halves is not None:
+                nxt = tx._next_check_ms
+                entries.append((nxt if nxt is not None else tx.first_append_ms or 0, tx.tx_id))
+        heapq.heapify(entries)
+        self._checks = entries
+
+    def _add_decided(self, tx: PendingTx) -> None:
+        if self._decided and tx.decided_seq < next(reversed(self._decided.values())).decided_seq:
+            self._decided_sorted = False
+        self._decided[tx.tx_id] = tx
+
+    def _index_key(self, tx: PendingTx) -> None:
+        first = tx._first_half()
+        if first is None or first.key is None:
+            return
+        held = self._by_key.get(first.key)
+        if held is None:
+            self._by_key[first.key] = tx
+        elif isinstance(held, list):
+            held.append(tx)
+        else:
+            self._by_key[first.key] = [held, tx]
+
+    def _unindex_key(self, tx: PendingTx) -> None:
+        first = tx._first_half()
+        if first is None or first.key is None:
+            return
+        held = self._by_key.get(first.key)
+        if held is tx:
+            del self._by_key[first.key]
+        elif isinstance(held, list):
+            held.remove(tx)
+            if len(held) == 1:
+                self._by_key[first.key] = held[0]
+
+    def _earliest_undecided(self, key: bytes) -> int | None:
+        held = self._by_key.get(key)
+        if held is None:
+            return None
+        if isinstance(held, list):
+            return min(t.first_offset() for t in held)
+        return held.first_offset()
+
+    def _resolve(self, tx: PendingTx) -> None:
+        assert tx._phase in TERMINAL, tx._phase
+        tx_id = tx.tx_id
+        if self.pending.pop(tx_id, None) is tx:
+            self._dirty.pop(tx_id, None)
+            self.payload_bytes -= tx.cached_bytes()
+            tx._owner = None
+        if tx_id not in self._resolved:
+            self._resolved_order.append(tx_id)
+        self._resolved[tx_id] = tx.decision
+        if len(self._resolved_order) > RESOLVED_MEMORY:
+            del self._resolved[self._resolved_order.popleft()]
+        if tx.persisted:
+            self.tombstones.add(tx_id)
+        self.stats[f"resolved_{tx._phase.value}"] += 1
