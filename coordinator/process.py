@@ -1,7 +1,9 @@
 """A coordinator as a child process (``python -m coordinator``), for demos, benchmarks and crash tests.
 
 Real processes are what crash tests and failover figures need: SIGKILL leaves
-no chance to clean up, exactly like a machine that dies.
+no chance to clean up, exactly like a machine that dies. ``txbridge bench``
+and the Spark demo (``spark_pipelines``) both launch coordinators through
+:class:`CoordinatorProcess`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +32,10 @@ class CoordinatorProcessError(TxBridgeError):
 
 class CoordinatorProcess:
     """One ``python -m coordinator`` child with its log in ``log_path``.
+
+    The child can be SIGKILLed and started again (:meth:`crash_and_restart`):
+    every start appends to the same log, and :meth:`wait_ready` counts only what
+    the current start logged. ``starts`` and ``kills`` count what happened.
 
     Args:
         bootstrap: Kafka bootstrap servers.
@@ -53,6 +60,13 @@ class CoordinatorProcess:
         self.args = tuple(args)
         self._secret = secret
         self._proc: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0  # the log's size when the current child started
+        self._lock = threading.Lock()  # start, kill and stop may come from different threads
+        self._stopped = False
+        #: Children started so far.
+        self.starts = 0
+        #: Children SIGKILLed so far.
+        self.kills = 0
 
     @property
     def pid(self) -> int | None:
@@ -62,6 +76,19 @@ class CoordinatorProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> CoordinatorProcess:
+        """Start the child (it has not joined its group yet: see :meth:`wait_ready`).
+
+        Raises:
+            CoordinatorProcessError: this one's child is still running.
+        """
+        with self._lock:
+            self._stopped = False
+            self._start()
+        return self
+
+    def _start(self) -> None:
+        if self.alive():
+            raise CoordinatorProcessError(f"the coordinator (pid {self.pid}) is already running")
         cmd = [
             sys.executable,
             "-m",
@@ -75,19 +102,28 @@ class CoordinatorProcess:
         env = {**os.environ, "TXBRIDGE_DEFAULT_SECRET": self._secret}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
+            self._log_offset = log.tell()
             self._proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
             )
+        self.starts += 1
         logger.info("coordinator child pid %d started (log %s)", self._proc.pid, self.log_path)
-        return self
+
+    def _current_log(self) -> str:
+        """What the current child has logged so far."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_offset)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def log_tail(self, lines: int = 15) -> str:
-        if not self.log_path.is_file():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        """The last ``lines`` lines the current child logged."""
+        return "\n".join(self._current_log().splitlines()[-lines:])
 
     def wait_ready(self, timeout: float = 60.0, *, marks: int = 1) -> None:
-        """Wait until the child has logged ``marks`` partition assignments.
+        """Wait until the current child has logged ``marks`` partition assignments.
 
         Raises:
             CoordinatorProcessError: the child exited, or was not assigned in time.
@@ -97,34 +133,62 @@ class CoordinatorProcess:
             if not self.alive():
                 code = self._proc.returncode if self._proc else None
                 raise CoordinatorProcessError(f"the coordinator exited (code {code}):\n{self.log_tail()}")
-            if (
-                self.log_path.is_file()
-                and self.log_path.read_text(errors="replace").count(READY_MARK) >= marks
-            ):
+            if self._current_log().count(READY_MARK) >= marks:
                 return
             time.sleep(0.1)
         raise CoordinatorProcessError(f"the coordinator was not assigned partitions within {timeout:.0f}s")
 
     def kill(self) -> None:
         """SIGKILL: no commit, no leaving the group."""
+        with self._lock:
+            self._kill()
+
+    def _kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             os.kill(self._proc.pid, signal.SIGKILL)
             self._proc.wait(30)
+            self.kills += 1
+            logger.info("coordinator child pid %d killed", self._proc.pid)
+
+    def crash_and_restart(self, downtime: float = 1.0, *, ready_timeout: float = 60.0) -> None:
+        """SIGKILL the child, wait ``downtime`` seconds, start a fresh one and wait until it is ready.
+
+        Does nothing once :meth:`stop` has been called (a restart racing the end of a run).
+
+        Raises:
+            CoordinatorProcessError: the fresh child exited, or was not assigned in time
+                (unless :meth:`stop` ended it meanwhile).
+        """
+        with self._lock:
+            if self._stopped:
+                return
+            self._kill()
+            time.sleep(downtime)
+            self._start()
+        try:
+            self.wait_ready(ready_timeout)
+        except CoordinatorProcessError:
+            if not self._stopped:
+                raise
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM and wait (SIGKILL after ``timeout``). Returns the exit code."""
-        proc = self._proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                logger.warning("coordinator pid %d ignored SIGTERM for %.0fs; killing it", proc.pid, timeout)
-                proc.kill()
-                proc.wait(10)
-        return proc.returncode
+        with self._lock:
+            self._stopped = True
+            proc = self._proc
+            if proc is None:
+                return None
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    logger.warning(
+                        "coordinator pid %d ignored SIGTERM for %.0fs; killing it", proc.pid, timeout
+                    )
+                    proc.kill()
+                    proc.wait(10)
+            return proc.returncode
 
     def rss_bytes(self) -> int:
         import psutil

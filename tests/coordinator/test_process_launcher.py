@@ -1,0 +1,65 @@
+"""The coordinator child-process launcher (``txbridge bench`` and the Spark demo use it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from coordinator.process import READY_MARK, CoordinatorProcess, CoordinatorProcessError
+from tests.coordinator.conftest import SECRET, Env
+from tests.coordinator.wire_producer import Msg
+from tests.kafka_helpers import wait_for
+from txbridge.wire import TxState
+
+pytestmark = pytest.mark.integration
+
+
+def launcher(env: Env, log_path: Path, *args: str) -> CoordinatorProcess:
+    return CoordinatorProcess(env.bootstrap, env.namespace, secret=SECRET, log_path=log_path, args=args)
+
+
+def test_a_killed_and_restarted_coordinator_publishes_again(
+    env: Env, tmp_path: Path, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    log = tmp_path / "coordinator.log"
+    coordinator = launcher(env, log).start()
+    try:
+        coordinator.wait_ready()
+        first_pid = coordinator.pid
+        env.producer.transaction([Msg(topic, b"before")], TxState.COMMIT)
+        assert len(wait_for(env.bootstrap, topic, 1)) == 1
+
+        coordinator.crash_and_restart(downtime=0.2)
+
+        assert coordinator.alive()
+        assert coordinator.pid != first_pid
+        assert (coordinator.starts, coordinator.kills) == (2, 1)
+        env.producer.transaction([Msg(topic, b"after")], TxState.COMMIT)
+        assert [s.value for s in wait_for(env.bootstrap, topic, 2)] == [b"before", b"after"]
+    finally:
+        assert coordinator.stop() == 0, coordinator.log_tail()
+    text = log.read_text()
+    assert text.count(READY_MARK) >= 2  # both children appended to the one log
+    assert SECRET not in text
+
+
+def test_a_coordinator_that_cannot_start_fails_wait_ready_with_its_log(env: Env, tmp_path: Path) -> None:
+    coordinator = launcher(env, tmp_path / "coordinator.log", "--max-checks", "0").start()
+    try:
+        with pytest.raises(CoordinatorProcessError, match="max_checks must be at least 1"):
+            coordinator.wait_ready()
+    finally:
+        coordinator.stop()
+
+
+def test_no_restart_after_stop(env: Env, tmp_path: Path) -> None:
+    coordinator = launcher(env, tmp_path / "coordinator.log").start()
+    coordinator.stop()
+
+    coordinator.crash_and_restart(downtime=0.0)
+
+    assert not coordinator.alive()
+    assert (coordinator.starts, coordinator.kills) == (1, 0)
