@@ -1,4 +1,4 @@
-"""The poll loop both consumers share: lifecycle, rebalances, pause/resume, commits.
+"""What both consumers share: set-up (settings, listener), lifecycle, rebalances, pause/resume, commits.
 
 One thread owns the Kafka consumer: it polls, pauses and resumes partitions,
 and commits. Listeners run elsewhere (a worker per partition, or a pool) and
@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Generic, Self, TypedDict, TypeVar
 
 from txbridge import _kafka
 from txbridge.consumer.dlq import Forwarder
@@ -22,22 +22,54 @@ from txbridge.wire import DEFAULT_NAMESPACE, Topics
 logger = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+ListenerT = TypeVar("ListenerT", bound=Callable[..., Any])
 
 
-class ConsumerLoop:
+class ConsumerOptions(TypedDict, total=False):
+    """The keyword settings both consumers take (each has its own besides).
+
+    Attributes:
+        subscription: tag expression (``*``, ``TAGA || TAGB``); others are committed unseen.
+            Default ``*``.
+        namespace: txbridge's topic namespace (names the dead-letter topic and the concurrent
+            consumer's retry topic).
+        commit_interval_s: how often processed offsets are committed. Default 0.5.
+        shutdown_timeout_s: how long close/revocation waits for running listeners. Default 30.
+        extra_config: librdkafka settings passed through (e.g. ``session.timeout.ms``).
+    """
+
+    subscription: str
+    namespace: str
+    commit_interval_s: float
+    shutdown_timeout_s: float
+    extra_config: Mapping[str, Any] | None
+
+
+class ConsumerLoop(Generic[ListenerT]):
     """Base of :class:`OrderlyConsumer` and :class:`ConcurrentConsumer`.
+
+    Set-up: checks and keeps the group, topics, subscription, listener and the
+    :class:`ConsumerOptions`; a subclass adds its own settings.
 
     Lifecycle: :meth:`start` runs the loop on a background thread, :meth:`run`
     runs it in the caller's thread until ``stop_event`` is set; :meth:`close`
     (or leaving the ``with`` block) stops it, lets running listeners finish and
     commits what was processed. Nothing touches the network before then.
+
+    Raises:
+        ConfigurationError: no group or topic, a bad subscription expression, a listener
+            that is not callable.
     """
+
+    #: What the listener is called with and returns (named when it is not callable).
+    listener_signature: ClassVar[str] = "(message, context) -> status"
 
     def __init__(
         self,
         bootstrap: str,
         group: str,
         topics: Iterable[str] | str,
+        listener: ListenerT,
         *,
         subscription: str = "*",
         namespace: str = DEFAULT_NAMESPACE,
@@ -54,6 +86,9 @@ class ConsumerLoop:
         self.bootstrap = bootstrap
         self.group = group
         self.subscription: Subscription = parse_subscription(subscription)
+        if not callable(listener):
+            raise ConfigurationError(f"listener must be callable: {self.listener_signature}")
+        self._listener: ListenerT = listener
         self.names = Topics(namespace)
         self.dead_letter_topic = self.names.dead_letter(group)
         self._commit_interval_s = commit_interval_s
@@ -99,7 +134,7 @@ class ConsumerLoop:
         if self._error is not None:
             raise TxBridgeError(f"consumer {self.group} failed: {self._error}") from self._error
 
-    def __enter__(self) -> ConsumerLoop:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -14,12 +14,12 @@ import itertools
 import logging
 import queue
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, Unpack
 
 from txbridge import _kafka
-from txbridge.consumer._loop import TP, ConsumerLoop
+from txbridge.consumer._loop import TP, ConsumerLoop, ConsumerOptions
 from txbridge.consumer.dlq import dead_letter_headers, retry_headers
 from txbridge.consumer.model import (
     ConcurrentContext,
@@ -31,12 +31,11 @@ from txbridge.consumer.offsets import OffsetTracker
 from txbridge.consumer.records import due_ms, raw_origin, raw_user_headers, to_consumed
 from txbridge.consumer.retry import RetryPolicy
 from txbridge.errors import ConfigurationError, WireFormatError
-from txbridge.wire import DEFAULT_NAMESPACE
 
 logger = logging.getLogger(__name__)
 
 
-class ConcurrentConsumer(ConsumerLoop):
+class ConcurrentConsumer(ConsumerLoop[ConcurrentListener]):
     """RocketMQ's concurrent consumer on Kafka (``read_committed``, at-least-once).
 
     Messages run on a pool of ``workers`` threads, in no particular order. The
@@ -55,20 +54,20 @@ class ConcurrentConsumer(ConsumerLoop):
         group: the consumer group.
         topics: topic or topics to subscribe to.
         listener: ``(ConsumedMessage, ConcurrentContext) -> ConsumeConcurrentlyStatus``.
-        subscription: tag expression (``*``, ``TAGA || TAGB``); others are committed unseen.
         workers: listener threads.
         retry_policy: delays and the retry limit.
         retry_partitions: partitions of the retry topic when it is created.
         max_in_flight: unfinished messages per partition before it is paused.
         retry_hold_limit: retry records held in memory per retry partition before it is paused.
-        namespace: txbridge's topic namespace (names the retry and dead-letter topics).
-        commit_interval_s: how often processed offsets are committed.
-        shutdown_timeout_s: how long close/revocation waits for running listeners.
-        extra_config: librdkafka settings passed through.
+        **options: the settings both consumers take (:class:`ConsumerOptions`):
+            ``subscription``, ``namespace``, ``commit_interval_s``, ``shutdown_timeout_s``
+            (how long close/revocation waits for running listeners), ``extra_config``.
 
     Raises:
-        ConfigurationError: a bad subscription expression, group, topic or bound.
+        ConfigurationError: a bad subscription expression, group, topic, listener or bound.
     """
+
+    listener_signature = "(message, context) -> ConsumeConcurrentlyStatus"
 
     def __init__(
         self,
@@ -77,31 +76,14 @@ class ConcurrentConsumer(ConsumerLoop):
         topics: Iterable[str] | str,
         listener: ConcurrentListener,
         *,
-        subscription: str = "*",
         workers: int = 8,
         retry_policy: RetryPolicy | None = None,
         retry_partitions: int = 1,
         max_in_flight: int = 1000,
         retry_hold_limit: int = 1000,
-        namespace: str = DEFAULT_NAMESPACE,
-        commit_interval_s: float = 0.5,
-        shutdown_timeout_s: float = 30.0,
-        extra_config: Mapping[str, Any] | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
-        super().__init__(
-            bootstrap,
-            group,
-            topics,
-            subscription=subscription,
-            namespace=namespace,
-            commit_interval_s=commit_interval_s,
-            shutdown_timeout_s=shutdown_timeout_s,
-            extra_config=extra_config,
-        )
-        if not callable(listener):
-            raise ConfigurationError(
-                "listener must be callable: (message, context) -> ConsumeConcurrentlyStatus"
-            )
+        super().__init__(bootstrap, group, topics, listener, **options)
         if workers < 1 or max_in_flight < 1 or retry_hold_limit < 1 or retry_partitions < 1:
             raise ConfigurationError(
                 "workers, max_in_flight, retry_hold_limit and retry_partitions must be >= 1"
@@ -111,7 +93,6 @@ class ConcurrentConsumer(ConsumerLoop):
             raise ConfigurationError(
                 f"do not subscribe to {self.retry_topic}: the consumer reads it by itself"
             )
-        self._listener = listener
         self._policy = retry_policy or RetryPolicy()
         self._workers = workers
         self._retry_partitions = retry_partitions

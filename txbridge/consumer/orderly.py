@@ -11,16 +11,15 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Unpack
 
-from txbridge.consumer._loop import TP, ConsumerLoop
+from txbridge.consumer._loop import TP, ConsumerLoop, ConsumerOptions
 from txbridge.consumer.dlq import Forwarder, dead_letter_headers
 from txbridge.consumer.model import ConsumedMessage, ConsumeOrderlyStatus, OrderlyContext, OrderlyListener
 from txbridge.consumer.records import raw_origin, raw_user_headers, to_consumed
 from txbridge.consumer.tags import Subscription
 from txbridge.errors import ConfigurationError, WireFormatError
-from txbridge.wire import DEFAULT_NAMESPACE
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +142,7 @@ class _PartitionWorker:
         return self._forwarder.send(self._dead_letter_topic, msg.key(), msg.value(), headers)
 
 
-class OrderlyConsumer(ConsumerLoop):
+class OrderlyConsumer(ConsumerLoop[OrderlyListener]):
     """RocketMQ's orderly consumer on Kafka (``read_committed``, at-least-once).
 
     Each assigned partition gets a worker thread that hands its messages to
@@ -165,20 +164,20 @@ class OrderlyConsumer(ConsumerLoop):
         group: the consumer group.
         topics: topic or topics to subscribe to.
         listener: ``(ConsumedMessage, OrderlyContext) -> ConsumeOrderlyStatus``.
-        subscription: tag expression (``*``, ``TAGA || TAGB``); others are committed unseen.
         suspend_s: default suspend time (RocketMQ: 1 s).
         max_suspend_s: upper bound of a listener's own suspend time.
         max_reconsume: redeliveries before the dead-letter topic; None retries forever
             (RocketMQ's default, which lets one bad message block its partition).
         max_backlog: fetched messages a partition may queue before it is paused.
-        namespace: txbridge's topic namespace (names the dead-letter topic).
-        commit_interval_s: how often processed offsets are committed.
-        shutdown_timeout_s: how long close/revocation waits for a running listener.
-        extra_config: librdkafka settings passed through (e.g. ``session.timeout.ms``).
+        **options: the settings both consumers take (:class:`ConsumerOptions`):
+            ``subscription``, ``namespace``, ``commit_interval_s``, ``shutdown_timeout_s``
+            (how long close/revocation waits for a running listener), ``extra_config``.
 
     Raises:
-        ConfigurationError: a bad subscription expression, group, topic or bound.
+        ConfigurationError: a bad subscription expression, group, topic, listener or bound.
     """
+
+    listener_signature = "(message, context) -> ConsumeOrderlyStatus"
 
     def __init__(
         self,
@@ -187,35 +186,19 @@ class OrderlyConsumer(ConsumerLoop):
         topics: Iterable[str] | str,
         listener: OrderlyListener,
         *,
-        subscription: str = "*",
         suspend_s: float = 1.0,
         max_suspend_s: float = 30.0,
         max_reconsume: int | None = DEFAULT_MAX_RECONSUME,
         max_backlog: int = 1000,
-        namespace: str = DEFAULT_NAMESPACE,
-        commit_interval_s: float = 0.5,
-        shutdown_timeout_s: float = 30.0,
-        extra_config: Mapping[str, Any] | None = None,
+        **options: Unpack[ConsumerOptions],
     ) -> None:
-        super().__init__(
-            bootstrap,
-            group,
-            topics,
-            subscription=subscription,
-            namespace=namespace,
-            commit_interval_s=commit_interval_s,
-            shutdown_timeout_s=shutdown_timeout_s,
-            extra_config=extra_config,
-        )
-        if not callable(listener):
-            raise ConfigurationError("listener must be callable: (message, context) -> ConsumeOrderlyStatus")
+        super().__init__(bootstrap, group, topics, listener, **options)
         if not 0 < suspend_s <= max_suspend_s:
             raise ConfigurationError(
                 f"suspend_s must be in (0, max_suspend_s={max_suspend_s}], got {suspend_s}"
             )
         if max_reconsume is not None and max_reconsume < 0:
             raise ConfigurationError("max_reconsume must be >= 0, or None to retry forever")
-        self._listener = listener
         self._suspend_s = suspend_s
         self._max_suspend_s = max_suspend_s
         self._max_reconsume = max_reconsume
