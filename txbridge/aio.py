@@ -137,26 +137,32 @@ class _AckBridge:
         if not wait.future.done():
             wait.future.set_result(None)
 
+    def pending(self, acks: list[_Ack]) -> asyncio.Future[None] | None:
+        """A future resolved once every record of ``acks`` has reported or timed out (``None``:
+        all have already). Then :func:`_failures` tells which failed."""
+        outstanding = [ack for ack in acks if not ack.done]
+        if not outstanding:
+            return None
+        future = self.loop.create_future()
+        wait = _Wait(future, outstanding, self.loop.time() + self._timeout_s)
+        for ack in outstanding:
+            ack.wait = wait
+        self._waiting.add(wait)
+        if self._sweeper is None:
+            self._sweeper = self.loop.call_later(_SWEEP_S, self._sweep)
+        return future
+
     async def wait(self, acks: list[_Ack]) -> list[BaseException]:
         """Wait for every record (bounded); the failures in record order (a timeout counts as one)."""
-        outstanding = [ack for ack in acks if not ack.done]
-        if outstanding:
-            wait = _Wait(self.loop.create_future(), outstanding, self.loop.time() + self._timeout_s)
-            for ack in outstanding:
-                ack.wait = wait
-            self._waiting.add(wait)
-            if self._sweeper is None:
-                self._sweeper = self.loop.call_later(_SWEEP_S, self._sweep)
-            try:
-                await wait.future
-            finally:
-                self._waiting.discard(wait)  # cancelled: forget it
-        return [ack.error for ack in acks if ack.error is not None]
+        pending = self.pending(acks)
+        if pending is not None:
+            await pending
+        return _failures(acks)
 
     def _sweep(self) -> None:
-        """Fail the records of waits past their deadline; runs while anything waits."""
+        """Fail the records of waits past their deadline, forget cancelled waits; runs while any wait."""
         now = self.loop.time()
-        for wait in [w for w in self._waiting if w.deadline <= now]:
+        for wait in [w for w in self._waiting if w.deadline <= now or w.future.done()]:
             for ack in wait.acks:
                 if not ack.done:
                     ack.done = True
@@ -165,6 +171,10 @@ class _AckBridge:
                     )
             self._release(wait)
         self._sweeper = self.loop.call_later(_SWEEP_S, self._sweep) if self._waiting else None
+
+
+def _failures(acks: list[_Ack]) -> list[BaseException]:
+    return [ack.error for ack in acks if ack.error is not None]
 
 
 #: How often waits are checked against their deadline (the bound is ``ack_timeout_s`` + this).
@@ -232,7 +242,11 @@ class AsyncTransactionProducer:
         run = self._sync.resolve_execute(execute)
         bridge, tx = self._open()
         tx.enqueue(normalise_messages(message))
-        tx.settle(await bridge.wait(tx.take_pending()))
+        halves = tx.take_pending()
+        pending = bridge.pending(halves)  # the hot path: bridge.wait() without its coroutine
+        if pending is not None:
+            await pending
+        tx.settle(_failures(halves))
         if tx.half_error is not None:
             state, error, reason = half_failure(tx)
             return await self._finish(bridge, tx, state, error, reason=reason)
@@ -254,7 +268,12 @@ class AsyncTransactionProducer:
         reason: str = "",
     ) -> TransactionResult:
         ack = tx.decide(state, reason=reason)
-        return op_outcome(tx, state, error, await bridge.wait([ack]) if ack is not None else [])
+        if ack is None:
+            return op_outcome(tx, state, error, ())
+        pending = bridge.pending([ack])
+        if pending is not None:
+            await pending
+        return op_outcome(tx, state, error, (ack.error,) if ack.error is not None else ())
 
 
 async def _run_local(

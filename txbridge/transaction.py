@@ -162,7 +162,7 @@ class TransactionLifecycle:
         Raises:
             TransactionStateError: the table forbids it (e.g. send after the decision).
         """
-        if not self.can(target):
+        if target not in _TRANSITIONS[self.phase]:
             raise TransactionStateError(f"transaction {self.tx_id} cannot go from {self.phase} to {target}")
         self.history.append(self.phase)
         self.phase = target
