@@ -379,6 +379,9 @@ class PartitionState:
         payload_bytes: sizes of the half payloads currently cached in ``pending``.
     """
 
+    #: Stale entries the check heap may hold beyond twice the pending count before a rebuild.
+    CHECK_HEAP_SLACK = 1024
+
     def __init__(self, partition: int, stats: Counter[str] | None = None, half_position: int = 0) -> None:
         self.partition = partition
         self.stats: Counter[str] = stats if stats is not None else Counter()
@@ -579,9 +582,8 @@ class PartitionState:
         cost of the due transactions rather than of all open ones. A due transaction is
         returned at every call until its ``next_check_ms`` changes or it is decided.
         """
-        heap = self._checks
-        while heap and heap[0][0] <= now_ms:
-            at, tx_id = heapq.heappop(heap)
+        while self._checks and self._checks[0][0] <= now_ms:  # not aliased: a push may compact it
+            at, tx_id = heapq.heappop(self._checks)
             tx = self.pending.get(tx_id)
             if tx is None or tx._phase is not Phase.OPEN:
                 continue
@@ -680,7 +682,7 @@ class PartitionState:
 
     def _push_check(self, at: int, tx_id: str) -> None:
         heapq.heappush(self._checks, (at, tx_id))
-        if len(self._checks) > 2 * len(self.pending) + 1024:
+        if len(self._checks) > 2 * len(self.pending) + self.CHECK_HEAP_SLACK:
             self._compact_checks()
 
     def _compact_checks(self) -> None:

@@ -139,7 +139,7 @@ class Walk:
                 self.in_flight.add(tx.tx_id)
             elif scheduler.record_unknown(POLICY, tx, self.now):
                 self.state.finish(tx, Phase.EXPIRED)
-        self.in_flight = {t for t in self.in_flight if self.rng.random() < 0.7}
+        self.in_flight = {t for t in sorted(self.in_flight) if self.rng.random() < 0.7}
 
     def reread(self) -> None:  # evicted payloads read back by offset
         tx = self.pick()
@@ -229,6 +229,20 @@ def test_check_heap_stays_bounded_when_transactions_are_decided_before_their_che
         state.on_op(OpRecord(f"t{n}", TxState.ROLLBACK, OpSource.PRODUCER, None))
     assert not state.pending
     assert len(state._checks) <= 1024 + 1
+
+
+def test_due_checks_with_stale_entries_and_frequent_heap_rebuilds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(PartitionState, "CHECK_HEAP_SLACK", 0)
+    state = PartitionState(0)
+    for n in range(10):
+        state.on_half(half(f"t{n}", 0, None), n, 10, 100_000 + n)
+    for n in range(10, 40):  # decided before their check: stale heap entries
+        state.on_half(half(f"t{n}", 0, None), n, 10, 100_000)
+        state.on_op(OpRecord(f"t{n}", TxState.ROLLBACK, OpSource.PRODUCER, None))
+    due = state.due_checks(POLICY, 105_004, set())
+    assert sorted(t.tx_id for t in due.check) == [f"t{n}" for n in range(5)]
+    assert all(t.next_check_ms == 105_000 + int(t.tx_id[1:]) for t in state.pending.values())
+    assert len(state.due_checks(POLICY, 200_000, set()).check) == 10
 
 
 def test_resolved_ids_are_remembered_up_to_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
