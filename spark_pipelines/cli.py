@@ -78,7 +78,7 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
     from rich.progress import Progress
 
     from spark_pipelines.faults import FaultPlan, FaultRates
-    from spark_pipelines.processes import CoordinatorProcess
+    from spark_pipelines.processes import coordinator_process
     from spark_pipelines.runner import prepare, run_workload
     from spark_pipelines.workload import RunConfig, new_run_id
     from txbridge.errors import ConfigurationError
@@ -102,7 +102,7 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
         kill_coordinator=not no_coordinator_kill,
     )
     secret = secrets.token_hex(16)
-    coordinator = CoordinatorProcess(config, secret, check_delay=check_delay)
+    coordinator = coordinator_process(config, secret, check_delay=check_delay)
     stream = None
     began = time.monotonic()
     try:
@@ -118,6 +118,7 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
             spark.sparkContext.setLogLevel("ERROR")  # spark-avro warns per batch about nullability
             stream = CustomerCounts(spark, bootstrap, config.topics["txbridge"], run_dir / "stream")
             stream.start()
+        coordinator.wait_ready()  # a coordinator that cannot start fails the run here, with its log
         with Progress(console=console, transient=False) as progress:
             bars = {p: progress.add_task(p, total=orders) for p in config.topics}
             restart_at = orders // 3

@@ -1,7 +1,8 @@
 """Child processes of a run: the producer processes of each path and the coordinator.
 
 Crashes are real: the runner SIGKILLs a producer process at its planned crash
-point and starts a fresh one for the remaining orders; the coordinator is
+point and starts a fresh one for the remaining orders; the coordinator (launched
+by :class:`coordinator.process.CoordinatorProcess`, as ``txbridge bench`` does) is
 SIGKILLed once mid-run and restarted.
 """
 
@@ -13,13 +14,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from coordinator.process import CoordinatorProcess
 from spark_pipelines.faults import FaultPlan
 from spark_pipelines.workload import SECRET_ENV, RunConfig
 from txbridge.errors import TxBridgeError
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 class PipelineError(TxBridgeError):
-    """A producer or coordinator process of the demo failed unexpectedly."""
+    """A producer process of the demo failed unexpectedly."""
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -170,70 +170,18 @@ class ProducerRunner:
         self._idle = None
 
 
-class CoordinatorProcess:
-    """``python -m coordinator`` for the run's namespace, with the check secret in its environment.
+def coordinator_process(config: RunConfig, secret: str, *, check_delay: float = 2.0) -> CoordinatorProcess:
+    """The run's coordinator on its namespace; its log is ``logs/coordinator.log`` of the run.
 
     Args:
         config: the run.
-        secret: the default check secret.
+        secret: the default check secret (passed in the child's environment).
         check_delay: seconds before the first back-check.
     """
-
-    def __init__(self, config: RunConfig, secret: str, *, check_delay: float = 2.0) -> None:
-        self.config = config
-        self._secret = secret
-        self.check_delay = check_delay
-        self._proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-        self.kills = 0
-        self._lock = threading.Lock()
-
-    def _command(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "coordinator",
-            "--bootstrap",
-            self.config.bootstrap,
-            "--namespace",
-            self.config.namespace,
-            "--check-delay",
-            str(self.check_delay),
-        ]
-
-    def start(self) -> None:
-        logs = Path(self.config.run_dir) / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        self.starts += 1
-        env = {**os.environ, "TXBRIDGE_DEFAULT_SECRET": self._secret}
-        with (logs / f"coordinator-{self.starts}.log").open("w") as log:
-            self._proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT, env=env)
-        time.sleep(0.5)
-        if self._proc.poll() is not None:
-            log_path = logs / f"coordinator-{self.starts}.log"
-            raise PipelineError(
-                f"the coordinator exited at start (code {self._proc.returncode}):\n{_tail(log_path)}"
-            )
-
-    def crash_and_restart(self, downtime: float = 1.0) -> None:
-        """SIGKILL the coordinator, wait ``downtime`` seconds, start a fresh one."""
-        with self._lock:
-            if self._proc is not None:
-                os.kill(self._proc.pid, signal.SIGKILL)
-                self._proc.wait(30)
-                self.kills += 1
-                logger.info("coordinator killed (pid %d)", self._proc.pid)
-            time.sleep(downtime)
-            self.start()
-
-    def stop(self, timeout: float = 20.0) -> None:
-        with self._lock:
-            proc, self._proc = self._proc, None
-            if proc is None or proc.poll() is not None:
-                return
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+    return CoordinatorProcess(
+        config.bootstrap,
+        config.namespace,
+        secret=secret,
+        log_path=Path(config.run_dir) / "logs" / "coordinator.log",
+        args=("--check-delay", str(check_delay)),
+    )

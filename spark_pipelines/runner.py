@@ -10,9 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coordinator.process import CoordinatorProcess
 from spark_pipelines.faults import FaultPlan
 from spark_pipelines.paths import PATHS
-from spark_pipelines.processes import CoordinatorProcess, PathResult, ProducerRunner
+from spark_pipelines.processes import PathResult, ProducerRunner
 from spark_pipelines.watcher import VisibilityWatcher
 from spark_pipelines.workload import RunConfig
 from txbridge import _kafka

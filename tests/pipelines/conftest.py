@@ -15,7 +15,7 @@ import pytest
 from spark_pipelines.compare import PathMetrics, compare
 from spark_pipelines.faults import FaultPlan
 from spark_pipelines.paths import PATHS
-from spark_pipelines.processes import CoordinatorProcess
+from spark_pipelines.processes import coordinator_process
 from spark_pipelines.runner import WorkloadResult, run_workload
 from spark_pipelines.streaming import CustomerCounts
 from spark_pipelines.watcher import load_visibility
@@ -62,7 +62,7 @@ def side_by_side(
     plan = FaultPlan.generate(seed=11, orders=ORDERS, customers=12, every_fault=True)
     paths = PATHS if txbridge_available() else ("native", "plain")
     secret = secrets.token_hex(16)
-    coordinator = CoordinatorProcess(config, secret, check_delay=1.0) if "txbridge" in paths else None
+    coordinator = coordinator_process(config, secret, check_delay=1.0) if "txbridge" in paths else None
     stream: CustomerCounts | None = None
     restarts: list[threading.Thread] = []
     try:
@@ -73,6 +73,7 @@ def side_by_side(
             coordinator.start()
             stream = CustomerCounts(spark, kafka_bootstrap, config.topics["txbridge"], root / "stream")
             stream.start()
+            coordinator.wait_ready()
 
         def on_order(path: str, index: int, _outcome: str) -> None:
             if stream is not None and path == "txbridge" and index == ORDERS // 3:
