@@ -20,6 +20,12 @@ __all__ = ["Figure", "bench"]
 @click.option("--size", default=512, show_default=True, help="Message size in bytes.")
 @click.option("--concurrency", default=8, show_default=True, help="Native transactional producers.")
 @click.option("--in-flight", default=256, show_default=True, help="txbridge transactions in flight.")
+@click.option(
+    "--producers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Producer processes of the e2e run, sharing --in-flight (default: one per four cores).",
+)
 @click.option("--only", multiple=True, type=click.Choice(STEPS), help="Run only these steps (repeatable).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results"), show_default=True)
 @click.option("--keep-broker", is_flag=True, help="Leave a local broker this run started running.")
@@ -52,6 +58,8 @@ def _run(options: dict[str, object]) -> None:
         concurrency=int(options["concurrency"]),  # type: ignore[call-overload]
         in_flight=int(options["in_flight"]),  # type: ignore[call-overload]
     )
+    if options["producers"] is not None:
+        run.env.producers = int(options["producers"])  # type: ignore[call-overload]
     started = time.monotonic()
     only = set(options["only"] or STEPS)  # type: ignore[call-overload]
     with run:

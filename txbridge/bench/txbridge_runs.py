@@ -31,6 +31,16 @@ from txbridge.wire import H_TX, TxState, half_partition, header_dict
 PARTITIONS = 12
 
 
+def default_producers() -> int:
+    """Producer processes for the end-to-end run: one per four cores, at least one.
+
+    One asyncio producer process keeps about one core busy at saturation; the broker, the
+    coordinator and the visibility watcher need the others (on 2 cores a second producer
+    process only takes CPU from them).
+    """
+    return max(1, (os.cpu_count() or 1) // 4)
+
+
 class BenchError(TxBridgeError):
     """A benchmark could not complete (what was missing is in the message)."""
 
@@ -43,6 +53,8 @@ class Env:
     run_id: str
     work: Path
     secret: str = field(default_factory=lambda: os.urandom(16).hex())
+    #: Producer processes of the end-to-end run (``txbridge bench --producers``).
+    producers: int = field(default_factory=default_producers)
 
     def namespace(self, name: str) -> str:
         ns = f"__txb_bench_{self.run_id}_{name}"
@@ -145,38 +157,61 @@ async def _send_many(
     execute: Callable[[LocalTransaction, object], TxState],
     done: dict[str, float],
 ) -> None:
-    gate = asyncio.Semaphore(concurrency)
+    """Send every message in its own transaction, ``concurrency`` of them in flight.
 
-    async def one(message: Message) -> None:
-        async with gate:
+    ``concurrency`` workers share the iterator: no task or semaphore per message, so the
+    driver's own cost stays out of the producer's figures.
+    """
+    pending = iter(messages)
+
+    async def worker() -> None:
+        for message in pending:
             result = await producer.send_in_transaction(message, execute)
             if result.error is not None and result.state is TxState.ROLLBACK:
                 raise BenchError(f"a transaction failed: {result.error}")
             done[result.tx_id] = time.time()
 
-    await asyncio.gather(*(one(m) for m in messages))
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
 def end_to_end(env: Env, ns: str, *, size: int, count: int, concurrency: int) -> Figure:
-    """Saturated throughput: ``count`` committed transactions, counted visible on the real topic."""
+    """Saturated throughput: ``count`` committed transactions, counted visible on the real topic.
+
+    ``env.producers`` producer processes share the transactions and ``concurrency`` (the
+    transactions in flight, in total); the clock starts once every producer is started.
+    """
     topic = env.topic("e2e")
-    value = payload(size)
+    producers = max(1, min(env.producers, count))
     watcher = Watcher(env.bootstrap, topic).start()
-    done: dict[str, float] = {}
-
-    async def main() -> float:
-        async with env.producer(ns, "bench-e2e", lambda _t: TxState.COMMIT) as producer:
-            started = time.time()
-            msgs = (Message(topic, value, key=str(i % 4096).encode()) for i in range(count))
-            await _send_many(producer, msgs, concurrency, _always(TxState.COMMIT), done)
-            return started
-
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Event()
+    ready: Any = ctx.Queue()
+    shares = [
+        _E2EShare(env, ns, topic, size, range(k, count, producers), max(1, concurrency // producers))
+        for k in range(producers)
+    ]
+    procs = [ctx.Process(target=_e2e_producer, args=(share, ready, go), daemon=True) for share in shares]
     try:
-        started = asyncio.run(main())
+        for proc in procs:
+            proc.start()
+        for _ in procs:
+            error = ready.get(timeout=120)
+            if error:
+                raise BenchError(f"an end-to-end producer did not start: {error}")
+        started = time.time()
+        go.set()
+        for proc in procs:
+            proc.join()
+        failed = [proc.exitcode for proc in procs if proc.exitcode != 0]
+        if failed:
+            raise BenchError(f"{len(failed)} end-to-end producer processes failed (exit codes {failed})")
         if not watcher.wait(count, timeout=120):
             raise BenchError(f"only {len(watcher.seen)} of {count} committed messages became visible")
         last = max(watcher.seen.values())
     finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
         watcher.close()
     elapsed = last - started
     return Figure(
@@ -184,8 +219,42 @@ def end_to_end(env: Env, ns: str, *, size: int, count: int, concurrency: int) ->
         count,
         elapsed,
         {"msgs_per_s": count / elapsed, "mb_per_s": count * size / elapsed / 1e6},
-        {"size": size, "count": count, "concurrency": concurrency},
+        {"size": size, "count": count, "concurrency": concurrency, "producers": producers},
     )
+
+
+@dataclass(frozen=True)
+class _E2EShare:
+    """One producer process's part of the end-to-end run (picklable, for a spawned process)."""
+
+    env: Env
+    ns: str
+    topic: str
+    size: int
+    indexes: range
+    in_flight: int
+
+
+def _e2e_producer(share: _E2EShare, ready: Any, go: Any) -> None:
+    """A producer process: start, say so, wait for the go, send its share of transactions."""
+
+    async def main() -> None:
+        value = payload(share.size)
+        try:
+            producer = share.env.producer(share.ns, "bench-e2e", lambda _t: TxState.COMMIT)
+            await producer.start()
+        except BaseException as exc:
+            ready.put(f"{type(exc).__name__}: {exc}")
+            raise
+        try:
+            ready.put("")
+            await asyncio.to_thread(go.wait)
+            msgs = (Message(share.topic, value, key=str(i % 4096).encode()) for i in share.indexes)
+            await _send_many(producer, msgs, share.in_flight, _always(TxState.COMMIT), {})
+        finally:
+            await producer.close()
+
+    asyncio.run(main())
 
 
 def latency(env: Env, ns: str, *, size: int, rate: float, duration_s: float) -> Figure:
