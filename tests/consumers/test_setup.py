@@ -1,7 +1,8 @@
-"""The set-up both consumers share: checks and settings, before any connection (no broker)."""
+"""What both consumers share: set-up checks and settings (before any connection), the listener contract."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -12,6 +13,8 @@ from txbridge.consumer import (
     ConsumeOrderlyStatus,
     OrderlyConsumer,
 )
+from txbridge.consumer._loop import call_listener
+from txbridge.consumer.model import ConcurrentContext, ConsumedMessage
 from txbridge.errors import ConfigurationError
 
 BOOTSTRAP = "localhost:1"  # nothing listens there: constructors must not connect
@@ -83,3 +86,38 @@ def test_each_consumer_keeps_its_own_settings() -> None:
         ConcurrentConsumer(BOOTSTRAP, "g", "t", listener, workers=0)
     concurrent = ConcurrentConsumer(BOOTSTRAP, "g", "t", listener, namespace="shop")
     assert concurrent.retry_topic == "shop_retry-g"
+
+
+@pytest.mark.parametrize(
+    ("answer", "succeeded", "logged"),
+    [
+        (ConsumeConcurrentlyStatus.CONSUME_SUCCESS, True, ""),
+        (ConsumeConcurrentlyStatus.RECONSUME_LATER, False, ""),
+        (None, False, "returned None, not a ConsumeConcurrentlyStatus; reconsuming later"),
+        (ConsumeOrderlyStatus.SUCCESS, False, "not a ConsumeConcurrentlyStatus"),
+        (RuntimeError("boom"), False, "raised on t/0@7 (attempt 2); reconsuming later"),
+    ],
+)
+def test_the_listener_contract(
+    answer: Any, succeeded: bool, logged: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def listener(_message: ConsumedMessage, _context: ConcurrentContext) -> Any:
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    message = ConsumedMessage("t", 0, 7, None, b"v", (), None, 0, 1, "t/0/7")
+    with caplog.at_level(logging.WARNING, logger="txbridge.consumer"):
+        result = call_listener(
+            listener,
+            message,
+            ConcurrentContext(attempt=2),
+            success=ConsumeConcurrentlyStatus.CONSUME_SUCCESS,
+            failure=ConsumeConcurrentlyStatus.RECONSUME_LATER,
+            then="reconsuming later",
+        )
+    assert result is succeeded
+    if logged:
+        assert logged in caplog.text
+    else:
+        assert not caplog.records

@@ -11,10 +11,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from enum import StrEnum
 from typing import Any, ClassVar, Generic, Self, TypedDict, TypeVar
 
 from txbridge import _kafka
 from txbridge.consumer.dlq import Forwarder
+from txbridge.consumer.model import ConcurrentContext, ConsumedMessage, OrderlyContext
 from txbridge.consumer.tags import Subscription, parse_subscription
 from txbridge.errors import ConfigurationError, KafkaOperationError, TxBridgeError
 from txbridge.wire import DEFAULT_NAMESPACE, Topics
@@ -23,6 +25,41 @@ logger = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 ListenerT = TypeVar("ListenerT", bound=Callable[..., Any])
+
+
+def call_listener(
+    listener: Callable[[ConsumedMessage, Any], Any],
+    message: ConsumedMessage,
+    context: OrderlyContext | ConcurrentContext,
+    *,
+    success: StrEnum,
+    failure: StrEnum,
+    then: str,
+) -> bool:
+    """Call ``listener(message, context)``; True when it returns ``success``.
+
+    Raising, returning ``failure`` or returning anything else are failures; the
+    first and the last are logged, with what happens ``then``. A listener's
+    error never stops the consumer.
+    """
+    try:
+        status = listener(message, context)
+    except Exception:
+        logger.warning(
+            "listener raised on %s/%d@%d (attempt %d); %s",
+            message.topic,
+            message.partition,
+            message.offset,
+            context.attempt,
+            then,
+            exc_info=True,
+        )
+        return False
+    if status == success:
+        return True
+    if status != failure:
+        logger.warning("listener returned %r, not a %s; %s", status, type(success).__name__, then)
+    return False
 
 
 class ConsumerOptions(TypedDict, total=False):

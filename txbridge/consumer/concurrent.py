@@ -19,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Unpack
 
 from txbridge import _kafka
-from txbridge.consumer._loop import TP, ConsumerLoop, ConsumerOptions
+from txbridge.consumer._loop import TP, ConsumerLoop, ConsumerOptions, call_listener
 from txbridge.consumer.dlq import dead_letter_headers, retry_headers
 from txbridge.consumer.model import (
     ConcurrentContext,
@@ -267,25 +267,14 @@ class ConcurrentConsumer(ConsumerLoop[ConcurrentListener]):
         self._aside(self.retry_topic, msg, retry_headers(raw_user_headers(msg), origin, retry, due))
 
     def _call(self, message: ConsumedMessage, context: ConcurrentContext) -> bool:
-        try:
-            status = self._listener(message, context)
-        except Exception:
-            logger.warning(
-                "concurrent listener raised on %s/%d@%d (attempt %d); reconsuming later",
-                message.topic,
-                message.partition,
-                message.offset,
-                context.attempt,
-                exc_info=True,
-            )
-            return False
-        if status == ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
-            return True
-        if status != ConsumeConcurrentlyStatus.RECONSUME_LATER:
-            logger.warning(
-                "concurrent listener returned %r, not a ConsumeConcurrentlyStatus; reconsuming", status
-            )
-        return False
+        return call_listener(
+            self._listener,
+            message,
+            context,
+            success=ConsumeConcurrentlyStatus.CONSUME_SUCCESS,
+            failure=ConsumeConcurrentlyStatus.RECONSUME_LATER,
+            then="reconsuming later",
+        )
 
     def _aside(self, topic: str, msg: Any, headers: list[tuple[str, bytes]]) -> None:
         assert self.forwarder is not None

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Unpack
 
-from txbridge.consumer._loop import TP, ConsumerLoop, ConsumerOptions
+from txbridge.consumer._loop import TP, ConsumerLoop, ConsumerOptions, call_listener
 from txbridge.consumer.dlq import Forwarder, dead_letter_headers
 from txbridge.consumer.model import ConsumedMessage, ConsumeOrderlyStatus, OrderlyContext, OrderlyListener
 from txbridge.consumer.records import raw_origin, raw_user_headers, to_consumed
@@ -116,23 +116,14 @@ class _PartitionWorker:
         return False
 
     def _call(self, message: ConsumedMessage, context: OrderlyContext) -> bool:
-        try:
-            status = self._listener(message, context)
-        except Exception:
-            logger.warning(
-                "orderly listener raised on %s/%d@%d (attempt %d); suspending the partition",
-                message.topic,
-                message.partition,
-                message.offset,
-                context.attempt,
-                exc_info=True,
-            )
-            return False
-        if status == ConsumeOrderlyStatus.SUCCESS:
-            return True
-        if status != ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT:
-            logger.warning("orderly listener returned %r, not a ConsumeOrderlyStatus; suspending", status)
-        return False
+        return call_listener(
+            self._listener,
+            message,
+            context,
+            success=ConsumeOrderlyStatus.SUCCESS,
+            failure=ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT,
+            then="suspending the partition",
+        )
 
     def _dead_letter(self, msg: Any, message: ConsumedMessage | None, retries: int, reason: str) -> bool:
         logger.warning(
