@@ -39,7 +39,7 @@ from txbridge.delivery import DeliveryPump, delivery_error
 from txbridge.errors import KafkaOperationError
 from txbridge.producer import ExecuteFunction, TransactionProducer
 from txbridge.transaction import LocalTransaction, Message, TransactionResult
-from txbridge.wire import TxState
+from txbridge.wire import Headers, TxState
 
 logger = logging.getLogger(__name__)
 
@@ -88,12 +88,7 @@ class _AckBridge:
         self._sweeper: asyncio.TimerHandle | None = None
 
     def write(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]] | None,
+        self, topic: str, partition: int, key: bytes, value: bytes | None, headers: Headers | None
     ) -> _Ack:
         """Enqueue one record (a transaction's :data:`~txbridge._core.RecordWriter`)."""
         ack = _Ack()

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from txbridge import _kafka
 from txbridge.errors import KafkaOperationError, TransactionStateError
+from txbridge.wire import Headers
 
 logger = logging.getLogger(__name__)
 
@@ -157,12 +158,7 @@ class DeliveryPump:
         return future
 
     def write(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]] | None,
+        self, topic: str, partition: int, key: bytes, value: bytes | None, headers: Headers | None
     ) -> Future[Delivered]:
         """:meth:`produce` as a transaction's record writer (positional, like ``_core.RecordWriter``)."""
         return self.produce(topic, partition=partition, key=key, value=value, headers=headers)
