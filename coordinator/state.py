@@ -379,7 +379,7 @@ class PartitionState:
         payload_bytes: sizes of the half payloads currently cached in ``pending``.
     """
 
-    #: Stale entries the check heap may hold beyond twice the pending count before a rebuild.
+    #: Stale entries the check heap and FIFO may hold beyond twice the pending count before a rebuild.
     CHECK_HEAP_SLACK = 1024
 
     def __init__(self, partition: int, stats: Counter[str] | None = None, half_position: int = 0) -> None:
@@ -404,8 +404,12 @@ class PartitionState:
         # order key -> the undecided transaction(s) with halves and that key (keyless ones
         # order only against themselves and are not indexed)
         self._by_key: dict[bytes, PendingTx | list[PendingTx]] = {}
-        # (due ms, tx id): OPEN transactions by next_check_ms, or by first_append_ms while
-        # unscheduled; stale entries are skipped when popped and dropped by _compact_checks.
+        # First checks of new OPEN transactions without txb.check_after, in arrival order:
+        # their due times (append time + check delay) follow it, so a FIFO of ids does (8 B
+        # each, and no next_check_ms until due) what a heap entry would (64 B).
+        self._first_checks: deque[str] = deque()
+        # (due ms, tx id): the other OPEN transactions by next_check_ms, or by first_append_ms
+        # while unscheduled; stale entries are skipped when popped and dropped by _compact_checks.
         self._checks: list[tuple[int, str]] = []
         self._due: dict[str, PendingTx] = {}  # OPEN, next_check_ms reached: due until rescheduled
 
@@ -442,7 +446,7 @@ class PartitionState:
             tx.first_append_ms = append_ms
             tx.check_after_s = msg.check_after_s
         if new:
-            self._adopt(tx)  # indexes it by key, payload bytes, check time
+            self._adopt(tx, arriving=True)  # indexes it by key, payload bytes, check time
         else:
             self.payload_bytes += size
             if reindex:
@@ -578,10 +582,29 @@ class PartitionState:
         """OPEN transactions whose back-check time has come (``in_flight`` ones are skipped).
 
         The same answer as ``scheduler.due(policy, self.open_txs(), now_ms, in_flight)``,
-        including giving each new OPEN transaction its first ``next_check_ms``, at the
-        cost of the due transactions rather than of all open ones. A due transaction is
-        returned at every call until its ``next_check_ms`` changes or it is decided.
+        except that a transaction gets its first ``next_check_ms`` when that time comes
+        rather than at the first call; at the cost of the due transactions rather than of
+        all open ones. A due transaction is returned at every call until its
+        ``next_check_ms`` changes or it is decided.
+
+        First checks without ``txb.check_after`` are taken in arrival order, which is the
+        order of their due times as long as append times do not go backwards (the half
+        topic keeps LogAppendTime); a broker clock stepping back delays the later ones by
+        at most the step.
         """
+        first = self._first_checks
+        while first:
+            tx = self.pending.get(first[0])
+            if tx is None or tx._phase is not Phase.OPEN or tx._next_check_ms is not None:
+                first.popleft()  # decided, or scheduled by another path
+                continue
+            at = policy.first_due_ms(tx, now_ms)
+            if at > now_ms:
+                break
+            first.popleft()
+            tx._next_check_ms = at  # due now: straight to _due, no heap entry needed
+            tx.dirty = True
+            self._due[tx.tx_id] = tx
         while self._checks and self._checks[0][0] <= now_ms:  # not aliased: a push may compact it
             at, tx_id = heapq.heappop(self._checks)
             tx = self.pending.get(tx_id)
@@ -623,8 +646,11 @@ class PartitionState:
 
     # ------------------------------------------------------------------ indexes
 
-    def _adopt(self, tx: PendingTx) -> None:
-        """Make ``tx`` pending here and index it by its current fields."""
+    def _adopt(self, tx: PendingTx, *, arriving: bool = False) -> None:
+        """Make ``tx`` pending here and index it by its current fields.
+
+        ``arriving``: its first half was just consumed (so it is the latest to arrive).
+        """
         tx._owner = self
         self.pending[tx.tx_id] = tx
         if tx._dirty:
@@ -643,8 +669,12 @@ class PartitionState:
         if phase in UNDECIDED:
             self._index_key(tx)
         if phase is Phase.OPEN and tx._halves is not None:
-            at = tx._next_check_ms if tx._next_check_ms is not None else tx.first_append_ms or 0
-            self._push_check(at, tx.tx_id)
+            if arriving and tx._next_check_ms is None and tx.check_after_s is None:
+                self._first_checks.append(tx.tx_id)
+                self._maybe_compact_checks()
+            else:
+                at = tx._next_check_ms if tx._next_check_ms is not None else tx.first_append_ms or 0
+                self._push_check(at, tx.tx_id)
 
     def _moved(self, tx: PendingTx, before: Phase) -> None:
         """``tx`` went from ``before`` to its current phase."""
@@ -682,18 +712,26 @@ class PartitionState:
 
     def _push_check(self, at: int, tx_id: str) -> None:
         heapq.heappush(self._checks, (at, tx_id))
-        if len(self._checks) > 2 * len(self.pending) + self.CHECK_HEAP_SLACK:
+        self._maybe_compact_checks()
+
+    def _maybe_compact_checks(self) -> None:
+        if len(self._checks) + len(self._first_checks) > 2 * len(self.pending) + self.CHECK_HEAP_SLACK:
             self._compact_checks()
 
     def _compact_checks(self) -> None:
-        """Rebuild the check heap from the OPEN transactions (drops entries of decided ones)."""
-        entries = []
+        """Rebuild the check heap and FIFO from the OPEN transactions (drops entries of decided ones)."""
+        entries, first = [], []
         for tx in self.pending.values():
             if tx._phase is Phase.OPEN and tx._halves is not None:
                 nxt = tx._next_check_ms
-                entries.append((nxt if nxt is not None else tx.first_append_ms or 0, tx.tx_id))
+                if nxt is None and tx.check_after_s is None:
+                    first.append((tx.first_append_ms or 0, tx.tx_id))
+                else:
+                    entries.append((nxt if nxt is not None else tx.first_append_ms or 0, tx.tx_id))
         heapq.heapify(entries)
+        first.sort()
         self._checks = entries
+        self._first_checks = deque(tx_id for _, tx_id in first)
 
     def _add_decided(self, tx: PendingTx) -> None:
         if self._decided and tx.decided_seq < next(reversed(self._decided.values())).decided_seq:
