@@ -100,7 +100,7 @@ class HalfReader:
                     raise KafkaOperationError(
                         f"half records {self._topic}/{partition} at {missing} could not be read back"
                     )
-                for msg in self._consumer.consume(500, 0.5):
+                for msg in _kafka.consume_available(self._consumer, 500, 0.5):
                     if msg.error() is not None:
                         continue
                     reached = max(reached, msg.offset())

@@ -82,7 +82,7 @@ class ProducerRegistry:
         self._consumer.assign([_kafka.partition_at(self._topic, 0, _kafka.OFFSET_BEGINNING)])
 
     def poll(self, timeout: float = 0.0) -> None:
-        for msg in self._consumer.consume(500, timeout):
+        for msg in _kafka.consume_available(self._consumer, 500, timeout):
             err = msg.error()
             if err is not None:
                 if _kafka.is_partition_eof(err):

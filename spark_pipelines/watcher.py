@@ -64,7 +64,7 @@ class VisibilityWatcher:
         try:
             consumer.subscribe([self.topic])
             while not self._stop.is_set():
-                batch = consumer.consume(500, 0.05)
+                batch = _kafka.consume_available(consumer, 500, 0.05)
                 if not self._assigned.is_set() and consumer.assignment():
                     self._assigned.set()
                 for msg in batch:

@@ -213,6 +213,22 @@ OFFSET_END = -1
 _TIMESTAMP_LOG_APPEND_TIME = 2  # confluent_kafka.TIMESTAMP_LOG_APPEND_TIME
 
 
+def consume_available(client: Consumer, max_messages: int, timeout: float) -> list[Any]:
+    """Up to ``max_messages`` records: waits up to ``timeout`` for the first, then takes only
+    what is already fetched.
+
+    ``Consumer.consume(n, timeout)`` returns early only once ``n`` records are there: with
+    fewer it waits out the whole timeout, which would add up to ``timeout`` of latency to
+    every record of a light stream.
+    """
+    first = client.poll(timeout)
+    if first is None:
+        return []
+    if max_messages <= 1:
+        return [first]
+    return [first, *client.consume(max_messages - 1, 0)]
+
+
 def partition_at(topic: str, partition: int, offset: int | None = None) -> TopicPartition:
     """One ``TopicPartition``, at ``offset`` when given (``OFFSET_BEGINNING``/``OFFSET_END`` work)."""
     return TopicPartition(topic, partition) if offset is None else TopicPartition(topic, partition, offset)

@@ -31,6 +31,30 @@ def test_produced_message_is_consumed_back(kafka_bootstrap: str, topic_factory: 
     assert [(s.key, s.value, s.headers) for s in seen] == [(b"order-1", b"created", {"h": b"1"})]
 
 
+def test_consume_available_returns_what_is_there_without_waiting_out_the_timeout(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory(partitions=1)
+    producer = _kafka.producer(kafka_bootstrap)
+    for i in range(3):
+        producer.produce(topic, value=f"m{i}".encode())
+    assert producer.flush(15) == 0
+    consumer = _kafka.consumer(kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest")
+    consumer.assign([_kafka.partition_at(topic, 0, 0)])
+    try:
+        got: list[bytes] = []
+        started = time.monotonic()
+        while len(got) < 3 and time.monotonic() - started < 30:
+            got += [m.value() for m in _kafka.consume_available(consumer, 1000, 30) if m.error() is None]
+        elapsed = time.monotonic() - started
+        assert _kafka.consume_available(consumer, 1000, 0.2) == []  # nothing more: empty after the wait
+    finally:
+        consumer.close()
+    assert got == [b"m0", b"m1", b"m2"]
+    # consume(1000, 30) would have sat out the 30 s for want of 1000 records.
+    assert elapsed < 30
+
+
 def _commit_then_abort(bootstrap: str, topic: str) -> None:
     """Offsets 0-2 committed (marker at 3), 4-5 aborted (marker at 6)."""
     producer = _kafka.producer(bootstrap, transactional_id=f"tx-{uuid.uuid4().hex[:8]}")

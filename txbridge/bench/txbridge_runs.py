@@ -133,7 +133,7 @@ def _watch(bootstrap: str, topic: str, out: Any, stop: Any, ready: Any) -> None:
     try:
         while not stop.is_set():
             batch = []
-            for msg in consumer.consume(1000, 0.02):
+            for msg in _kafka.consume_available(consumer, 1000, 0.1):
                 if msg.error() is None:
                     now = time.time()
                     tx = header_dict(msg.headers()).get(H_TX)  # type: ignore[arg-type]

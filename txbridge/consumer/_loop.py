@@ -228,7 +228,7 @@ class ConsumerLoop(Generic[ListenerT]):
         last_commit = time.monotonic()
         try:
             while not self._stop.is_set():
-                for msg in self._consumer.consume(self._poll_batch, 0.1):
+                for msg in _kafka.consume_available(self._consumer, self._poll_batch, 0.1):
                     err = msg.error()
                     if err is not None:
                         self._consume_error(err)
