@@ -48,6 +48,7 @@ from txbridge.wire import (
 logger = logging.getLogger(__name__)
 
 _BATCH = 1000  # records per consume() call
+_SCHEDULE_INTERVAL_S = 0.05  # how often due back-checks are looked for
 
 
 def _now_ms() -> int:
@@ -71,6 +72,9 @@ class Coordinator:
         self.stats: Counter[str] = Counter()
         self.partitions: dict[int, PartitionState] = {}
         self._positions: dict[tuple[str, int], int] = {}
+        self._op_ends: dict[
+            int, int
+        ] = {}  # op partition -> its end at the previous look (see _ops_caught_up)
         self._batch = Batch(self.topics)
         self._expiring: dict[str, PendingTx] = {}  # tx id -> a tx whose checks are exhausted
         self._incomplete: list[tuple[PendingTx, str]] = []
@@ -178,14 +182,18 @@ class Coordinator:
         interval = self.config.commit_interval_ms / 1000
         next_commit = time.monotonic() + interval
         next_log = time.monotonic() + self.config.log_interval_s
+        next_schedule = 0.0
         while not self._stop.is_set():
-            for msg in self._consumer.consume(_BATCH, min(interval, 0.1)):
+            wait = min(max(next_commit - time.monotonic(), 0.0), 0.1)
+            for msg in _kafka.consume_available(self._consumer, _BATCH, wait):
                 self._on_record(msg)
             assert self._registry is not None
             self._registry.poll()
             self._apply_check_results()
-            self._schedule_checks()
             now = time.monotonic()
+            if now >= next_schedule:  # check times are seconds apart: no need to look per record
+                self._schedule_checks()
+                next_schedule = now + _SCHEDULE_INTERVAL_S
             if now >= next_commit:
                 self._commit_boundary()
                 next_commit = now + interval
@@ -245,6 +253,8 @@ class Coordinator:
     def _drop(self, partitions: list[Any]) -> None:
         for tp in partitions:
             self._positions.pop((tp.topic, tp.partition), None)
+            if tp.topic == self.topics.op:
+                self._op_ends.pop(tp.partition, None)
             if tp.topic == self.topics.half:
                 self.partitions.pop(tp.partition, None)
         self._expiring = {k: t for k, t in self._expiring.items() if t.partition in self.partitions}
@@ -305,30 +315,66 @@ class Coordinator:
         now = _now_ms()
         in_flight = self._checker.in_flight_txs
         # One request asks about up to check_batch_size transactions of one group and writer.
-        batches: dict[tuple[str, tuple[str, ...]], list[CheckJob]] = {}
-        for state in self.partitions.values():
-            due = scheduler.due(self.policy, state.open_txs(), now, in_flight)
+        batches: dict[tuple[str, tuple[str, ...]], list[tuple[int, PendingTx]]] = {}
+        for number in self._ops_caught_up():
+            state = self.partitions[number]
+            due = state.due_checks(self.policy, now, in_flight)
             self._expiring.update((t.tx_id, t) for t in due.expire)
             for tx in due.check:
                 targets = tuple(self._registry.view.targets(tx.group, tx.instance, now))
-                request = CheckRequest(
-                    tx_id=tx.tx_id,
-                    group=tx.group,
-                    instance=tx.instance,
-                    attempt=tx.checks + 1,
-                    messages=tuple(self._check_message(tx, seq) for seq in sorted(tx.halves)),
-                )
-                batches.setdefault((tx.group, targets), []).append(
-                    CheckJob(state.partition, request, targets)
-                )
+                batches.setdefault((tx.group, targets), []).append((number, tx))
         size = self.config.check_batch_size
-        for jobs in batches.values():
-            for start in range(0, len(jobs), size):
-                chunk = jobs[start : start + size]
-                if not self._checker.submit_batch(chunk):
+        for (group, targets), txs in batches.items():
+            for start in range(0, len(txs), size):
+                if not self._checker.can_submit(group):
                     break  # its group is at its concurrency limit: the rest wait for a later pass
+                chunk = [
+                    CheckJob(number, self._check_request(tx), targets)
+                    for number, tx in txs[start : start + size]
+                ]
+                self._checker.submit_batch(chunk)
                 self.stats["checks"] += len(chunk)
                 self.stats["check_requests"] += 1
+
+    def _ops_caught_up(self) -> list[int]:
+        """Owned partitions whose op partition is read past where it ended at the previous look.
+
+        A transaction is checked only then: after a takeover or a restart the coordinator
+        re-reads old halves, all past their check time, and would otherwise ask about
+        transactions whose producer's decision is already in the op topic, unread.
+        """
+        numbers = sorted(self.partitions)
+        tps = [_kafka.partition_at(self.topics.op, n) for n in numbers]
+        try:
+            positions = {tp.partition: tp.offset for tp in self._consumer.position(tps)}
+        except Exception as exc:  # transient: checks wait for the next look
+            logger.debug("op partition positions: %s", exc)
+            return []
+        ready = []
+        for number, tp in zip(numbers, tps, strict=True):
+            previous = self._op_ends.get(number)
+            try:  # no request: the ends (last stable offset) seen in the latest fetch response
+                low, end = self._consumer.get_watermark_offsets(tp, cached=True)
+            except Exception:
+                low, end = -1, -1
+            # librdkafka's position moves past control records and aborted records too.
+            position = positions.get(number, -1)
+            if position < 0:  # nothing read since the assignment: where the group committed, or the start
+                position = self._positions.get((self.topics.op, number), low)
+            if end >= 0:
+                self._op_ends[number] = end
+            if previous is not None and position >= previous:
+                ready.append(number)
+        return ready
+
+    def _check_request(self, tx: PendingTx) -> CheckRequest:
+        return CheckRequest(
+            tx_id=tx.tx_id,
+            group=tx.group,
+            instance=tx.instance,
+            attempt=tx.checks + 1,
+            messages=tuple(self._check_message(tx, seq) for seq in sorted(tx.halves)),
+        )
 
     @staticmethod
     def _check_message(tx: PendingTx, seq: int) -> CheckMessage:

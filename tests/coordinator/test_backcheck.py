@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -169,3 +170,32 @@ def test_many_unknown_transactions_are_resolved_in_few_requests(
     else:  # the batches in flight when the first was refused (up to 4), then one tx per request
         assert set(check_server.batch_sizes) == {1}
         assert 1 <= check_server.rejected <= 4
+
+
+def test_restored_transactions_are_checked_only_after_the_unread_decisions(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    """As after a takeover: the next coordinator restores open transactions whose producer's
+    COMMIT was written after the last commit. It reads those ops before checking anything."""
+    topic = topic_factory(partitions=3)
+    check_server.script = lambda _req: TxState.ROLLBACK  # would contradict every producer COMMIT
+    env.producer.heartbeat(check_server.url)
+    first = env.start(check_delay_s=3600.0)
+    halves = [
+        env.producer.halves([Msg(topic, f"m{i}".encode(), key=f"k{i}".encode())], flush=False)
+        for i in range(300)
+    ]
+    env.producer.flush()
+    assert eventually(lambda: first.service.stats["half_records"] == 300)
+    first.stop()  # commits: 300 open transactions in <ns>_state
+    for tx_id, partition in halves:
+        env.producer.op(tx_id, partition, TxState.COMMIT, count=1, flush=False)
+    env.producer.flush()
+    time.sleep(1.0)  # every half is past its check time in the next coordinator's settings
+
+    second = env.start(check_delay_s=0.5)
+
+    seen = wait_for(env.bootstrap, topic, len(halves))
+    assert sorted(s.headers["txb.tx"].decode() for s in seen) == sorted(tx for tx, _ in halves)
+    assert second.service.stats["checks"] == 0
+    assert check_server.calls == []
