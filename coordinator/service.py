@@ -49,6 +49,9 @@ logger = logging.getLogger(__name__)
 
 _BATCH = 1000  # records per consume() call
 _SCHEDULE_INTERVAL_S = 0.05  # how often due back-checks are looked for
+#: Ready messages wait at most this share of commit_interval_ms after the previous commit
+#: (measured at 1,500 msgs/s on 2 cores: p50 40 ms with 1.0, 28 ms with 0.25, 48 ms with 0).
+_EAGER = 0.25
 
 
 def _now_ms() -> int:
@@ -72,9 +75,9 @@ class Coordinator:
         self.stats: Counter[str] = Counter()
         self.partitions: dict[int, PartitionState] = {}
         self._positions: dict[tuple[str, int], int] = {}
-        self._op_ends: dict[
-            int, int
-        ] = {}  # op partition -> its end at the previous look (see _ops_caught_up)
+        # op partition -> its end at the previous look (see _ops_caught_up)
+        self._op_ends: dict[int, int] = {}
+        self._publishable = False  # a transaction became READY since the last commit
         self._batch = Batch(self.topics)
         self._expiring: dict[str, PendingTx] = {}  # tx id -> a tx whose checks are exhausted
         self._incomplete: list[tuple[PendingTx, str]] = []
@@ -183,6 +186,7 @@ class Coordinator:
         next_commit = time.monotonic() + interval
         next_log = time.monotonic() + self.config.log_interval_s
         next_schedule = 0.0
+        last_commit = 0.0
         while not self._stop.is_set():
             wait = min(max(next_commit - time.monotonic(), 0.0), 0.1)
             for msg in _kafka.consume_available(self._consumer, _BATCH, wait):
@@ -194,9 +198,12 @@ class Coordinator:
             if now >= next_schedule:  # check times are seconds apart: no need to look per record
                 self._schedule_checks()
                 next_schedule = now + _SCHEDULE_INTERVAL_S
-            if now >= next_commit:
+            # Ready messages go out at once unless a commit ended less than a quarter interval ago;
+            # anything else (offsets, state entries) waits for the interval.
+            if now >= next_commit or (self._publishable and now >= last_commit + interval * _EAGER):
                 self._commit_boundary()
-                next_commit = now + interval
+                last_commit = time.monotonic()
+                next_commit = last_commit + interval
             if now >= next_log:
                 self._log_counts()
                 next_log = now + self.config.log_interval_s
@@ -282,7 +289,8 @@ class Coordinator:
                 self._quarantine(msg, str(exc))
                 return
             size = len(msg.value() or b"") + sum(len(n) + len(v or b"") for n, v in msg.headers() or ())
-            state.on_half(half, msg.offset(), size, _kafka.append_time_ms(msg) or _now_ms())
+            tx = state.on_half(half, msg.offset(), size, _kafka.append_time_ms(msg) or _now_ms())
+            self._publishable |= tx is not None and tx.phase is Phase.READY
         else:
             self.stats["op_records"] += 1
             try:
@@ -290,7 +298,8 @@ class Coordinator:
             except WireFormatError as exc:
                 self._quarantine(msg, str(exc))
                 return
-            state.on_op(op)
+            tx = state.on_op(op)
+            self._publishable |= tx is not None and tx.phase is Phase.READY
 
     def _quarantine(self, msg: Any, reason: str) -> None:
         origin = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
@@ -404,6 +413,7 @@ class Coordinator:
         tx.checks += 1
         # Applied in memory now and written as an op record in the same Kafka transaction.
         state.on_op(OpRecord(tx.tx_id, result.state, OpSource.CHECK, group=tx.group))
+        self._publishable |= tx.phase is Phase.READY
         self._batch.op(state.partition, tx.tx_id, result.state, OpSource.CHECK, group=tx.group)
 
     # ------------------------------------------------------------------ the commit boundary
@@ -428,6 +438,7 @@ class Coordinator:
         if not self._has_work():
             return
         self._prepare_waits()
+        self._publishable = False
         ready = [tx for s in self.partitions.values() for tx in s.ready_in_order()]
         expiring = [t for t in self._expiring.values() if t.phase is Phase.OPEN]
         incomplete = list(self._incomplete)
