@@ -34,15 +34,14 @@ def machine() -> dict[str, Any]:
 def ratios(figures: Sequence[Figure]) -> dict[str, float]:
     by_name = {f.name: f for f in figures}
     out: dict[str, float] = {}
-    ours = by_name.get("txbridge end to end")
-    if ours is None:
-        return out
-    for base, label in (
-        ("raw produce", "txbridge / raw produce"),
-        ("native txn per message", "txbridge / native txn per message"),
+    for top, base, label in (
+        ("txbridge end to end", "raw produce", "txbridge / raw produce"),
+        ("txbridge end to end", "native txn per message", "txbridge / native txn per message"),
+        ("floor end to end", "raw produce", "floor / raw produce"),
+        ("txbridge end to end", "floor end to end", "txbridge / floor"),
     ):
-        if base in by_name and by_name[base].msgs_per_s > 0:
-            out[label] = ours.msgs_per_s / by_name[base].msgs_per_s
+        if top in by_name and base in by_name and by_name[base].msgs_per_s > 0:
+            out[label] = by_name[top].msgs_per_s / by_name[base].msgs_per_s
     return out
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from coordinator.process import CoordinatorProcess
 from txbridge.bench import txbridge_runs as tb
+from txbridge.bench.floor import floor
 from txbridge.bench.kafka_native import Figure, native_transactions, raw_produce
 
 
@@ -30,7 +31,7 @@ MODES = {
         raw_count=500_000, native_s=20.0, e2e_count=30_000, latency_s=20.0, checks=10_000, pending=100_000
     ),
 }
-STEPS = ("raw", "native1", "native100", "e2e", "latency", "checks", "memory", "failover")
+STEPS = ("raw", "native1", "native100", "e2e", "floor", "latency", "checks", "memory", "failover")
 
 
 class BenchRun:
@@ -87,6 +88,12 @@ class BenchRun:
         elif name == "e2e":
             figure = tb.end_to_end(
                 self.env, self._shared_namespace(), size=size, count=m.e2e_count, concurrency=self.in_flight
+            )
+        elif name == "floor":
+            # The same Kafka I/O as txbridge end to end with no txbridge logic: the best any
+            # Python implementation of the protocol reaches here (what the ratios are up against).
+            _producer_side, figure = floor(
+                self.bootstrap, size=size, count=m.e2e_count, in_flight=self.in_flight
             )
         elif name == "latency":
             figure = tb.latency(

@@ -136,7 +136,7 @@ def _watch(bootstrap: str, topic: str, out: Any, stop: Any, ready: Any) -> None:
             for msg in _kafka.consume_available(consumer, 1000, 0.1):
                 if msg.error() is None:
                     now = time.time()
-                    tx = header_dict(msg.headers()).get(H_TX)  # type: ignore[arg-type]
+                    tx = header_dict(msg.headers()).get(H_TX)
                     if tx:
                         batch.append((tx.decode(), now))
             if batch:
