@@ -26,7 +26,7 @@ from coordinator import changelog, metrics, scheduler
 from coordinator.checker import Checker, CheckJob, CheckResult
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
-from coordinator.payloads import HalfReader, evict
+from coordinator.payloads import HalfReader, evict_states
 from coordinator.registry import ProducerRegistry
 from coordinator.republisher import Batch, quarantine_raw
 from coordinator.scheduler import CheckPolicy
@@ -337,10 +337,9 @@ class Coordinator:
             for start in range(0, len(txs), size):
                 if not self._checker.can_submit(group):
                     break  # its group is at its concurrency limit: the rest wait for a later pass
-                chunk = [
-                    CheckJob(number, self._check_request(tx), targets)
-                    for number, tx in txs[start : start + size]
-                ]
+                part = txs[start : start + size]
+                self._load_payloads([tx for _number, tx in part])  # a check shows the user's headers
+                chunk = [CheckJob(number, self._check_request(tx), targets) for number, tx in part]
                 self._checker.submit_batch(chunk)
                 self.stats["checks"] += len(chunk)
                 self.stats["check_requests"] += 1
@@ -385,6 +384,14 @@ class Coordinator:
             messages=tuple(self._check_message(tx, seq) for seq in sorted(tx.halves)),
         )
 
+    def _load_payloads(self, txs: list[PendingTx]) -> None:
+        """Re-read evicted payloads of ``txs``; on failure the checks go without user headers."""
+        assert self._reader is not None
+        try:
+            self._reader.load(txs)
+        except KafkaOperationError as exc:
+            logger.warning("re-reading half records for back-checks: %s (sent without headers)", exc)
+
     @staticmethod
     def _check_message(tx: PendingTx, seq: int) -> CheckMessage:
         ref = tx.halves[seq]
@@ -421,12 +428,7 @@ class Coordinator:
     def _has_work(self) -> bool:
         if self._consumed_since_commit or len(self._batch) or self._expiring:
             return True
-        return any(
-            s.tombstones
-            or s.needs_end_offset()
-            or any(t.dirty or t.phase is Phase.READY for t in s.pending.values())
-            for s in self.partitions.values()
-        )
+        return any(s.has_work() for s in self.partitions.values())
 
     def _commit_boundary(self) -> None:
         if (
@@ -472,9 +474,7 @@ class Coordinator:
         self._expiring.clear()
         self._incomplete.clear()
         self._consumed_since_commit = 0
-        evict(
-            (t for s in self.partitions.values() for t in s.pending.values()), self.config.payload_cache_bytes
-        )
+        evict_states(self.partitions.values(), self.config.payload_cache_bytes)
 
     def _prepare_waits(self) -> None:
         for state in self.partitions.values():

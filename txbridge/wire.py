@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import json
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -240,7 +241,7 @@ def decode_half(value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
         if name in PROTOCOL_HEADERS or name == H_TX:
             named[name] = data
         else:
-            user.append((name, data))
+            user.append((sys.intern(name), data))
     missing = [h for h in REQUIRED_HALF_HEADERS if h not in named]
     if missing:
         raise WireFormatError(f"half record lacks required headers {missing}")
@@ -251,7 +252,8 @@ def decode_half(value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
     if not tx_id:
         raise WireFormatError("half record has an empty txb.tx")
     seq = _int(_text(named, H_SEQ), H_SEQ)
-    topic = _text(named, H_TOPIC)
+    # Interned: a coordinator holds these for every pending transaction; they repeat.
+    topic = sys.intern(_text(named, H_TOPIC))
     if not topic:
         raise WireFormatError("half record has an empty txb.topic")
     partition = _int(_text(named, H_PARTITION), H_PARTITION) if H_PARTITION in named else None
@@ -269,8 +271,8 @@ def decode_half(value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
         value=None if H_NULL in named else (value if value is not None else b""),
         key=named.get(H_KEY),
         partition=partition,
-        group=_text(named, H_GROUP),
-        instance=_text(named, H_INSTANCE),
+        group=sys.intern(_text(named, H_GROUP)),
+        instance=sys.intern(_text(named, H_INSTANCE)),
         timestamp_ms=_int(ts, H_TS),
         check_after_s=check_after,
         user_headers=tuple(user),

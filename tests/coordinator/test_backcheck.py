@@ -199,3 +199,21 @@ def test_restored_transactions_are_checked_only_after_the_unread_decisions(
     assert sorted(s.headers["txb.tx"].decode() for s in seen) == sorted(tx for tx, _ in halves)
     assert second.service.stats["checks"] == 0
     assert check_server.calls == []
+
+
+def test_a_check_carries_the_user_headers_even_when_the_payload_was_evicted(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    check_server.script = lambda _req: TxState.COMMIT
+    env.producer.heartbeat(check_server.url)
+    env.start(payload_cache_bytes=1, check_delay_s=1.0)  # every payload evicted at the first commit
+    tx_id = env.producer.transaction(
+        [Msg(topic, b"v", key=b"order-9", headers=(("trace", b"t-1"),))], TxState.UNKNOWN
+    )
+
+    seen = wait_for(env.bootstrap, topic, 1)
+
+    assert [(s.value, s.headers.get("trace")) for s in seen] == [(b"v", b"t-1")]
+    [call] = check_server.calls_for(tx_id)
+    assert [(m.key, dict(m.headers).get("trace")) for m in call.messages] == [(b"order-9", b"t-1")]
