@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from coordinator.checker import Checker, CheckJob
+from coordinator.checker import Checker, CheckJob, CheckResult
 from coordinator.config import CoordinatorConfig, Secrets
 from txbridge.errors import SignatureError, WireFormatError
 from txbridge.wire import (
@@ -108,13 +108,19 @@ def test_concurrency_per_group_is_bounded() -> None:
     other = CheckJob(0, CheckRequest("tx-2", "payments", "i", 1), ("http://127.0.0.1:9/c",))
     assert checker.submit(other)  # another group is not stalled
     release.append(True)
+    results = collect(checker, 3)
+    assert sorted(r.job.request.group for r in results) == ["orders", "orders", "payments"]
+
+
+def collect(checker: Checker, count: int) -> list[CheckResult]:
+    """Results until ``count`` arrived (or 10 s passed); closes ``checker``."""
     deadline = time.monotonic() + 10
-    results = []
-    while len(results) < 3 and time.monotonic() < deadline:
+    results: list[CheckResult] = []
+    while len(results) < count and time.monotonic() < deadline:
         results += checker.results()
         time.sleep(0.01)
     checker.close()
-    assert sorted(r.job.request.group for r in results) == ["orders", "orders", "payments"]
+    return results
 
 
 def jobs(count: int, *targets: str) -> list[CheckJob]:
@@ -192,12 +198,7 @@ def test_a_submitted_batch_counts_as_one_request_against_the_group_limit() -> No
     assert checker.in_flight_txs == {"tx-0", "tx-1", "tx-2", "tx-3"}
     assert not checker.submit_batch(jobs(1, "http://127.0.0.1:9/c"))
     release.append(True)
-    deadline = time.monotonic() + 10
-    results = []
-    while len(results) < 4 and time.monotonic() < deadline:
-        results += checker.results()
-        time.sleep(0.01)
-    checker.close()
+    results = collect(checker, 4)
     assert sorted(r.job.request.tx_id for r in results) == ["tx-0", "tx-1", "tx-2", "tx-3"]
     assert {r.state for r in results} == {TxState.COMMIT}
     assert checker.in_flight_txs == set()
