@@ -325,21 +325,24 @@ class Coordinator:
         in_flight = self._checker.in_flight_txs
         # One request asks about up to check_batch_size transactions of one group and writer.
         batches: dict[tuple[str, tuple[str, ...]], list[tuple[int, PendingTx]]] = {}
+        targets: dict[tuple[str, str], tuple[str, ...]] = {}  # (group, writer) -> URLs, once per pass
         for number in self._ops_caught_up():
             state = self.partitions[number]
             due = state.due_checks(self.policy, now, in_flight)
             self._expiring.update((t.tx_id, t) for t in due.expire)
             for tx in due.check:
-                targets = tuple(self._registry.view.targets(tx.group, tx.instance, now))
-                batches.setdefault((tx.group, targets), []).append((number, tx))
+                writer = (tx.group, tx.instance)
+                if writer not in targets:
+                    targets[writer] = tuple(self._registry.view.targets(tx.group, tx.instance, now))
+                batches.setdefault((tx.group, targets[writer]), []).append((number, tx))
         size = self.config.check_batch_size
-        for (group, targets), txs in batches.items():
+        for (group, urls), txs in batches.items():
             for start in range(0, len(txs), size):
                 if not self._checker.can_submit(group):
                     break  # its group is at its concurrency limit: the rest wait for a later pass
                 part = txs[start : start + size]
                 self._load_payloads([tx for _number, tx in part])  # a check shows the user's headers
-                chunk = [CheckJob(number, self._check_request(tx), targets) for number, tx in part]
+                chunk = [CheckJob(number, self._check_request(tx), urls) for number, tx in part]
                 self._checker.submit_batch(chunk)
                 self.stats["checks"] += len(chunk)
                 self.stats["check_requests"] += 1
