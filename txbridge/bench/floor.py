@@ -72,7 +72,7 @@ def _republish(bootstrap: str, topics: tuple[str, str, str], ready: Any, stop: A
     early_ops: set[bytes | None] = set()
     ready.set()
     while not stop.is_set():
-        batch = consumer.consume(2000, 0.05)
+        batch = _kafka.consume_available(consumer, 2000, 0.05)
         if not batch:
             continue
         producer.begin_transaction()
