@@ -41,6 +41,11 @@ from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
 @click.option("--kafka-config", "kafka_config", multiple=True, help="librdkafka KEY=VALUE (repeatable).")
 @click.option("--payload-cache-bytes", type=int, help="Budget of cached half payloads.")
 @click.option("--max-message-bytes", type=int, help="Larger committed messages are quarantined.")
+@click.option(
+    "--offset-metadata-bytes",
+    type=int,
+    help="Committed-offset metadata per partition for young transactions (0: changelog only).",
+)
 @click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port.")
 @click.option("--log-interval", "log_interval_s", type=float, help="Seconds between INFO count lines.")
 @_one_line_errors

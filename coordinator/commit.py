@@ -90,20 +90,27 @@ class TransactionContent:
             self.writer.produce(copy_aside(topic, ref.message, reason, origin, checks))
         self.partitions[tx.partition].finish(tx, phase)
 
-    def write_changelog(self) -> dict[int, tuple[list[PendingTx], set[str]]]:
-        """``<ns>_state`` entries of dirty pending txs and tombstones of resolved ones, per partition.
+    def write_changelog(
+        self, positions: dict[int, int | None], light_budget: int
+    ) -> dict[int, changelog.Plan]:
+        """``<ns>_state`` entries and tombstones, per partition; young transactions go light.
 
-        Returns what was written, for :meth:`PartitionState.mark_persisted` once the transaction commits.
+        Args:
+            positions: the half offset this transaction commits, per partition.
+            light_budget: characters of committed-offset metadata for light transactions (0: none).
+
+        Returns:
+            What was written, for :meth:`PartitionState.mark_persisted` once the transaction
+            commits; each plan's ``metadata`` goes with its half partition's offset.
         """
-        persisted: dict[int, tuple[list[PendingTx], set[str]]] = {}
+        plans: dict[int, changelog.Plan] = {}
         for number, state in self.partitions.items():
-            tombs = set(state.tombstones)
-            for tx_id in tombs:
+            plan = changelog.plan(state, positions.get(number), light_budget)
+            for tx_id in plan.tombstones:
                 self.writer.produce(OutRecord(self.topics.state, tx_id.encode(), None, [], number))
-            dirty = state.dirty()
-            for tx in dirty:
+            for tx in plan.entries:
                 self.writer.produce(
                     OutRecord(self.topics.state, tx.tx_id.encode(), changelog.encode_entry(tx), [], number)
                 )
-            persisted[number] = (dirty, tombs)
-        return persisted
+            plans[number] = plan
+        return plans

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from txbridge.errors import ConfigurationError
-from txbridge.wire import DEFAULT_NAMESPACE
+from txbridge.wire import DEFAULT_COORDINATOR_GROUP, DEFAULT_NAMESPACE
 
 ENV_PREFIX = "TXBRIDGE_"
 
@@ -77,6 +77,9 @@ class CoordinatorConfig:
         transaction_timeout_ms: the transactional producer's transaction.timeout.ms.
         payload_cache_bytes: budget of cached half payloads; evicted ones are re-read by offset.
         max_message_bytes: a committed message larger than this is quarantined, not republished.
+        offset_metadata_bytes: characters of committed-offset metadata per half partition that
+            list young transactions instead of ``<ns>_state`` entries (0: always entries). Keep it
+            below the broker's ``offset.metadata.max.bytes`` (4096 by default).
         metrics_port: serve Prometheus metrics on this port (None: off).
         log_interval_s: seconds between INFO lines with counts.
         extra_config: librdkafka settings passed through to every client.
@@ -84,7 +87,7 @@ class CoordinatorConfig:
 
     bootstrap: str = ""
     namespace: str = DEFAULT_NAMESPACE
-    group_id: str = "txbridge-coordinator"
+    group_id: str = DEFAULT_COORDINATOR_GROUP
     instance_id: str = field(default_factory=_default_instance_id)
     check_delay_s: float = 6.0
     max_checks: int = 15
@@ -100,6 +103,7 @@ class CoordinatorConfig:
     transaction_timeout_ms: int = 10_000  # as Kafka Streams: bounds a crashed instance's takeover time
     payload_cache_bytes: int = 64 * 1024 * 1024
     max_message_bytes: int = 1024 * 1024
+    offset_metadata_bytes: int = 1000  # about 200 halves; the broker allows 4096 by default
     metrics_port: int | None = None
     log_interval_s: float = 30.0
     # Not in repr: it may hold sasl.password or ssl.key.password. The loop logs its keys only.
@@ -131,6 +135,11 @@ class CoordinatorConfig:
         for name, value in at_least_one.items():
             if value < 1:
                 raise ConfigurationError(f"{name} must be at least 1, got {value!r}")
+        if self.offset_metadata_bytes < 0:
+            raise ConfigurationError(
+                "offset_metadata_bytes must not be negative (0 turns it off), "
+                f"got {self.offset_metadata_bytes!r}"
+            )
         if self.check_delay_s < 0:
             raise ConfigurationError(f"check_delay_s must not be negative, got {self.check_delay_s!r}")
         if self.commit_interval_ms * 10 > self.transaction_timeout_ms:
@@ -220,6 +229,7 @@ _ENV_SIMPLE = (
     "transaction_timeout_ms",
     "payload_cache_bytes",
     "max_message_bytes",
+    "offset_metadata_bytes",
     "metrics_port",
     "log_interval_s",
     "default_secret",

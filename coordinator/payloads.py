@@ -6,7 +6,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from coordinator.state import HalfRef, PartitionState, PendingTx
 from txbridge import _kafka
@@ -54,6 +54,19 @@ def _drop_oldest(txs: list[PendingTx], total: int, target: int) -> int:
     return evicted
 
 
+def record_size(msg: Any) -> int:
+    """What a consumed half record counts against the payload budget: value and headers."""
+    return len(msg.value() or b"") + sum(len(n) + len(v or b"") for n, v in msg.headers() or ())
+
+
+class HalfRecord(NamedTuple):
+    """A half record read back: the message, its size as the state counts it, its append time."""
+
+    message: HalfMessage
+    size: int
+    append_ms: int | None  # None when the half topic keeps CreateTime
+
+
 class HalfReader:
     """Re-reads half records by offset (evicted payloads, restored transactions)."""
 
@@ -75,11 +88,18 @@ class HalfReader:
                 if ref.message is None:
                     wanted.setdefault(tx.partition, {})[ref.offset] = (tx, ref)
         for partition, refs in wanted.items():
-            for offset, message in self._read(partition, sorted(refs), timeout).items():
+            for offset, record in self.read(partition, sorted(refs), timeout).items():
                 tx, ref = refs[offset]
-                tx.set_payload(ref, message)
+                tx.set_payload(ref, record.message)
 
-    def _read(self, partition: int, offsets: list[int], timeout: float) -> dict[int, HalfMessage]:
+    def read(self, partition: int, offsets: list[int], timeout: float = 30.0) -> dict[int, HalfRecord]:
+        """The half records at ``offsets`` (sorted) of ``partition``; deleted ones are absent.
+
+        Raises:
+            KafkaOperationError: a record could not be read back in time, or no longer parses.
+        """
+        if not offsets:
+            return {}
         if self._consumer is None:
             # A short fetch wait: a re-read sits on the commit path, the records are already there.
             self._consumer = _kafka.consumer(
@@ -89,7 +109,7 @@ class HalfReader:
                 fetch_wait_max_ms=10,
             )
         want = set(offsets)
-        found: dict[int, HalfMessage] = {}
+        found: dict[int, HalfRecord] = {}
         self._consumer.assign([_kafka.partition_at(self._topic, partition, offsets[0])])
         deadline = time.monotonic() + timeout
         reached = -1  # the highest offset read so far
@@ -107,11 +127,12 @@ class HalfReader:
                     if msg.offset() not in want:
                         continue
                     try:
-                        found[msg.offset()] = decode_half(msg.value(), msg.headers())
+                        message = decode_half(msg.value(), msg.headers())
                     except WireFormatError as exc:  # it parsed when first read; this is a real fault
                         raise KafkaOperationError(
                             f"half record {msg.offset()} no longer parses: {exc}"
                         ) from exc
+                    found[msg.offset()] = HalfRecord(message, record_size(msg), _kafka.append_time_ms(msg))
         finally:
             self._consumer.unassign()
         return found

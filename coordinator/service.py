@@ -21,12 +21,13 @@ from collections import Counter
 from typing import Any
 
 import httpx
+from confluent_kafka import TopicPartition
 
 from coordinator import changelog, metrics, scheduler
 from coordinator.checker import Checker, CheckJob, CheckResult
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
-from coordinator.payloads import HalfReader, evict_states
+from coordinator.payloads import HalfReader, evict_states, record_size
 from coordinator.registry import ProducerRegistry
 from coordinator.republisher import Batch, quarantine_raw
 from coordinator.scheduler import CheckPolicy
@@ -42,6 +43,7 @@ from txbridge.wire import (
     Topics,
     TxState,
     decode_half,
+    decode_light,
     decode_op,
 )
 
@@ -212,15 +214,34 @@ class Coordinator:
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
-        committed = consumer.committed(partitions, timeout=30)
-        for tp in committed:
-            if tp.offset >= 0:
-                self._positions[(tp.topic, tp.partition)] = tp.offset
-        self._restore(numbers)
+        light = self._take_committed(consumer.committed(partitions, timeout=30))
+        try:
+            self._restore(numbers, light)
+        except KafkaOperationError as exc:
+            # Serving without them would lose their messages; raising here is unsafe: stop the loop.
+            logger.exception("restoring partitions %s failed", numbers)
+            self._fatal = exc
+            self._stop.set()
+            return
         logger.info("assigned partitions %s", numbers)
         self.running.set()
 
-    def _restore(self, numbers: list[int]) -> None:
+    def _take_committed(self, committed: list[Any]) -> dict[int, list[int]]:
+        """Positions from the committed offsets; returns the light halves' offsets per partition."""
+        light: dict[int, list[int]] = {}
+        for tp in committed:
+            if tp.offset < 0:
+                continue
+            self._positions[(tp.topic, tp.partition)] = tp.offset
+            if tp.topic == self.topics.half:
+                try:
+                    light[tp.partition] = decode_light(tp.offset, tp.metadata)
+                except WireFormatError:
+                    logger.exception("%s/%d: its young transactions are lost", tp.topic, tp.partition)
+        return light
+
+    def _restore(self, numbers: list[int], light: dict[int, list[int]]) -> None:
+        """Rebuild the partitions' state from ``<ns>_state`` and the light halves (re-read)."""
         restored = changelog.restore(
             self.config.bootstrap, self.topics.state, numbers, self.config.extra_config
         )
@@ -234,9 +255,35 @@ class Coordinator:
             state = PartitionState(number, self.stats, half_position=start)
             for tx in restored.get(number, []):
                 state.add_restored(tx)
+            young = self._restore_light(state, light.get(number, []))
             self.partitions[number] = state
-            if number in restored:
-                logger.info("partition %d: restored %d pending transactions", number, len(restored[number]))
+            if number in restored or young:
+                logger.info(
+                    "partition %d: restored %d pending transactions and %d young ones",
+                    number,
+                    len(restored.get(number, [])),
+                    young,
+                )
+
+    def _restore_light(self, state: PartitionState, offsets: list[int]) -> int:
+        """Re-read the halves the committed offset lists; returns how many transactions they make."""
+        if not offsets:
+            return 0
+        assert self._reader is not None
+        records = self._reader.read(state.partition, offsets)
+        if len(records) < len(offsets):
+            logger.error(
+                "%s/%d: %d listed half records are gone (retention?)",
+                self.topics.half,
+                state.partition,
+                len(offsets) - len(records),
+            )
+        txs: set[str] = set()
+        for offset, record in sorted(records.items()):
+            tx = state.on_half(record.message, offset, record.size, record.append_ms or _now_ms())
+            if tx is not None:
+                txs.add(tx.tx_id)
+        return len(txs)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         # Commit while the partitions are still ours; the group metadata is still valid.
@@ -288,8 +335,7 @@ class Coordinator:
             except WireFormatError as exc:
                 self._quarantine(msg, str(exc))
                 return
-            size = len(msg.value() or b"") + sum(len(n) + len(v or b"") for n, v in msg.headers() or ())
-            tx = state.on_half(half, msg.offset(), size, _kafka.append_time_ms(msg) or _now_ms())
+            tx = state.on_half(half, msg.offset(), record_size(msg), _kafka.append_time_ms(msg) or _now_ms())
             self._publishable |= tx is not None and tx.phase is Phase.READY
         else:
             self.stats["op_records"] += 1
@@ -459,8 +505,15 @@ class Coordinator:
                 self._writer, self.topics, self.partitions, self.stats, self.config.max_message_bytes
             )
             content.write(ready, expiring, incomplete, self._batch)
-            persisted = content.write_changelog()
-            offsets = [_kafka.partition_at(t, p, off) for (t, p), off in self._positions.items()]
+            half = self.topics.half
+            positions = {n: self._positions.get((half, n)) for n in self.partitions}
+            plans = content.write_changelog(positions, self.config.offset_metadata_bytes)
+            offsets = [
+                TopicPartition(t, p, off, plans[p].metadata)
+                if t == half and p in plans and plans[p].metadata
+                else TopicPartition(t, p, off)  # no metadata: what the previous commit listed is cleared
+                for (t, p), off in self._positions.items()
+            ]
             if offsets:
                 self._producer.send_offsets_to_transaction(
                     offsets, self._consumer.consumer_group_metadata(), 30
@@ -470,9 +523,9 @@ class Coordinator:
             self._on_transaction_error(exc)
             return
         self.stats["kafka_transactions"] += 1
-        for number, (txs, tombs) in persisted.items():
+        for number, plan in plans.items():
             if number in self.partitions:
-                self.partitions[number].mark_persisted(txs, tombs)
+                self.partitions[number].mark_persisted(plan.entries, plan.tombstones, plan.light)
         self._batch.clear()
         self._expiring.clear()
         self._incomplete.clear()
@@ -524,12 +577,11 @@ class Coordinator:
         pairs = [(t, p) for p in numbers for t in (self.topics.half, self.topics.op)]
         committed = self._consumer.committed([_kafka.partition_at(t, p) for t, p in pairs], timeout=30)
         self._positions.clear()
+        light = self._take_committed(committed)
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else _kafka.OFFSET_BEGINNING
-            if tp.offset >= 0:
-                self._positions[(tp.topic, tp.partition)] = tp.offset
             self._consumer.seek(_kafka.partition_at(tp.topic, tp.partition, offset))
-        self._restore(numbers)
+        self._restore(numbers, light)
 
     # ------------------------------------------------------------------ observability
 

@@ -21,6 +21,7 @@ import click
 from txbridge import _kafka
 from txbridge.errors import KafkaOperationError, TxBridgeError, WireFormatError
 from txbridge.wire import (
+    DEFAULT_COORDINATOR_GROUP,
     DEFAULT_NAMESPACE,
     H_CHECKS,
     H_ORIGIN,
@@ -31,6 +32,7 @@ from txbridge.wire import (
     Topics,
     TxState,
     decode_half,
+    decode_light,
     decode_op,
     header_dict,
 )
@@ -173,8 +175,14 @@ def resolve(
     return entry
 
 
-def list_pending(bootstrap: str, namespace: str = DEFAULT_NAMESPACE) -> list[dict[str, Any]]:
-    """Transactions pending across a coordinator commit (the live entries of ``<ns>_state``)."""
+def list_pending(
+    bootstrap: str, namespace: str = DEFAULT_NAMESPACE, group_id: str = DEFAULT_COORDINATOR_GROUP
+) -> list[dict[str, Any]]:
+    """Transactions pending at the coordinators' last commits.
+
+    The live entries of ``<ns>_state``, and the young transactions that the coordinators
+    of ``group_id`` listed in their committed half offsets instead (phase ``open``, no checks).
+    """
     latest: dict[bytes, bytes | None] = {}
     for msg in _read_all(bootstrap, Topics(namespace).state):
         latest[msg.key() or b""] = msg.value()
@@ -186,7 +194,44 @@ def list_pending(bootstrap: str, namespace: str = DEFAULT_NAMESPACE) -> list[dic
             out.append(json.loads(value))
         except ValueError:
             continue
+    known = {str(e.get("tx")) for e in out}
+    out.extend(e for e in _young(bootstrap, Topics(namespace).half, group_id) if e["tx"] not in known)
     return sorted(out, key=lambda e: str(e.get("tx", "")))
+
+
+def _young(bootstrap: str, half_topic: str, group_id: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Young transactions listed in the committed half offsets' metadata, read from their halves."""
+    # Same group id, never subscribed: it only reads the group's committed offsets.
+    consumer = _kafka.consumer(bootstrap, group_id)
+    try:
+        meta = consumer.list_topics(half_topic, timeout=10).topics.get(half_topic)
+        if meta is None or meta.error is not None:
+            return []
+        committed = consumer.committed([_kafka.partition_at(half_topic, p) for p in meta.partitions], 10)
+        wanted = {tp.partition: decode_light(tp.offset, tp.metadata) for tp in committed if tp.offset > 0}
+        found: dict[str, dict[str, Any]] = {}
+        for partition, offsets in wanted.items():
+            if not offsets:
+                continue
+            consumer.assign([_kafka.partition_at(half_topic, partition, offsets[0])])
+            deadline, reached = time.monotonic() + timeout, -1
+            while reached < offsets[-1] and time.monotonic() < deadline:
+                for msg in _kafka.consume_available(consumer, 500, 0.5):
+                    if msg.error() is not None:
+                        continue
+                    reached = max(reached, msg.offset())
+                    if msg.offset() not in offsets:
+                        continue
+                    half = decode_half(msg.value(), msg.headers())
+                    entry = found.setdefault(
+                        half.tx_id,
+                        {"tx": half.tx_id, "p": partition, "phase": "open", "group": half.group, "checks": 0},
+                    )
+                    entry.setdefault("halves", []).append([half.seq, msg.offset()])
+            consumer.unassign()
+        return list(found.values())
+    finally:
+        consumer.close()
 
 
 # ------------------------------------------------------------------ CLI
@@ -244,10 +289,16 @@ def resolve_command(bootstrap: str | None, namespace: str, tx_id: str, decision:
 
 
 @admin.command("pending")
+@click.option(
+    "--group-id",
+    default=DEFAULT_COORDINATOR_GROUP,
+    show_default=True,
+    help="The coordinators' consumer group (their --group-id).",
+)
 @_decorate
-def pending_command(bootstrap: str | None, namespace: str) -> None:
+def pending_command(bootstrap: str | None, namespace: str, group_id: str) -> None:
     """List transactions still pending at the coordinators' last commit: tx id, phase, group, checks."""
-    entries = list_pending(_bootstrap(bootstrap), namespace)
+    entries = list_pending(_bootstrap(bootstrap), namespace, group_id)
     if not entries:
         click.echo(f"no pending transactions in {Topics(namespace).state}")
         return

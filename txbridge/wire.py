@@ -23,6 +23,8 @@ from txbridge.errors import SignatureError, WireFormatError
 
 VERSION = 1
 DEFAULT_NAMESPACE = "__txbridge"
+#: The coordinators' consumer group unless they are given another (``coordinator --group-id``).
+DEFAULT_COORDINATOR_GROUP = "txbridge-coordinator"
 DEFAULT_PARTITIONS = 12
 
 # ---------------------------------------------------------------- headers of a half record
@@ -152,6 +154,38 @@ def murmur2(data: bytes) -> int:
     h = (h * m) & 0xFFFFFFFF
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+# ---------------------------------------------------------------- young transactions in offset metadata
+
+#: Prefix of the metadata of a coordinator's committed half offset that lists the half
+#: records of its young transactions (see coordinator.changelog).
+LIGHT_PREFIX = "txb1:"
+
+
+def encode_light(position: int, offsets: Iterable[int]) -> str:
+    """Committed-offset metadata listing half ``offsets`` below ``position`` ("" for none)."""
+    back = sorted(position - offset for offset in offsets)
+    return LIGHT_PREFIX + ",".join(map(str, back)) if back else ""
+
+
+def decode_light(position: int, metadata: str | None) -> list[int]:
+    """The half offsets listed by the metadata of the committed offset ``position`` (sorted).
+
+    Metadata of any other form lists nothing.
+
+    Raises:
+        WireFormatError: the metadata starts with the prefix but does not parse.
+    """
+    if not metadata or not metadata.startswith(LIGHT_PREFIX):
+        return []
+    try:
+        back = [int(part) for part in metadata[len(LIGHT_PREFIX) :].split(",")]
+    except ValueError:
+        raise WireFormatError(f"committed offset metadata {metadata[:40]!r} does not parse") from None
+    if any(not 0 < b <= position for b in back):
+        raise WireFormatError(f"committed offset metadata lists offsets outside 0..{position - 1}")
+    return sorted(position - b for b in back)
 
 
 def half_partition(order_key: bytes, partitions: int) -> int:

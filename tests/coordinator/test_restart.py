@@ -78,3 +78,37 @@ def test_a_fenced_instance_stops_and_the_other_one_serves(
     seen = read_topic(env.bootstrap, topic)
     assert sorted(s.headers["txb.tx"] for s in seen) == sorted(t.encode() for t in sent)
     assert second.thread.is_alive()
+
+
+@pytest.mark.parametrize(
+    ("budget", "with_entries"),
+    [(1000, False), (12, True)],  # 12 characters: room for one or two, the others get entries
+    ids=["all-in-offset-metadata", "budget-overflows-to-state"],
+)
+def test_young_transactions_survive_a_restart(
+    env: Env, topic_factory: Callable[..., str], budget: int, with_entries: bool
+) -> None:
+    topic = topic_factory()
+    first = env.start(check_delay_s=60.0, offset_metadata_bytes=budget)
+    young = [
+        env.producer.halves(
+            [Msg(topic, f"y{i}-0".encode(), key=b"k"), Msg(topic, f"y{i}-1".encode(), key=b"k")]
+        )
+        for i in range(5)
+    ]
+    assert eventually(lambda: sum(len(s.pending) for s in first.service.partitions.values()) == 5)
+    first.stop()
+    entries = {decode_entry(v).tx_id for v in _live_state(env).values() if v is not None}
+    assert entries < {tx for tx, _ in young} if with_entries else entries == set()
+    assert bool(entries) is with_entries
+
+    second = env.start(check_delay_s=60.0, offset_metadata_bytes=budget)
+    for tx, partition in young:
+        env.producer.op(tx, partition, TxState.COMMIT, count=2)
+    seen = wait_for(env.bootstrap, topic, 10)
+    # One key: republished once each, in the order their halves were written.
+    assert [s.value for s in seen] == [f"y{i}-{j}".encode() for i in range(5) for j in range(2)]
+    assert second.service.stats["resolved_published"] == 5
+    assert eventually(lambda: not _live_state(env))  # the entries were tombstoned
+    time.sleep(1)
+    assert len(read_topic(env.bootstrap, topic)) == 10
