@@ -6,6 +6,7 @@ both (read_committed) and publishes the message to its real topic in Kafka
 transactions, one per consumed batch, with its offsets. It is the best a Python
 implementation of the protocol can reach on this machine; compare it with raw
 produce to see what share of raw produce a transactional layer can reach at all.
+:func:`floor_latency` times the same I/O open loop, commit to visible, next to txbridge's.
 
 Run it on its own: ``python -m txbridge.bench.floor --bootstrap 127.0.0.1:9092``.
 """
@@ -17,15 +18,23 @@ import multiprocessing
 import os
 import time
 import uuid
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
 from txbridge import _kafka
-from txbridge.bench.kafka_native import Figure, payload
+from txbridge.bench.kafka_native import Figure, payload, percentile
 from txbridge.wire import H_TX
 
+if TYPE_CHECKING:
+    from txbridge.bench.txbridge_runs import Watcher
+
 PARTITIONS = 12
+#: The coordinator's default commit cadence with ready records: the next Kafka transaction
+#: starts a quarter of commit_interval_ms (20 ms) after the previous commit ended.
+COORDINATOR_COMMIT_GAP_S = 0.005
 
 
 def produce_side(
@@ -61,8 +70,14 @@ def produce_side(
     return time.perf_counter() - started, time.process_time() - cpu
 
 
-def _republish(bootstrap: str, topics: tuple[str, str, str], ready: Any, stop: Any) -> None:
-    """Consume half and op records; publish each committed message to ``real`` in a Kafka transaction."""
+def _republish(
+    bootstrap: str, topics: tuple[str, str, str], ready: Any, stop: Any, commit_gap_s: float = 0.0
+) -> None:
+    """Consume half and op records; publish each committed message to ``real`` in a Kafka transaction.
+
+    A transaction starts no sooner than ``commit_gap_s`` after the previous commit ended; the
+    records that come meanwhile go into it.
+    """
     half, op, real = topics
     consumer = _kafka.consumer(bootstrap, f"floor-{uuid.uuid4().hex[:8]}", fetch_wait_max_ms=5)
     consumer.assign([TopicPartition(t, p, 0) for t in (half, op) for p in range(PARTITIONS)])
@@ -70,11 +85,14 @@ def _republish(bootstrap: str, topics: tuple[str, str, str], ready: Any, stop: A
     producer.init_transactions(30)
     halves: dict[bytes | None, bytes | None] = {}
     early_ops: set[bytes | None] = set()
+    last_commit = 0.0
     ready.set()
     while not stop.is_set():
         batch = _kafka.consume_available(consumer, 2000, 0.05)
         if not batch:
             continue
+        while (wait := last_commit + commit_gap_s - time.monotonic()) > 0:
+            batch += _kafka.consume_available(consumer, 2000, wait)
         producer.begin_transaction()
         for msg in batch:
             if msg.error() is not None:
@@ -92,11 +110,16 @@ def _republish(bootstrap: str, topics: tuple[str, str, str], ready: Any, stop: A
         positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
         producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
         producer.commit_transaction(30)
+        last_commit = time.monotonic()
     consumer.close()
 
 
-def floor(bootstrap: str, *, size: int, count: int, in_flight: int) -> tuple[Figure, Figure]:
-    """``(producer side only, end to end)`` figures of the floor, on fresh topics."""
+@contextmanager
+def _running_floor(bootstrap: str, commit_gap_s: float) -> Iterator[tuple[str, str, Watcher]]:
+    """Fresh half/op/real topics, a republisher and a watcher of ``real``, both running.
+
+    Yields ``(half, op, watcher)``; stops both on exit.
+    """
     from txbridge.bench.txbridge_runs import Watcher
 
     run = uuid.uuid4().hex[:8]
@@ -107,21 +130,29 @@ def floor(bootstrap: str, *, size: int, count: int, in_flight: int) -> tuple[Fig
     )
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
-    republisher = ctx.Process(target=_republish, args=(bootstrap, (half, op, real), ready, stop), daemon=True)
+    republisher = ctx.Process(
+        target=_republish, args=(bootstrap, (half, op, real), ready, stop, commit_gap_s), daemon=True
+    )
     watcher = Watcher(bootstrap, real).start()
     republisher.start()
     try:
         if not ready.wait(60):
             raise RuntimeError("the floor's republisher did not start")
+        yield half, op, watcher
+    finally:
+        stop.set()
+        watcher.close()
+        republisher.join(30)
+
+
+def floor(bootstrap: str, *, size: int, count: int, in_flight: int) -> tuple[Figure, Figure]:
+    """``(producer side only, end to end)`` figures of the floor, on fresh topics."""
+    with _running_floor(bootstrap, commit_gap_s=0.0) as (half, op, watcher):
         started = time.time()
         seconds, cpu = produce_side(bootstrap, half, op, size=size, count=count, in_flight=in_flight)
         if not watcher.wait(count, timeout=120):
             raise RuntimeError(f"only {len(watcher.seen)} of {count} floor messages became visible")
         elapsed = max(watcher.seen.values()) - started
-    finally:
-        stop.set()
-        watcher.close()
-        republisher.join(30)
     params: dict[str, object] = {"size": size, "count": count, "in_flight": in_flight}
     return (
         Figure(
@@ -132,6 +163,79 @@ def floor(bootstrap: str, *, size: int, count: int, in_flight: int) -> tuple[Fig
             params,
         ),
         Figure("floor end to end", count, elapsed, {"msgs_per_s": count / elapsed}, params),
+    )
+
+
+def produce_open_loop(
+    bootstrap: str, half: str, op: str, *, size: int, rate: float, count: int
+) -> dict[str, float]:
+    """Half, its ack, then op, for one message every ``1/rate`` s whatever the others do.
+
+    Returns the wall time of each op's acknowledgement (the commit), by tx id.
+    """
+    producer = _kafka.producer(bootstrap)
+    value = payload(size)
+    committed: dict[str, float] = {}
+
+    def op_acked(err: Any, msg: Any) -> None:
+        if err is not None:
+            raise RuntimeError(f"op record failed: {err}")
+        committed[msg.key().decode()] = time.time()
+
+    def half_acked(err: Any, msg: Any) -> None:
+        if err is not None:
+            raise RuntimeError(f"half record failed: {err}")
+        producer.produce(op, b"COMMIT", msg.key(), msg.partition(), op_acked)
+
+    for topic in (half, op):  # their metadata, before the clock (txbridge's producer is started too)
+        producer.list_topics(topic, timeout=10)
+    started = time.time()
+    for i in range(count):
+        # Serve acknowledgements (and so produce ops) until this message's send time.
+        while (delay := started + i / rate - time.time()) > 0:
+            producer.poll(min(delay, 0.005))
+        tx = f"{i:032x}".encode()
+        producer.produce(half, value, tx, i % PARTITIONS, half_acked, headers=[(H_TX, tx)])
+        producer.poll(0)  # acknowledgements are served on time even when sends run late
+    deadline = time.monotonic() + 60
+    while len(committed) < count and time.monotonic() < deadline:
+        producer.poll(0.01)
+    if len(committed) < count:
+        raise RuntimeError(f"only {len(committed)} of {count} floor op records were acknowledged")
+    return committed
+
+
+def floor_latency(bootstrap: str, *, size: int, rate: float, duration_s: float) -> Figure:
+    """Open-loop commit-to-visible latency of the floor, comparable with txbridge's at the same rate.
+
+    The clock starts when the op record is acknowledged and stops when a read_committed
+    consumer sees the republished message. The republisher commits with the coordinator's
+    default cadence (:data:`COORDINATOR_COMMIT_GAP_S`).
+
+    Raises:
+        BenchError: some committed messages never became visible.
+    """
+    from txbridge.bench.txbridge_runs import BenchError
+
+    total = max(1, int(rate * duration_s))
+    with _running_floor(bootstrap, commit_gap_s=COORDINATOR_COMMIT_GAP_S) as (half, op, watcher):
+        committed = produce_open_loop(bootstrap, half, op, size=size, rate=rate, count=total)
+        watcher.wait(total, timeout=60)
+        seen = dict(watcher.seen)
+    lat = sorted((seen[tx] - t) * 1000 for tx, t in committed.items() if tx in seen)
+    if len(lat) < total:
+        raise BenchError(f"{total - len(lat)} of {total} committed floor messages never became visible")
+    return Figure(
+        "floor commit-to-visible",
+        total,
+        duration_s,
+        {
+            "rate_msgs_per_s": rate,
+            "p50_ms": percentile(lat, 50),
+            "p99_ms": percentile(lat, 99),
+            "max_ms": lat[-1],
+        },
+        {"size": size, "rate": rate, "duration_s": duration_s, "open_loop": True},
     )
 
 
