@@ -32,3 +32,21 @@ def test_ratios_of_txbridge_and_the_floor_against_their_baselines() -> None:
 def test_a_ratio_whose_figures_were_not_measured_is_left_out() -> None:
     assert ratios([fig("txbridge end to end", 5_000), fig("raw produce", 0)]) == {}
     assert ratios([fig("floor end to end", 10), fig("raw produce", 100)]) == {"floor / raw produce": 0.1}
+
+
+def latency(name: str, p50_ms: float) -> Figure:
+    return Figure(name, 100, 1.0, {"rate_msgs_per_s": 100.0, "p50_ms": p50_ms, "p99_ms": 2 * p50_ms})
+
+
+def test_txbridge_latency_is_set_against_the_floor_latency_at_the_same_rate() -> None:
+    figures = [latency("txbridge commit-to-visible", 40.0), latency("floor commit-to-visible", 10.0)]
+
+    assert ratios(figures) == pytest.approx({"txbridge / floor latency p50": 4.0})
+
+
+def test_the_latency_ratio_needs_both_latencies_measured() -> None:
+    assert ratios([latency("txbridge commit-to-visible", 40.0)]) == {}
+    assert ratios([latency("floor commit-to-visible", 10.0)]) == {}
+    assert (
+        ratios([latency("txbridge commit-to-visible", 40.0), latency("floor commit-to-visible", 0.0)]) == {}
+    )

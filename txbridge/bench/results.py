@@ -42,6 +42,10 @@ def ratios(figures: Sequence[Figure]) -> dict[str, float]:
     ):
         if top in by_name and base in by_name and by_name[base].msgs_per_s > 0:
             out[label] = by_name[top].msgs_per_s / by_name[base].msgs_per_s
+    # Latency: how far txbridge's commit-to-visible p50 is above the floor's, at the same rate.
+    txbridge, floor = by_name.get("txbridge commit-to-visible"), by_name.get("floor commit-to-visible")
+    if txbridge is not None and floor is not None and floor.values.get("p50_ms", 0.0) > 0:
+        out["txbridge / floor latency p50"] = txbridge.values["p50_ms"] / floor.values["p50_ms"]
     return out
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from coordinator.process import CoordinatorProcess
 from txbridge.bench import txbridge_runs as tb
-from txbridge.bench.floor import floor
+from txbridge.bench.floor import floor, floor_latency
 from txbridge.bench.kafka_native import Figure, native_transactions, raw_produce
 
 
@@ -31,7 +31,18 @@ MODES = {
         raw_count=500_000, native_s=20.0, e2e_count=30_000, latency_s=20.0, checks=10_000, pending=100_000
     ),
 }
-STEPS = ("raw", "native1", "native100", "e2e", "floor", "latency", "checks", "memory", "failover")
+STEPS = (
+    "raw",
+    "native1",
+    "native100",
+    "e2e",
+    "floor",
+    "latency",
+    "floor_latency",
+    "checks",
+    "memory",
+    "failover",
+)
 
 
 class BenchRun:
@@ -102,6 +113,11 @@ class BenchRun:
                 size=size,
                 rate=self._half_of_saturated(),
                 duration_s=m.latency_s,
+            )
+        elif name == "floor_latency":
+            # The floor's Kafka I/O at txbridge's latency rate: the two latency rows compare directly.
+            figure = floor_latency(
+                self.bootstrap, size=size, rate=self._half_of_saturated(), duration_s=m.latency_s
             )
         elif name == "checks":
             figure = tb.backcheck_drain(self.env, size=size, count=m.checks, concurrency=self.in_flight)
