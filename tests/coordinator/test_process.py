@@ -56,11 +56,8 @@ def test_sigterm_commits_pending_state_and_exits_cleanly(env: Env, tmp_path: Pat
     # A young transaction (not yet due for a check) is carried in the committed half offset, not
     # in <ns>_state; `admin pending` shows both kinds.
     assert [s.value for s in read_topic(env.bootstrap, env.topics.state) if s.value] == []
-    pending = CliRunner().invoke(
-        main,
-        ["admin", "pending", "--bootstrap", env.bootstrap, "--namespace", env.namespace]
-        + ["--group-id", f"coord-{env.namespace}"],
-    )
+    admin_args = ["admin", "pending", "--bootstrap", env.bootstrap, "--namespace", env.namespace]
+    pending = CliRunner().invoke(main, [*admin_args, "--group-id", f"coord-{env.namespace}"])
     assert pending.exit_code == 0, pending.output
     assert tx_id in pending.output
     assert "open" in pending.output
