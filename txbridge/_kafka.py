@@ -59,11 +59,25 @@ def to_error(err: KafkaError | KafkaException | Exception, context: str) -> Kafk
     )
 
 
+#: retry.backoff.ms of transactional producers. A transaction that starts while the broker
+#: still writes the previous one's markers gets CONCURRENT_TRANSACTIONS; librdkafka retries
+#: after retry.backoff.ms, 100 ms by default. With 10: p50 / p99 commit-to-visible at
+#: 2,500 msgs/s 24-33 / 85-111 ms instead of 36-102 / 259-346 ms (2 cores, Kafka 4.1.1).
+TRANSACTIONAL_RETRY_BACKOFF_MS = 10
+
+
 def producer(bootstrap: str, extra: Mapping[str, Any] | None = None, **defaults: Any) -> Producer:
     """An idempotent, acks=all producer unless ``defaults``/``extra`` say otherwise."""
-    base = {"enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    return Producer(producer_config(bootstrap, extra, **defaults))
+
+
+def producer_config(bootstrap: str, extra: Mapping[str, Any] | None = None, **defaults: Any) -> Config:
+    """The settings of :func:`producer`; a transactional one retries after 10 ms, not 100 ms."""
+    base: dict[str, Any] = {"enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    if "transactional_id" in defaults:
+        base["retry.backoff.ms"] = TRANSACTIONAL_RETRY_BACKOFF_MS
     base.update({k.replace("_", "."): v for k, v in defaults.items()})
-    return Producer(client_config(bootstrap, extra, **base))
+    return client_config(bootstrap, extra, **base)
 
 
 def consumer(bootstrap: str, group: str, extra: Mapping[str, Any] | None = None, **defaults: Any) -> Consumer:
