@@ -54,6 +54,12 @@ _SCHEDULE_INTERVAL_S = 0.05  # how often due back-checks are looked for
 #: Ready messages wait at most this share of commit_interval_ms after the previous commit
 #: (measured at 1,500 msgs/s on 2 cores: p50 40 ms with 1.0, 28 ms with 0.25, 48 ms with 0).
 _EAGER = 0.25
+#: The half/op consumer's fetches: the broker answers after 5 ms or 64 KiB, not at the first
+#: record. Measured at 3,500 msgs/s on 2 cores: 445 fetches/s instead of 1,320, the broker's
+#: CPU per message 20% lower, and p50 / p99 commit-to-visible 20-22 / 73-105 ms instead of
+#: 23-27 / 105-279 ms (the same run, settings flipped with --kafka-config).
+_FETCH_WAIT_MS = 5
+_FETCH_MIN_BYTES = 64 * 1024
 
 
 def _now_ms() -> int:
@@ -155,6 +161,8 @@ class Coordinator:
             group_protocol="classic",
             # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
             session_timeout_ms=10_000,
+            fetch_wait_max_ms=_FETCH_WAIT_MS,
+            fetch_min_bytes=_FETCH_MIN_BYTES,
         )
         self._consumer.subscribe(
             [self.topics.half, self.topics.op],
