@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from txbridge.bench.kafka_native import Figure
+from txbridge.bench.kafka_native import BenchError, Figure, latency_figure, percentile
 from txbridge.bench.results import ratios
 
 
@@ -50,3 +50,27 @@ def test_the_latency_ratio_needs_both_latencies_measured() -> None:
     assert (
         ratios([latency("txbridge commit-to-visible", 40.0), latency("floor commit-to-visible", 0.0)]) == {}
     )
+
+
+def test_latency_figure_takes_percentiles_of_commit_to_visible() -> None:
+    committed = {f"tx{i}": 100.0 + i for i in range(100)}
+    seen = {f"tx{i}": 100.0 + i + (i + 1) / 1000 for i in range(100)}  # 1..100 ms
+    figure = latency_figure("x", committed, seen, expected=100, size=64, rate=50.0, duration_s=2.0)
+    assert figure.messages == 100
+    assert figure.values == pytest.approx(
+        {"rate_msgs_per_s": 50.0, "p50_ms": 50.0, "p99_ms": 99.0, "max_ms": 100.0}
+    )
+    assert figure.params["open_loop"] is True
+
+
+def test_latency_figure_refuses_a_run_where_committed_messages_never_became_visible() -> None:
+    committed = {"a": 1.0, "b": 1.0, "c": 1.0}
+    with pytest.raises(BenchError, match="1 of 3 committed messages never became visible"):
+        latency_figure("x", committed, {"a": 1.01, "b": 1.02}, expected=3, size=64, rate=1.0, duration_s=1.0)
+
+
+@pytest.mark.parametrize(
+    ("n", "pct", "expected"), [(100, 99, 99), (100, 50, 50), (1000, 99, 990), (3, 50, 2)]
+)
+def test_percentile_is_the_nearest_rank(n: int, pct: float, expected: float) -> None:
+    assert percentile([float(v) for v in range(1, n + 1)], pct) == expected

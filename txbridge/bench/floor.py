@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import TopicPartition
 
 from txbridge import _kafka
-from txbridge.bench.kafka_native import Figure, payload, percentile
+from txbridge.bench.kafka_native import Figure, latency_figure, payload
 from txbridge.wire import H_TX
 
 if TYPE_CHECKING:
@@ -215,27 +215,19 @@ def floor_latency(bootstrap: str, *, size: int, rate: float, duration_s: float) 
     Raises:
         BenchError: some committed messages never became visible.
     """
-    from txbridge.bench.txbridge_runs import BenchError
-
     total = max(1, int(rate * duration_s))
     with _running_floor(bootstrap, commit_gap_s=COORDINATOR_COMMIT_GAP_S) as (half, op, watcher):
         committed = produce_open_loop(bootstrap, half, op, size=size, rate=rate, count=total)
         watcher.wait(total, timeout=60)
         seen = dict(watcher.seen)
-    lat = sorted((seen[tx] - t) * 1000 for tx, t in committed.items() if tx in seen)
-    if len(lat) < total:
-        raise BenchError(f"{total - len(lat)} of {total} committed floor messages never became visible")
-    return Figure(
+    return latency_figure(
         "floor commit-to-visible",
-        total,
-        duration_s,
-        {
-            "rate_msgs_per_s": rate,
-            "p50_ms": percentile(lat, 50),
-            "p99_ms": percentile(lat, 99),
-            "max_ms": lat[-1],
-        },
-        {"size": size, "rate": rate, "duration_s": duration_s, "open_loop": True},
+        committed,
+        seen,
+        expected=total,
+        size=size,
+        rate=rate,
+        duration_s=duration_s,
     )
 
 

@@ -1,15 +1,24 @@
-"""The Kafka-only baselines: raw produce and native Kafka transactions."""
+"""The Kafka-only baselines (raw produce, native Kafka transactions) and what every step shares.
+
+Shared: :class:`Figure`, :class:`BenchError`, :func:`percentile` and :func:`latency_figure`.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from txbridge import _kafka
-from txbridge.errors import KafkaOperationError
+from txbridge.errors import KafkaOperationError, TxBridgeError
+
+
+class BenchError(TxBridgeError):
+    """A benchmark could not complete (what was missing is in the message)."""
 
 
 @dataclass
@@ -130,5 +139,42 @@ def percentile(sorted_values: list[float], pct: float) -> float:
     """Nearest-rank percentile of an already sorted list (0.0 when empty)."""
     if not sorted_values:
         return 0.0
-    rank = max(0, min(len(sorted_values) - 1, round(pct / 100 * len(sorted_values) + 0.5) - 1))
+    # The smallest value with at least pct% of the values at or below it (ceil, not round half even).
+    rank = max(0, min(len(sorted_values) - 1, math.ceil(pct * len(sorted_values) / 100) - 1))
     return sorted_values[rank]
+
+
+def latency_figure(
+    name: str,
+    committed: Mapping[str, float],
+    seen: Mapping[str, float],
+    *,
+    expected: int,
+    size: int,
+    rate: float,
+    duration_s: float,
+) -> Figure:
+    """The commit-to-visible figure of an open-loop run at ``rate`` msgs/s.
+
+    ``committed`` and ``seen`` are wall times (s) by tx id: when each transaction
+    committed, and when a read_committed consumer first saw its message.
+
+    Raises:
+        BenchError: fewer than ``expected`` committed messages became visible.
+    """
+    lat = sorted((seen[tx] - t) * 1000 for tx, t in committed.items() if tx in seen)
+    if len(lat) < expected:
+        missing = expected - len(lat)
+        raise BenchError(f"{missing} of {expected} committed messages never became visible ({name})")
+    return Figure(
+        name,
+        len(lat),
+        duration_s,
+        {
+            "rate_msgs_per_s": rate,
+            "p50_ms": percentile(lat, 50),
+            "p99_ms": percentile(lat, 99),
+            "max_ms": lat[-1],
+        },
+        {"size": size, "rate": rate, "duration_s": duration_s, "open_loop": True},
+    )

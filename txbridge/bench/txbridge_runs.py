@@ -21,8 +21,7 @@ from coordinator.process import CoordinatorProcess
 from txbridge import _kafka
 from txbridge.aio import AsyncTransactionProducer
 from txbridge.barrier import SqliteBarrier
-from txbridge.bench.kafka_native import Figure, payload, percentile
-from txbridge.errors import TxBridgeError
+from txbridge.bench.kafka_native import BenchError, Figure, latency_figure, payload
 from txbridge.local.broker import free_port
 from txbridge.topics import init_topics
 from txbridge.transaction import LocalTransaction, Message
@@ -39,10 +38,6 @@ def default_producers() -> int:
     process only takes CPU from them).
     """
     return max(1, (os.cpu_count() or 1) // 4)
-
-
-class BenchError(TxBridgeError):
-    """A benchmark could not complete (what was missing is in the message)."""
 
 
 @dataclass
@@ -289,20 +284,14 @@ def latency(env: Env, ns: str, *, size: int, rate: float, duration_s: float) -> 
         seen = dict(watcher.seen)
     finally:
         watcher.close()
-    lat = sorted((seen[tx] - t) * 1000 for tx, t in committed.items() if tx in seen)
-    if len(lat) < total:
-        raise BenchError(f"{total - len(lat)} of {total} committed messages never became visible")
-    return Figure(
+    return latency_figure(
         "txbridge commit-to-visible",
-        total,
-        duration_s,
-        {
-            "rate_msgs_per_s": rate,
-            "p50_ms": percentile(lat, 50),
-            "p99_ms": percentile(lat, 99),
-            "max_ms": lat[-1],
-        },
-        {"size": size, "rate": rate, "duration_s": duration_s, "open_loop": True},
+        committed,
+        seen,
+        expected=total,
+        size=size,
+        rate=rate,
+        duration_s=duration_s,
     )
 
 
