@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
+from coordinator.service import FETCH_MIN_BYTES, FETCH_WAIT_MS
 from txbridge import _kafka
 from txbridge.bench.kafka_native import Figure, latency_figure, payload
 from txbridge.wire import H_TX
@@ -79,7 +80,13 @@ def _republish(
     records that come meanwhile go into it.
     """
     half, op, real = topics
-    consumer = _kafka.consumer(bootstrap, f"floor-{uuid.uuid4().hex[:8]}", fetch_wait_max_ms=5)
+    # The coordinator's fetch settings: the same Kafka I/O, fetched the same way.
+    consumer = _kafka.consumer(
+        bootstrap,
+        f"floor-{uuid.uuid4().hex[:8]}",
+        fetch_wait_max_ms=FETCH_WAIT_MS,
+        fetch_min_bytes=FETCH_MIN_BYTES,
+    )
     consumer.assign([TopicPartition(t, p, 0) for t in (half, op) for p in range(PARTITIONS)])
     producer = _kafka.producer(bootstrap, transactional_id=f"floor-{uuid.uuid4().hex[:8]}", linger_ms=5)
     producer.init_transactions(30)
