@@ -220,6 +220,30 @@ def ensure_topics(
     return outcome
 
 
+def delete_topics_with_prefix(
+    bootstrap: str, prefix: str, *, extra: Mapping[str, Any] | None = None, timeout: float = 30.0
+) -> list[str]:
+    """Delete every topic whose name starts with ``prefix``. Returns the names deleted.
+
+    Raises:
+        ValueError: ``prefix`` is empty (that would delete every topic).
+        KafkaOperationError: the broker refused to delete one of them.
+    """
+    if not prefix:
+        raise ValueError("refusing to delete topics by an empty prefix")
+    client = admin(bootstrap, extra)
+    names = sorted(name for name in client.list_topics(timeout=timeout).topics if name.startswith(prefix))
+    if not names:
+        return []
+    for name, future in client.delete_topics(names, operation_timeout=timeout).items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            if not (exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                raise to_error(exc, f"deleting topic {name}") from exc
+    return names
+
+
 # ---------------------------------------------------------------- small helpers for assign/seek users
 
 OFFSET_BEGINNING = -2

@@ -29,6 +29,7 @@ __all__ = ["Figure", "bench"]
 @click.option("--only", multiple=True, type=click.Choice(STEPS), help="Run only these steps (repeatable).")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results"), show_default=True)
 @click.option("--keep-broker", is_flag=True, help="Leave a local broker this run started running.")
+@click.option("--keep-topics", is_flag=True, help="Keep this run's topics (deleted at the end by default).")
 @_one_line_errors
 def bench(**options: object) -> None:
     """Measure raw produce, native Kafka transactions and txbridge side by side."""
@@ -57,6 +58,7 @@ def _run(options: dict[str, object]) -> None:
         size=int(options["size"]),  # type: ignore[call-overload]
         concurrency=int(options["concurrency"]),  # type: ignore[call-overload]
         in_flight=int(options["in_flight"]),  # type: ignore[call-overload]
+        keep_topics=bool(options["keep_topics"]),
     )
     if options["producers"] is not None:
         run.env.producers = int(options["producers"])  # type: ignore[call-overload]

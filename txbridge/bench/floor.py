@@ -14,6 +14,7 @@ Run it on its own: ``python -m txbridge.bench.floor --bootstrap 127.0.0.1:9092``
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
 import os
 import time
@@ -27,10 +28,13 @@ from confluent_kafka import TopicPartition
 from coordinator.service import FETCH_MIN_BYTES, FETCH_WAIT_MS
 from txbridge import _kafka
 from txbridge.bench.kafka_native import Figure, latency_figure, payload
+from txbridge.errors import TxBridgeError
 from txbridge.wire import H_TX
 
 if TYPE_CHECKING:
     from txbridge.bench.txbridge_runs import Watcher
+
+logger = logging.getLogger(__name__)
 
 PARTITIONS = 12
 #: The coordinator's default commit cadence with ready records: the next Kafka transaction
@@ -125,7 +129,7 @@ def _republish(
 def _running_floor(bootstrap: str, commit_gap_s: float) -> Iterator[tuple[str, str, Watcher]]:
     """Fresh half/op/real topics, a republisher and a watcher of ``real``, both running.
 
-    Yields ``(half, op, watcher)``; stops both on exit.
+    Yields ``(half, op, watcher)``; stops both and deletes the topics on exit.
     """
     from txbridge.bench.txbridge_runs import Watcher
 
@@ -150,6 +154,12 @@ def _running_floor(bootstrap: str, commit_gap_s: float) -> Iterator[tuple[str, s
         stop.set()
         watcher.close()
         republisher.join(30)
+        if republisher.is_alive():
+            republisher.kill()
+        try:
+            _kafka.delete_topics_with_prefix(bootstrap, f"bench-floor-{run}-")
+        except TxBridgeError as error:  # the figures stand; say what is left behind
+            logger.warning("could not delete the floor's topics bench-floor-%s-*: %s", run, error)
 
 
 def floor(bootstrap: str, *, size: int, count: int, in_flight: int) -> tuple[Figure, Figure]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -11,6 +12,9 @@ from coordinator.process import CoordinatorProcess
 from txbridge.bench import txbridge_runs as tb
 from txbridge.bench.floor import floor, floor_latency
 from txbridge.bench.kafka_native import Figure, native_transactions, raw_produce
+from txbridge.errors import TxBridgeError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,18 @@ STEPS = (
 class BenchRun:
     """One benchmark invocation: its namespace, its shared coordinator, its figures."""
 
-    def __init__(self, bootstrap: str, mode: Mode, *, size: int, concurrency: int, in_flight: int) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        mode: Mode,
+        *,
+        size: int,
+        concurrency: int,
+        in_flight: int,
+        keep_topics: bool = False,
+    ) -> None:
         self.bootstrap = bootstrap
+        self.keep_topics = keep_topics
         self.mode = mode
         self.size = size
         self.concurrency = concurrency
@@ -66,6 +80,18 @@ class BenchRun:
     def __exit__(self, *exc: object) -> None:
         if self._coordinator is not None:
             self._coordinator.stop()
+        if self.keep_topics:
+            return
+        try:
+            deleted = self.env.delete_topics()
+        except TxBridgeError as error:
+            logger.warning(
+                "could not delete this run's topics (%s); delete the topics starting with %s by hand",
+                error,
+                " or ".join(self.env.topic_prefixes),
+            )
+        else:
+            logger.info("deleted this run's %d topics", len(deleted))
 
     def _shared_namespace(self) -> str:
         """The namespace served by the shared coordinator, started on first use."""

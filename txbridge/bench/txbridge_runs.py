@@ -51,15 +51,28 @@ class Env:
     #: Producer processes of the end-to-end run (``txbridge bench --producers``).
     producers: int = field(default_factory=default_producers)
 
+    @property
+    def topic_prefixes(self) -> tuple[str, str]:
+        """Every topic this run creates starts with one of these."""
+        return f"__txb_bench_{self.run_id}_", f"bench-{self.run_id}-"
+
     def namespace(self, name: str) -> str:
-        ns = f"__txb_bench_{self.run_id}_{name}"
+        ns = f"{self.topic_prefixes[0]}{name}"
         init_topics(self.bootstrap, ns, PARTITIONS)
         return ns
 
     def topic(self, name: str, partitions: int = 6) -> str:
-        topic = f"bench-{self.run_id}-{name}"
+        topic = f"{self.topic_prefixes[1]}{name}"
         _kafka.ensure_topics(self.bootstrap, [_kafka.TopicSpec(topic, partitions)])
         return topic
+
+    def delete_topics(self) -> list[str]:
+        """Delete every topic this run created (a full run leaves ~1 GB and ~150 partitions)."""
+        return [
+            name
+            for prefix in self.topic_prefixes
+            for name in _kafka.delete_topics_with_prefix(self.bootstrap, prefix)
+        ]
 
     def coordinator(self, ns: str, name: str, *args: str) -> CoordinatorProcess:
         return CoordinatorProcess(
