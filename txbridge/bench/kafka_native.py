@@ -83,8 +83,13 @@ def native_transactions(
     committed = [0] * concurrency
     commit_ms: list[list[float]] = [[] for _ in range(concurrency)]
     errors: list[BaseException] = []
-    ready = threading.Barrier(concurrency + 1)
-    stop_at = [0.0]
+    clock = {"started": 0.0, "stop_at": 0.0}
+
+    def start_clock() -> None:  # the barrier's action: runs once, before any thread is released
+        clock["started"] = time.perf_counter()
+        clock["stop_at"] = clock["started"] + duration_s
+
+    ready = threading.Barrier(concurrency + 1, action=start_clock)
 
     def worker(index: int) -> None:
         try:
@@ -96,15 +101,21 @@ def native_transactions(
             errors.append(exc)
             ready.abort()
             return
-        ready.wait()
-        while time.perf_counter() < stop_at[0]:
-            began = time.perf_counter()
-            producer.begin_transaction()
-            for i in range(per_txn):
-                producer.produce(topic, value=value, key=str(i % 64).encode())
-            producer.commit_transaction(30)
-            commit_ms[index].append((time.perf_counter() - began) * 1000)
-            committed[index] += per_txn
+        try:
+            ready.wait()
+        except threading.BrokenBarrierError:
+            return
+        try:
+            while time.perf_counter() < clock["stop_at"]:
+                began = time.perf_counter()
+                producer.begin_transaction()
+                for i in range(per_txn):
+                    producer.produce(topic, value=value, key=str(i % 64).encode())
+                producer.commit_transaction(30)
+                commit_ms[index].append((time.perf_counter() - began) * 1000)
+                committed[index] += per_txn
+        except BaseException as exc:  # reported below: a silent thread would leave a figure of 0
+            errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
     for thread in threads:
@@ -113,14 +124,16 @@ def native_transactions(
         ready.wait(timeout=120)
     except threading.BrokenBarrierError:
         raise KafkaOperationError(f"native transactions could not start: {errors[:1]}") from None
-    started = time.perf_counter()
-    stop_at[0] = started + duration_s
     for thread in threads:
         thread.join()
-    elapsed = time.perf_counter() - started
+    elapsed = time.perf_counter() - clock["started"]
+    if errors:
+        raise BenchError(f"a native transactional producer failed: {errors[0]!r}")
     latencies = sorted(x for per in commit_ms for x in per)
     total = sum(committed)
     name = "native txn per message" if per_txn == 1 else f"native txn, {per_txn} per txn"
+    if not total:
+        raise BenchError(f"{name}: no transaction committed in {elapsed:.1f} s")
     return Figure(
         name,
         total,
