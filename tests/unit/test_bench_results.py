@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 
-from txbridge.bench.kafka_native import BenchError, Figure, latency_figure, percentile
+from txbridge.bench.kafka_native import BenchError, CpuMeter, Figure, latency_figure, percentile
 from txbridge.bench.results import ratios
 
 
@@ -74,3 +79,25 @@ def test_latency_figure_refuses_a_run_where_committed_messages_never_became_visi
 )
 def test_percentile_is_the_nearest_rank(n: int, pct: float, expected: float) -> None:
     assert percentile([float(v) for v in range(1, n + 1)], pct) == expected
+
+
+def test_cpu_meter_reports_the_cpu_a_process_spent_per_message() -> None:
+    meter = CpuMeter({"bench": os.getpid()})
+    meter.start()
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:  # burn 50 ms of CPU
+        pass
+
+    used = meter.per_message(10)
+
+    assert set(used) == {"bench_cpu_us_per_msg"}
+    assert used["bench_cpu_us_per_msg"] >= 0.04 / 10 * 1e6
+
+
+def test_cpu_meter_leaves_out_a_process_it_cannot_read() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    meter = CpuMeter({"gone": gone.pid, "unknown": None})
+    meter.start()
+
+    assert meter.per_message(10) == {}

@@ -27,7 +27,7 @@ from confluent_kafka import TopicPartition
 
 from coordinator.service import FETCH_MIN_BYTES, FETCH_WAIT_MS
 from txbridge import _kafka
-from txbridge.bench.kafka_native import Figure, latency_figure, payload
+from txbridge.bench.kafka_native import NO_METER, CpuMeter, Figure, latency_figure, payload
 from txbridge.errors import TxBridgeError
 from txbridge.wire import H_TX
 
@@ -162,13 +162,17 @@ def _running_floor(bootstrap: str, commit_gap_s: float) -> Iterator[tuple[str, s
             logger.warning("could not delete the floor's topics bench-floor-%s-*: %s", run, error)
 
 
-def floor(bootstrap: str, *, size: int, count: int, in_flight: int) -> tuple[Figure, Figure]:
+def floor(
+    bootstrap: str, *, size: int, count: int, in_flight: int, meter: CpuMeter = NO_METER
+) -> tuple[Figure, Figure]:
     """``(producer side only, end to end)`` figures of the floor, on fresh topics."""
     with _running_floor(bootstrap, commit_gap_s=0.0) as (half, op, watcher):
+        meter.start()
         started = time.time()
         seconds, cpu = produce_side(bootstrap, half, op, size=size, count=count, in_flight=in_flight)
         if not watcher.wait(count, timeout=120):
             raise RuntimeError(f"only {len(watcher.seen)} of {count} floor messages became visible")
+        used = meter.per_message(count)
         elapsed = max(watcher.seen.values()) - started
     params: dict[str, object] = {"size": size, "count": count, "in_flight": in_flight}
     return (
@@ -179,7 +183,7 @@ def floor(bootstrap: str, *, size: int, count: int, in_flight: int) -> tuple[Fig
             {"msgs_per_s": count / seconds, "cpu_us_per_msg": cpu / count * 1e6},
             params,
         ),
-        Figure("floor end to end", count, elapsed, {"msgs_per_s": count / elapsed}, params),
+        Figure("floor end to end", count, elapsed, {"msgs_per_s": count / elapsed, **used}, params),
     )
 
 

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from txbridge import _kafka
 from txbridge.errors import KafkaOperationError, TxBridgeError
@@ -36,11 +37,62 @@ class Figure:
         return self.messages / self.seconds if self.seconds > 0 else 0.0
 
 
+class CpuMeter:
+    """CPU time of named processes over a measured window, as µs per message (psutil).
+
+    A process that cannot be read (gone, or never found) is left out, never guessed.
+    """
+
+    def __init__(self, pids: Mapping[str, int | None]) -> None:
+        import psutil
+
+        self._procs: dict[str, Any] = {}
+        for name, pid in pids.items():
+            if pid is None:
+                continue
+            try:
+                self._procs[name] = psutil.Process(pid)
+            except psutil.Error:
+                continue
+        self._start: dict[str, float] = {}
+
+    @staticmethod
+    def _cpu_s(proc: Any) -> float:
+        times = proc.cpu_times()
+        return float(times.user + times.system)
+
+    def start(self) -> None:
+        import psutil
+
+        self._start = {}
+        for name, proc in self._procs.items():
+            try:
+                self._start[name] = self._cpu_s(proc)
+            except psutil.Error:
+                continue
+
+    def per_message(self, messages: int) -> dict[str, float]:
+        """``{"<name>_cpu_us_per_msg": µs}`` since :meth:`start`, for each process still readable."""
+        import psutil
+
+        out: dict[str, float] = {}
+        for name, began in self._start.items():
+            try:
+                used = self._cpu_s(self._procs[name]) - began
+            except psutil.Error:
+                continue
+            out[f"{name}_cpu_us_per_msg"] = used / messages * 1e6 if messages else 0.0
+        return out
+
+
+NO_METER = CpuMeter({})
+
+
 def payload(size: int) -> bytes:
     return os.urandom(size)
 
 
-def raw_produce(bootstrap: str, topic: str, *, size: int, count: int) -> Figure:
+def raw_produce(bootstrap: str, topic: str, *, size: int, count: int, meter: CpuMeter = NO_METER) -> Figure:
     """Idempotent, acks=all producer at full speed: the ceiling of this broker and machine."""
     producer = _kafka.producer(bootstrap, linger_ms=5, batch_num_messages=10000)
     value = payload(size)
@@ -50,6 +102,7 @@ def raw_produce(bootstrap: str, topic: str, *, size: int, count: int) -> Figure:
         if err is not None:
             failures.append(str(err))
 
+    meter.start()
     started = time.perf_counter()
     for i in range(count):
         while True:
@@ -70,13 +123,20 @@ def raw_produce(bootstrap: str, topic: str, *, size: int, count: int) -> Figure:
         "raw produce",
         count,
         elapsed,
-        {"msgs_per_s": count / elapsed, "mb_per_s": count * size / elapsed / 1e6},
+        {"msgs_per_s": count / elapsed, "mb_per_s": count * size / elapsed / 1e6, **meter.per_message(count)},
         {"size": size, "count": count},
     )
 
 
 def native_transactions(
-    bootstrap: str, topic: str, *, size: int, per_txn: int, duration_s: float, concurrency: int
+    bootstrap: str,
+    topic: str,
+    *,
+    size: int,
+    per_txn: int,
+    duration_s: float,
+    concurrency: int,
+    meter: CpuMeter = NO_METER,
 ) -> Figure:
     """``concurrency`` transactional producers, each looping begin / produce ``per_txn`` / commit."""
     value = payload(size)
@@ -86,6 +146,7 @@ def native_transactions(
     clock = {"started": 0.0, "stop_at": 0.0}
 
     def start_clock() -> None:  # the barrier's action: runs once, before any thread is released
+        meter.start()
         clock["started"] = time.perf_counter()
         clock["stop_at"] = clock["started"] + duration_s
 
@@ -127,6 +188,7 @@ def native_transactions(
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - clock["started"]
+    cpu = meter.per_message(sum(committed))
     if errors:
         raise BenchError(f"a native transactional producer failed: {errors[0]!r}")
     latencies = sorted(x for per in commit_ms for x in per)
@@ -143,6 +205,7 @@ def native_transactions(
             "txn_per_s": len(latencies) / elapsed,
             "txn_p50_ms": percentile(latencies, 50),
             "txn_p99_ms": percentile(latencies, 99),
+            **cpu,
         },
         {"size": size, "per_txn": per_txn, "concurrency": concurrency, "duration_s": duration_s},
     )

@@ -80,6 +80,8 @@ _UNITS = {
     "txn_per_s": "txn/s",
     "txn_p50_ms": "txn p50 ms",
     "txn_p99_ms": "txn p99 ms",
+    "broker_cpu_us_per_msg": "broker CPU µs/msg",
+    "coordinator_cpu_us_per_msg": "coordinator CPU µs/msg",
 }
 
 

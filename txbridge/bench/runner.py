@@ -11,7 +11,7 @@ from pathlib import Path
 from coordinator.process import CoordinatorProcess
 from txbridge.bench import txbridge_runs as tb
 from txbridge.bench.floor import floor, floor_latency
-from txbridge.bench.kafka_native import Figure, native_transactions, raw_produce
+from txbridge.bench.kafka_native import CpuMeter, Figure, native_transactions, raw_produce
 from txbridge.errors import TxBridgeError
 
 logger = logging.getLogger(__name__)
@@ -104,6 +104,16 @@ class BenchRun:
     def _topic(self, name: str) -> str:
         return self.env.topic(name)
 
+    def _meter(self, *, coordinator: bool = False) -> CpuMeter:
+        """CPU of the local broker (when the run uses it) and, if asked, of the shared coordinator."""
+        from txbridge.local.broker import LocalKafka
+
+        status = LocalKafka.from_home().status()
+        pids = {"broker": status.pid if status.running and status.bootstrap == self.bootstrap else None}
+        if coordinator and self._coordinator is not None:
+            pids["coordinator"] = self._coordinator.pid
+        return CpuMeter(pids)
+
     def _half_of_saturated(self) -> float:
         e2e = next((f for f in self.figures if f.name == "txbridge end to end"), None)
         return max(10.0, (e2e.msgs_per_s if e2e else 400.0) / 2)
@@ -111,7 +121,9 @@ class BenchRun:
     def step(self, name: str) -> Figure:
         m, size = self.mode, self.size
         if name == "raw":
-            figure = raw_produce(self.bootstrap, self._topic("raw"), size=size, count=m.raw_count)
+            figure = raw_produce(
+                self.bootstrap, self._topic("raw"), size=size, count=m.raw_count, meter=self._meter()
+            )
         elif name in ("native1", "native100"):
             per_txn = 1 if name == "native1" else 100
             figure = native_transactions(
@@ -121,16 +133,23 @@ class BenchRun:
                 per_txn=per_txn,
                 duration_s=m.native_s,
                 concurrency=self.concurrency if per_txn == 1 else 2,
+                meter=self._meter(),
             )
         elif name == "e2e":
+            ns = self._shared_namespace()
             figure = tb.end_to_end(
-                self.env, self._shared_namespace(), size=size, count=m.e2e_count, concurrency=self.in_flight
+                self.env,
+                ns,
+                size=size,
+                count=m.e2e_count,
+                concurrency=self.in_flight,
+                meter=self._meter(coordinator=True),
             )
         elif name == "floor":
             # The same Kafka I/O as txbridge end to end with no txbridge logic: the best any
             # Python implementation of the protocol reaches here (what the ratios are up against).
             _producer_side, figure = floor(
-                self.bootstrap, size=size, count=m.e2e_count, in_flight=self.in_flight
+                self.bootstrap, size=size, count=m.e2e_count, in_flight=self.in_flight, meter=self._meter()
             )
         elif name == "latency":
             figure = tb.latency(

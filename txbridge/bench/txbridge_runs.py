@@ -21,7 +21,7 @@ from coordinator.process import CoordinatorProcess
 from txbridge import _kafka
 from txbridge.aio import AsyncTransactionProducer
 from txbridge.barrier import SqliteBarrier
-from txbridge.bench.kafka_native import BenchError, Figure, latency_figure, payload
+from txbridge.bench.kafka_native import NO_METER, BenchError, CpuMeter, Figure, latency_figure, payload
 from txbridge.local.broker import free_port
 from txbridge.topics import init_topics
 from txbridge.transaction import LocalTransaction, Message
@@ -182,7 +182,9 @@ async def _send_many(
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-def end_to_end(env: Env, ns: str, *, size: int, count: int, concurrency: int) -> Figure:
+def end_to_end(
+    env: Env, ns: str, *, size: int, count: int, concurrency: int, meter: CpuMeter = NO_METER
+) -> Figure:
     """Saturated throughput: ``count`` committed transactions, counted visible on the real topic.
 
     ``env.producers`` producer processes share the transactions and ``concurrency`` (the
@@ -206,6 +208,7 @@ def end_to_end(env: Env, ns: str, *, size: int, count: int, concurrency: int) ->
             error = ready.get(timeout=120)
             if error:
                 raise BenchError(f"an end-to-end producer did not start: {error}")
+        meter.start()
         started = time.time()
         go.set()
         for proc in procs:
@@ -215,6 +218,7 @@ def end_to_end(env: Env, ns: str, *, size: int, count: int, concurrency: int) ->
             raise BenchError(f"{len(failed)} end-to-end producer processes failed (exit codes {failed})")
         if not watcher.wait(count, timeout=120):
             raise BenchError(f"only {len(watcher.seen)} of {count} committed messages became visible")
+        cpu = meter.per_message(count)
         last = max(watcher.seen.values())
     finally:
         for proc in procs:
@@ -226,7 +230,7 @@ def end_to_end(env: Env, ns: str, *, size: int, count: int, concurrency: int) ->
         "txbridge end to end",
         count,
         elapsed,
-        {"msgs_per_s": count / elapsed, "mb_per_s": count * size / elapsed / 1e6},
+        {"msgs_per_s": count / elapsed, "mb_per_s": count * size / elapsed / 1e6, **cpu},
         {"size": size, "count": count, "concurrency": concurrency, "producers": producers},
     )
 
