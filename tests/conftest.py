@@ -5,6 +5,10 @@ Kafka comes from, in order:
 1. ``KAFKA_BOOTSTRAP_SERVERS``: an existing cluster (it must allow transactions);
 2. a testcontainers Kafka, when a Docker engine answers (``TXBRIDGE_TEST_DOCKER=0`` skips it);
 3. the local broker of :mod:`txbridge.local.broker`, on free ports in a temp folder.
+
+PostgreSQL (``postgres_url``) comes from ``TXBRIDGE_TEST_POSTGRES_URL`` (a SQLAlchemy URL of
+a database the tests may create and drop tables in), else from the ``pgserver`` package:
+PostgreSQL binaries from PyPI, started in a temp folder, no Docker.
 """
 
 from __future__ import annotations
@@ -60,6 +64,27 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A SQLAlchemy URL of the session's PostgreSQL."""
+    external = os.environ.get("TXBRIDGE_TEST_POSTGRES_URL")
+    if external:
+        yield external
+        return
+    try:
+        import pgserver
+    except ImportError:
+        pytest.fail(
+            "the PostgreSQL tests need the pgserver package (pip install -e '.[test]') "
+            "or TXBRIDGE_TEST_POSTGRES_URL naming a database"
+        )
+    server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+    try:
+        yield server.get_uri().replace("postgresql://", "postgresql+psycopg://", 1)
+    finally:
+        server.cleanup()
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The database barrier, on SQLite directly and through SQLAlchemy: pure DB logic, no Kafka."""
+"""The database barrier, on SQLite directly and through SQLAlchemy (SQLite and a real
+PostgreSQL): pure DB logic, no Kafka."""
 
 from __future__ import annotations
 
@@ -19,8 +20,16 @@ from txbridge.transaction import LocalTransaction
 from txbridge.wire import TxState
 
 
-@pytest.fixture(params=["sqlite3", "sqlalchemy"])
+@pytest.fixture(params=["sqlite3", "sqlalchemy", "postgresql"])
 def barrier(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "postgresql":
+        engine = create_engine(request.getfixturevalue("postgres_url"))
+        with engine.begin() as conn:  # each test starts from empty tables
+            conn.execute(text("DROP TABLE IF EXISTS orders, txbridge_barrier"))
+            conn.execute(text("CREATE TABLE orders (id TEXT PRIMARY KEY, amount INTEGER)"))
+        yield SqlAlchemyBarrier(engine)
+        engine.dispose()
+        return
     path = tmp_path / "app.db"
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE orders (id TEXT PRIMARY KEY, amount INTEGER)")
