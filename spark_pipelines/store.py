@@ -1,7 +1,8 @@
 """The order service's local database: one ``orders_<path>`` table per path.
 
 SQLite by default (one file per path); any SQLAlchemy URL (PostgreSQL, ...)
-when given, in which case the paths share that database and differ by table.
+when given, in which case the paths and the runs share that database and differ
+by table: ``orders_<run>_<path>``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from spark_pipelines.faults import PlannedOrder
 from txbridge.errors import ConfigurationError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+_RUN = re.compile(r"^[a-z0-9_]{1,40}$")
 
 
 @dataclass(frozen=True)
@@ -35,15 +37,19 @@ class OrderStore:
     Args:
         url: a SQLAlchemy database URL.
         path: the path name (``txbridge``, ``native``, ``plain``); the table is ``orders_<path>``.
+        run: set for a database that runs share: the table is then ``orders_<run>_<path>``,
+            so a run's ground truth holds only its own orders.
     """
 
-    def __init__(self, url: str, path: str) -> None:
+    def __init__(self, url: str, path: str, *, run: str = "") -> None:
         if not _NAME.match(path):
             raise ConfigurationError(f"path name {path!r} must be lower-case letters, digits and _")
+        if run and not _RUN.match(run):
+            raise ConfigurationError(f"run tag {run!r} must be 1-40 lower-case letters, digits and _")
         self.url = url
         self._metadata = sa.MetaData()
         self.table = sa.Table(
-            f"orders_{path}",
+            f"orders_{run}_{path}" if run else f"orders_{path}",
             self._metadata,
             sa.Column("order_id", sa.String(64), primary_key=True),
             sa.Column("customer_id", sa.String(64), nullable=False),

@@ -71,8 +71,10 @@ class RunConfig:
         return Path(self.run_dir) / "plan.json"
 
     def store(self, path: str) -> OrderStore:
-        url = self.db_url or f"sqlite:///{Path(self.run_dir) / 'db' / f'{path}.sqlite'}"
-        return OrderStore(url, path)
+        """The path's order table: its own SQLite file, or ``orders_<run>_<path>`` at ``db_url``."""
+        if self.db_url:  # shared by runs: the run's tag keeps their ground truths apart
+            return OrderStore(self.db_url, path, run=self.run_id.replace("-", "_").lower())
+        return OrderStore(f"sqlite:///{Path(self.run_dir) / 'db' / f'{path}.sqlite'}", path)
 
     def save(self) -> Path:
         target = Path(self.run_dir) / "run.json"

@@ -51,14 +51,21 @@ class SideBySide:
         return next(m for m in self.metrics if (m.path, m.isolation) == (path, isolation))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def side_by_side(
-    kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    kafka_bootstrap: str,
+    spark: SparkSession,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SideBySide]:
-    """240 orders, every fault kind, through every available path; then the Spark comparison."""
+    """240 orders, every fault kind, through every available path; then the Spark comparison.
+
+    Once with the default SQLite files, once with ``--db-url`` naming a PostgreSQL.
+    """
     root = tmp_path_factory.mktemp("side-by-side")
     run_id = f"t{secrets.token_hex(4)}"
-    config = RunConfig.create(run_id, kafka_bootstrap, root / run_id, check_after=1.0)
+    db_url = request.getfixturevalue("postgres_url") if request.param == "postgresql" else ""
+    config = RunConfig.create(run_id, kafka_bootstrap, root / run_id, check_after=1.0, db_url=db_url)
     plan = FaultPlan.generate(seed=11, orders=ORDERS, customers=12, every_fault=True)
     paths = PATHS if txbridge_available() else ("native", "plain")
     secret = secrets.token_hex(16)

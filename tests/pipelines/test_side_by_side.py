@@ -2,17 +2,17 @@
 
 The report's numbers are checked against an independent count: a plain
 consumer (tests/kafka_helpers.read_topic), fastavro decoding in the test, and
-a SQL query on each path's SQLite file.
+a SQL query on each path's table (its SQLite file, or the PostgreSQL of --db-url).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from spark_pipelines import schema
 from spark_pipelines.compare import measure, truth_frame
@@ -26,8 +26,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def _committed_rows(run: SideBySide, path: str) -> dict[str, tuple[str, int]]:
-    with sqlite3.connect(db_file(run.config, path)) as conn:
-        rows = conn.execute(f"SELECT order_id, customer_id, customer_seq FROM orders_{path}").fetchall()  # noqa: S608 - path is one of three literals
+    url = run.config.db_url or f"sqlite:///{db_file(run.config, path)}"
+    table = f"orders_{run.config.run_id}_{path}" if run.config.db_url else f"orders_{path}"
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            query = sa.text(f"SELECT order_id, customer_id, customer_seq FROM {table}")  # noqa: S608 - run id and path are ours
+            rows = conn.execute(query).all()
+    finally:
+        engine.dispose()
     return {order_id: (customer, seq) for order_id, customer, seq in rows}
 
 
