@@ -133,8 +133,8 @@ def _running_floor(bootstrap: str, commit_gap_s: float) -> Iterator[tuple[str, s
     """
     from txbridge.bench.txbridge_runs import Watcher
 
-    run = uuid.uuid4().hex[:8]
-    half, op, real = (f"bench-floor-{run}-{name}" for name in ("half", "op", "real"))
+    prefix = f"bench-floor-{uuid.uuid4().hex[:8]}-"
+    half, op, real = (f"{prefix}{name}" for name in ("half", "op", "real"))
     _kafka.ensure_topics(
         bootstrap,
         [_kafka.TopicSpec(half, PARTITIONS), _kafka.TopicSpec(op, PARTITIONS), _kafka.TopicSpec(real, 6)],
@@ -157,9 +157,9 @@ def _running_floor(bootstrap: str, commit_gap_s: float) -> Iterator[tuple[str, s
         if republisher.is_alive():
             republisher.kill()
         try:
-            _kafka.delete_topics_with_prefix(bootstrap, f"bench-floor-{run}-")
+            _kafka.delete_topics_with_prefix(bootstrap, prefix)
         except TxBridgeError as error:  # the figures stand; say what is left behind
-            logger.warning("could not delete the floor's topics bench-floor-%s-*: %s", run, error)
+            logger.warning("could not delete the floor's topics %s*: %s", prefix, error)
 
 
 def floor(

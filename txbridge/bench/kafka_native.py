@@ -12,7 +12,8 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+import psutil
 
 from txbridge import _kafka
 from txbridge.errors import KafkaOperationError, TxBridgeError
@@ -44,9 +45,7 @@ class CpuMeter:
     """
 
     def __init__(self, pids: Mapping[str, int | None]) -> None:
-        import psutil
-
-        self._procs: dict[str, Any] = {}
+        self._procs: dict[str, psutil.Process] = {}
         for name, pid in pids.items():
             if pid is None:
                 continue
@@ -57,13 +56,11 @@ class CpuMeter:
         self._start: dict[str, float] = {}
 
     @staticmethod
-    def _cpu_s(proc: Any) -> float:
+    def _cpu_s(proc: psutil.Process) -> float:
         times = proc.cpu_times()
         return float(times.user + times.system)
 
     def start(self) -> None:
-        import psutil
-
         self._start = {}
         for name, proc in self._procs.items():
             try:
@@ -73,8 +70,6 @@ class CpuMeter:
 
     def per_message(self, messages: int) -> dict[str, float]:
         """``{"<name>_cpu_us_per_msg": µs}`` since :meth:`start`, for each process still readable."""
-        import psutil
-
         out: dict[str, float] = {}
         for name, began in self._start.items():
             try:
@@ -188,11 +183,11 @@ def native_transactions(
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - clock["started"]
-    cpu = meter.per_message(sum(committed))
+    total = sum(committed)
+    cpu = meter.per_message(total)
     if errors:
         raise BenchError(f"a native transactional producer failed: {errors[0]!r}")
     latencies = sorted(x for per in commit_ms for x in per)
-    total = sum(committed)
     name = "native txn per message" if per_txn == 1 else f"native txn, {per_txn} per txn"
     if not total:
         raise BenchError(f"{name}: no transaction committed in {elapsed:.1f} s")

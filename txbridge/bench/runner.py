@@ -136,7 +136,7 @@ class BenchRun:
                 meter=self._meter(),
             )
         elif name == "e2e":
-            ns = self._shared_namespace()
+            ns = self._shared_namespace()  # starts the coordinator, whose CPU the meter reads
             figure = tb.end_to_end(
                 self.env,
                 ns,
