@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import json
 import os
+import secrets
 import sys
 import time
 import uuid
@@ -450,11 +451,22 @@ class CheckMessage:
 
 #: Most transactions one batched back-check request may carry; a producer refuses more (400).
 MAX_CHECK_BATCH = 1000
+#: Longest request id (``"id"``) a producer accepts in a back-check body; longer is a 400.
+MAX_REQUEST_ID_LENGTH = 64
+
+
+def new_request_id() -> str:
+    """A fresh back-check request id: 128 random bits, hex (what each encoded body carries)."""
+    return secrets.token_hex(16)
 
 
 @dataclass(frozen=True)
 class CheckRequest:
-    """The body of a back-check ``POST`` about one transaction."""
+    """The body of a back-check ``POST`` about one transaction.
+
+    The request id is not a field: each :meth:`encode` draws a fresh one, so every
+    ``POST`` is a new request and a producer can refuse a replay of an earlier one.
+    """
 
     tx_id: str
     group: str
@@ -463,7 +475,8 @@ class CheckRequest:
     messages: tuple[CheckMessage, ...] = field(default_factory=tuple)
 
     def encode(self) -> bytes:
-        return _json({"v": VERSION, **self._fields()})
+        """The body of one ``POST``, with a fresh request id (two calls give two requests)."""
+        return _json({"v": VERSION, "id": new_request_id(), **self._fields()})
 
     def _fields(self) -> dict[str, Any]:
         def b64(data: bytes | None) -> str | None:
@@ -485,15 +498,23 @@ class CheckRequest:
 class CheckBatch:
     """The body of a batched back-check ``POST``: several transactions of one group.
 
-    Encoded as ``{"v":1,"group":...,"checks":[<a CheckRequest without "v">, ...]}``; the
-    answer is ``{"states":{"<tx id>":"COMMIT"|"ROLLBACK"|"UNKNOWN", ...}}``.
+    Encoded as ``{"v":1,"id":...,"group":...,"checks":[<a CheckRequest without "v" and "id">, ...]}``;
+    the answer is ``{"states":{"<tx id>":"COMMIT"|"ROLLBACK"|"UNKNOWN", ...}}``.
     """
 
     group: str
     checks: tuple[CheckRequest, ...]
 
     def encode(self) -> bytes:
-        return _json({"v": VERSION, "group": self.group, "checks": [c._fields() for c in self.checks]})
+        """The body of one ``POST``, with a fresh request id (two calls give two requests)."""
+        return _json(
+            {
+                "v": VERSION,
+                "id": new_request_id(),
+                "group": self.group,
+                "checks": [c._fields() for c in self.checks],
+            }
+        )
 
 
 def _json(data: Any) -> bytes:
@@ -507,7 +528,30 @@ def decode_check_body(body: bytes) -> CheckRequest | CheckBatch:
         WireFormatError: the body is neither a version-1 check request nor a batch of them
             (or a batch of more than :data:`MAX_CHECK_BATCH`, or of another group's checks).
     """
+    return decode_check_post(body)[1]
+
+
+def decode_check_post(body: bytes) -> tuple[str | None, CheckRequest | CheckBatch]:
+    """Parse a back-check request body and its request id.
+
+    Returns:
+        ``(id, checks)``: the body's ``"id"``, or ``None`` for a body without one (from a
+        coordinator that predates request ids), and what :func:`decode_check_body` returns.
+
+    Raises:
+        WireFormatError: as :func:`decode_check_body`, or the id is not a string of 1 to
+            :data:`MAX_REQUEST_ID_LENGTH` characters.
+    """
     data = _check_json(body)
+    request_id = data.get("id")
+    if request_id is not None and (
+        not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_REQUEST_ID_LENGTH
+    ):
+        raise WireFormatError(f"check request id must be a string of 1 to {MAX_REQUEST_ID_LENGTH} characters")
+    return request_id, _checks_from(data)
+
+
+def _checks_from(data: dict[str, Any]) -> CheckRequest | CheckBatch:
     if "checks" not in data:
         return _check_from(data)
     try:
@@ -629,8 +673,11 @@ def verify(
     *,
     now: float | None = None,
     tolerance_s: float = DEFAULT_SIGNATURE_TOLERANCE_S,
-) -> None:
+) -> int:
     """Accept ``body`` only with a fresh, valid signature.
+
+    Returns:
+        The signature's timestamp ``t`` (unix seconds): when the request was signed.
 
     Raises:
         SignatureError: unsigned, malformed, badly signed, or older/newer than ``tolerance_s``.
@@ -652,6 +699,7 @@ def verify(
     expected = hmac.new(secret, f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
     if not any(hmac.compare_digest(expected, given) for given in parts.get("v1", [])):
         raise SignatureError("signature does not match")
+    return ts
 
 
 def header_dict(headers: Iterable[tuple[str, bytes | None]] | None) -> dict[str, bytes]:

@@ -133,6 +133,8 @@ def test_check_request_round_trip() -> None:
         (200, b"", TxState.UNKNOWN),
         (500, b'{"state":"COMMIT"}', TxState.UNKNOWN),
         (401, b'{"state":"COMMIT"}', TxState.UNKNOWN),
+        (409, b'{"error":"this request was already answered"}', TxState.UNKNOWN),  # a refused replay
+        (409, b'{"state":"COMMIT"}', TxState.UNKNOWN),
     ],
 )
 def test_only_explicit_verdicts_count(status: int, body: bytes, expected: TxState) -> None:
@@ -153,6 +155,54 @@ def test_signature_accepts_fresh_and_refuses_bad_or_stale() -> None:
         wire.verify(secret, header, body, now=1000 + 301)
     with pytest.raises(SignatureError, match="timestamp"):
         wire.verify(secret, "v1=abc", body, now=1000)
+
+
+def test_verify_returns_when_the_request_was_signed() -> None:
+    body = b'{"v":1}'
+    assert wire.verify(b"s", wire.sign(b"s", body, now=1000), body, now=1200) == 1000
+
+
+def test_every_encoding_carries_a_fresh_signed_request_id() -> None:
+    request = wire.CheckRequest("t1", "g", "i", 2, (wire.CheckMessage("o", b"k"),))
+    batch = _batch("t1", "t2")
+    for checks in (request, batch):
+        first, second = checks.encode(), checks.encode()
+        id_1, decoded = wire.decode_check_post(first)
+        id_2, _ = wire.decode_check_post(second)
+        assert decoded == checks  # the id is not part of the checks
+        assert isinstance(id_1, str)
+        assert isinstance(id_2, str)
+        assert len(id_1) == 32
+        assert id_1 != id_2
+        # The id is inside the signed bytes: a replay with another id fails the signature.
+        header = wire.sign(b"s", first, now=1000)
+        with pytest.raises(SignatureError, match="does not match"):
+            wire.verify(b"s", header, first.replace(id_1.encode(), id_2.encode()), now=1000)
+    # Items of a batch carry no id of their own: only the POST is a request.
+    assert all("id" not in item for item in json.loads(batch.encode())["checks"])
+
+
+def test_a_body_without_id_still_parses() -> None:
+    """Coordinators before request ids send none."""
+    single = wire.CheckRequest("t1", "g", "i", 3)
+    old_single = json.dumps({k: v for k, v in json.loads(single.encode()).items() if k != "id"}).encode()
+    assert wire.decode_check_post(old_single) == (None, single)
+    old_batch = json.dumps({k: v for k, v in json.loads(_batch("t1").encode()).items() if k != "id"}).encode()
+    assert wire.decode_check_post(old_batch) == (None, _batch("t1"))
+
+
+def test_producers_that_know_no_ids_ignore_them() -> None:
+    """A producer that reads single checks only (or any JSON reader) skips the extra field."""
+    request = wire.CheckRequest("t1", "g", "i", 3)
+    assert wire.decode_check_request(request.encode()) == request
+
+
+@pytest.mark.parametrize("request_id", [123, "", "x" * (wire.MAX_REQUEST_ID_LENGTH + 1), ["a"]])
+def test_a_bad_request_id_is_refused(request_id: object) -> None:
+    body = json.loads(wire.CheckRequest("t1", "g", "i", 3).encode())
+    body["id"] = request_id
+    with pytest.raises(WireFormatError, match="request id"):
+        wire.decode_check_post(json.dumps(body).encode())
 
 
 def test_producer_registry_round_trip() -> None:
@@ -207,6 +257,7 @@ def test_bad_check_batches_are_refused_with_a_reason(body: bytes, why: str) -> N
         (200, b'{"state":"COMMIT"}', {"a": "UNKNOWN", "b": "UNKNOWN"}),
         (200, b'{"states":["COMMIT"]}', {"a": "UNKNOWN", "b": "UNKNOWN"}),
         (500, b'{"states":{"a":"COMMIT","b":"COMMIT"}}', {"a": "UNKNOWN", "b": "UNKNOWN"}),
+        (409, b'{"states":{"a":"COMMIT","b":"COMMIT"}}', {"a": "UNKNOWN", "b": "UNKNOWN"}),  # a replay
         (200, b"OK", {"a": "UNKNOWN", "b": "UNKNOWN"}),
     ],
 )
