@@ -7,6 +7,7 @@ parsed or any user code runs:
 
 - unsigned, malformed, wrong or stale signature: **401** ``{"error": ...}``;
 - signed but not a check request: **400**; a check for another group: **404**;
+- a replay of a request already answered (see :class:`ReplayMemory`): **409**;
 - otherwise **200** with ``{"state": "COMMIT" | "ROLLBACK" | "UNKNOWN"}``, or for a
   batch ``{"states": {"<tx id>": ..., ...}}``; a check function that raises (or
   answers something else) yields UNKNOWN for its transaction only.
@@ -18,8 +19,11 @@ function runs for each transaction in turn (an ``async`` one concurrently).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import heapq
 import inspect
 import logging
+import math
 import socket
 import threading
 import time
@@ -41,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 CHECK_PATH = "/txbridge/check"
 CheckFunction = Callable[[LocalTransaction], Any]
+#: How many answered back-check requests a check app remembers, to refuse their replays.
+DEFAULT_REPLAY_MEMORY = 100_000
+#: The answer to a replayed request: the coordinator reads anything but a 200 as UNKNOWN.
+REPLAY_STATUS = 409
 
 
 def build_check_app(
@@ -49,6 +57,7 @@ def build_check_app(
     check: CheckFunction,
     *,
     tolerance_s: float = wire.DEFAULT_SIGNATURE_TOLERANCE_S,
+    replay_memory: int = DEFAULT_REPLAY_MEMORY,
 ) -> Starlette:
     """The ASGI app answering back-checks of ``group`` with ``check``.
 
@@ -58,23 +67,45 @@ def build_check_app(
         check: ``check(txn) -> TxState``; may be a plain or an ``async`` function.
             Plain functions run in a worker thread (they usually query a database).
         tolerance_s: how far a signature's timestamp may be from this clock.
+        replay_memory: how many requests signed within ``tolerance_s`` the app remembers
+            to refuse their replays (see :class:`ReplayMemory`).
+
+    Raises:
+        ConfigurationError: ``tolerance_s`` or ``replay_memory`` is not positive.
     """
+    replays = ReplayMemory(tolerance_s, replay_memory)
 
     async def handle(request: Request) -> Response:
         body = await request.body()
+        # One clock reading for the signature and the replay memory: what one calls fresh
+        # the other has not forgotten.
+        now = time.time()
         try:
-            wire.verify(secret, request.headers.get(wire.SIGNATURE_HEADER), body, tolerance_s=tolerance_s)
+            signed_at = wire.verify(
+                secret, request.headers.get(wire.SIGNATURE_HEADER), body, now=now, tolerance_s=tolerance_s
+            )
         except SignatureError as exc:
             logger.warning("rejected a back-check from %s: %s", _peer(request), exc)
             return JSONResponse({"error": str(exc)}, status_code=401)
         try:
-            parsed = wire.decode_check_body(body)
+            request_id, parsed = wire.decode_check_post(body)
         except WireFormatError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         if parsed.group != group:
             return JSONResponse(
                 {"error": f"this producer answers back-checks of group {group!r} only"}, status_code=404
             )
+        # Remembered before the check runs (no await in between), so two copies racing in
+        # are answered once, and a check that raises still counts as answered.
+        refusal = replays.admit(_replay_key(request_id, signed_at, body), signed_at, now)
+        if refusal is not None:
+            logger.warning(
+                "refused a back-check from %s (request %s): %s",
+                _peer(request),
+                request_id or "without id",
+                refusal,
+            )
+            return JSONResponse({"error": refusal}, status_code=REPLAY_STATUS)
         requests = parsed.checks if isinstance(parsed, wire.CheckBatch) else (parsed,)
         txns = [local_transaction_from_check(r) for r in requests]
         if inspect.iscoroutinefunction(check):
@@ -91,6 +122,103 @@ def build_check_app(
         return Response(answer, media_type="application/json")
 
     return Starlette(routes=[Route(CHECK_PATH, handle, methods=["POST"])])
+
+
+def _replay_key(request_id: str | None, signed_at: int, body: bytes) -> str:
+    """What a request is remembered by: its id, or without one the digest of what was signed.
+
+    A replay repeats the signed ``<t>.<body>`` exactly, so a body without an id (from a
+    coordinator that predates ids) is protected too; the prefixes keep the two apart.
+    """
+    if request_id is not None:
+        return "id:" + request_id
+    return "sig:" + hashlib.sha256(f"{signed_at}.".encode() + body).hexdigest()
+
+
+class ReplayMemory:
+    """The requests answered within the signature tolerance, so that a replay is refused.
+
+    A replayed request carries a valid signature until it is older than ``tolerance_s``,
+    so a request is remembered, with the time it was signed, until then. Memory is
+    bounded by ``capacity``. When it is full, the requests of the oldest remembered second
+    are forgotten, and from then on every request signed at or before that second is
+    refused too: forgetting a request that is still inside the window would let its
+    replay through, while refusing a genuine one is harmless (the coordinator reads the
+    refusal as UNKNOWN and asks again later, with a fresh signature). So under a flood the
+    window shrinks; it never reopens.
+
+    All refusals go through one monotone *floor*: requests signed before it are refused
+    and none signed at or after it is forgotten. Expiry raises it to ``now - tolerance_s``
+    (requests that old fail the signature check anyway) and keeps it there if the clock
+    steps back; a full memory raises it past the oldest second.
+
+    Args:
+        tolerance_s: the signature tolerance (seconds) of the app using it.
+        capacity: most requests remembered at once.
+
+    Raises:
+        ConfigurationError: ``tolerance_s`` or ``capacity`` is not positive.
+    """
+
+    def __init__(self, tolerance_s: float, capacity: int = DEFAULT_REPLAY_MEMORY) -> None:
+        if not tolerance_s > 0:
+            raise ConfigurationError(f"tolerance_s must be positive, got {tolerance_s!r}")
+        if capacity < 1:
+            raise ConfigurationError(f"replay_memory must be at least 1 request, got {capacity!r}")
+        self.tolerance_s = tolerance_s
+        self.capacity = capacity
+        self._signed_at: dict[str, int] = {}
+        self._by_age: list[tuple[int, str]] = []  # a heap: the oldest-signed request first
+        self._floor = float("-inf")
+        self._lock = threading.Lock()  # the app runs on one event loop, but an app may be shared
+
+    def __len__(self) -> int:
+        return len(self._signed_at)
+
+    @property
+    def floor(self) -> float:
+        """Requests signed (unix seconds) before this are refused."""
+        return self._floor
+
+    def admit(self, key: str, signed_at: int, now: float) -> str | None:
+        """Remember the request ``key`` signed at ``signed_at``, or say why it is refused.
+
+        Args:
+            key: what identifies the request (its id).
+            signed_at: its signature's timestamp, unix seconds.
+            now: this clock, as used to verify the signature.
+
+        Returns:
+            ``None`` when the request is new (it is now remembered), or the reason it is refused.
+        """
+        with self._lock:
+            self._raise_floor(now - self.tolerance_s)
+            if key in self._signed_at:
+                return "this request was already answered: a replay is refused (send a new request)"
+            if signed_at >= self._floor and len(self._signed_at) >= self.capacity:
+                oldest = self._by_age[0][0]
+                self._raise_floor(oldest + 1)
+                logger.warning(
+                    "back-check replay memory is full (%d requests): forgot those signed at t=%d, "
+                    "refusing requests signed before t=%d",
+                    self.capacity,
+                    oldest,
+                    oldest + 1,
+                )
+            if signed_at < self._floor:
+                return (
+                    f"request signed at t={signed_at} is older than this producer remembers "
+                    f"(t>={math.ceil(self._floor)}): send a new request"
+                )
+            self._signed_at[key] = signed_at
+            heapq.heappush(self._by_age, (signed_at, key))
+            return None
+
+    def _raise_floor(self, floor: float) -> None:
+        self._floor = max(self._floor, floor)
+        while self._by_age and self._by_age[0][0] < self._floor:
+            _, key = heapq.heappop(self._by_age)
+            del self._signed_at[key]
 
 
 def _run_sync_checks(check: CheckFunction, txns: list[LocalTransaction]) -> list[Any]:

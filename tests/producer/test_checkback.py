@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 
-from txbridge import LocalTransaction, TransactionProducer, TxState, wire
+from txbridge import LocalTransaction, TransactionProducer, TxState, checkback, wire
+from txbridge.checkback import CheckServer
 from txbridge.wire import CheckMessage, CheckRequest
 
 from .conftest import SECRET
@@ -231,3 +234,141 @@ def test_a_bad_batch_runs_no_user_code(
     assert response.status_code == {"unsigned": 401, "other-group": 404, "too-many": 400}[problem]
     assert "error" in response.json()
     assert listener.checked == []
+
+
+# ---------------------------------------------------------------- replays inside the signature window
+
+
+def without_id(body: bytes) -> bytes:
+    """The body as a coordinator that predates request ids sends it."""
+    return json.dumps(
+        {k: v for k, v in json.loads(body).items() if k != "id"}, separators=(",", ":")
+    ).encode()
+
+
+def test_a_replayed_check_is_refused_and_user_code_runs_once(
+    make_producer: Callable[..., TransactionProducer], caplog: pytest.LogCaptureFixture
+) -> None:
+    listener = RecordingListener(TxState.COMMIT)
+    producer = make_producer(listener=listener)
+    body = request_for(producer).encode()
+    signature = wire.sign(SECRET, body)
+
+    with caplog.at_level(logging.DEBUG, logger="txbridge"):
+        first = post(producer.check_url, body, signature)
+        replay = post(producer.check_url, body, signature)
+
+    assert first.status_code == 200
+    assert first.json() == {"state": "COMMIT"}
+    assert replay.status_code == checkback.REPLAY_STATUS == 409
+    assert "already answered" in replay.json()["error"]
+    assert len(listener.checked) == 1
+    # The coordinator reads the refusal as no answer: UNKNOWN, asked again later.
+    assert wire.decode_check_answer(replay.status_code, replay.content) is TxState.UNKNOWN
+    assert "refused a back-check" in caplog.text
+    assert signature.split("v1=")[1] not in caplog.text
+    assert SECRET.decode() not in caplog.text
+
+
+def test_a_replayed_batch_is_refused_whole(make_producer: Callable[..., TransactionProducer]) -> None:
+    listener = RecordingListener(TxState.ROLLBACK)
+    producer = make_producer(listener=listener)
+    requests = [request_for(producer) for _ in range(3)]
+    body = wire.CheckBatch(producer.settings.group, tuple(requests)).encode()
+    signature = wire.sign(SECRET, body)
+    tx_ids = [r.tx_id for r in requests]
+
+    first = post(producer.check_url, body, signature)
+    replay = post(producer.check_url, body, signature)
+
+    assert wire.decode_check_batch_answer(first.status_code, first.content, tx_ids) == dict.fromkeys(
+        tx_ids, TxState.ROLLBACK
+    )
+    assert replay.status_code == 409  # not 400: a 400 would make the coordinator stop batching
+    assert wire.decode_check_batch_answer(replay.status_code, replay.content, tx_ids) == dict.fromkeys(
+        tx_ids, TxState.UNKNOWN
+    )
+    assert len(listener.checked) == 3
+
+
+def test_the_same_check_encoded_twice_is_two_requests(
+    make_producer: Callable[..., TransactionProducer],
+) -> None:
+    """The coordinator encodes each POST afresh: asking again about a transaction is no replay."""
+    listener = RecordingListener(TxState.COMMIT)
+    producer = make_producer(listener=listener)
+    request = request_for(producer)
+
+    answers = []
+    for _ in range(2):
+        body = request.encode()
+        answers.append(post(producer.check_url, body, wire.sign(SECRET, body)))
+
+    assert [a.status_code for a in answers] == [200, 200]
+    assert [t.tx_id for t in listener.checked] == [request.tx_id, request.tx_id]
+
+
+def test_copies_racing_in_together_are_answered_once(
+    make_producer: Callable[..., TransactionProducer],
+) -> None:
+    calls: list[str] = []
+
+    def slow_check(txn: LocalTransaction) -> TxState:
+        calls.append(txn.tx_id)
+        time.sleep(0.3)  # both copies arrive while the first is still being checked
+        return TxState.COMMIT
+
+    producer = make_producer(check=slow_check)
+    body = request_for(producer).encode()
+    signature = wire.sign(SECRET, body)
+    with ThreadPoolExecutor(4) as pool:
+        statuses = sorted(pool.map(lambda _: post(producer.check_url, body, signature).status_code, range(4)))
+
+    assert statuses == [200, 409, 409, 409]
+    assert len(calls) == 1
+
+
+def test_a_check_without_id_is_answered_and_its_replay_refused(
+    make_producer: Callable[..., TransactionProducer],
+) -> None:
+    """A coordinator that predates ids: remembered by what it signed (``<t>.`` + body)."""
+    listener = RecordingListener(TxState.ROLLBACK)
+    producer = make_producer(listener=listener)
+    body = without_id(request_for(producer).encode())
+    signature = wire.sign(SECRET, body)
+
+    first = post(producer.check_url, body, signature)
+    replay = post(producer.check_url, body, signature)
+    # The same body signed at another second is a new request of that coordinator: answered.
+    again = post(producer.check_url, body, wire.sign(SECRET, body, now=time.time() - 5))
+
+    assert (first.status_code, first.json()) == (200, {"state": "ROLLBACK"})
+    assert replay.status_code == 409
+    assert (again.status_code, again.json()) == (200, {"state": "ROLLBACK"})
+    assert len(listener.checked) == 2
+
+
+def test_a_replay_after_the_window_is_stale_not_remembered() -> None:
+    """Past the tolerance the signature check refuses a replay (401) before the memory is asked."""
+    checked: list[str] = []
+
+    def check(txn: LocalTransaction) -> TxState:
+        checked.append(txn.tx_id)
+        return TxState.COMMIT
+
+    server = CheckServer(checkback.build_check_app("orders", SECRET, check, tolerance_s=1))
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}{checkback.CHECK_PATH}"
+        body = CheckRequest(wire.new_tx_id(), "orders", "i-1", 1).encode()
+        signature = wire.sign(SECRET, body)
+        first = post(url, body, signature)
+        time.sleep(2.1)
+        late = post(url, body, signature)
+    finally:
+        server.stop()
+
+    assert first.status_code == 200
+    assert late.status_code == 401
+    assert "stale" in late.json()["error"]
+    assert len(checked) == 1
