@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+# The producer refuses, before the half record is written, what this size rule would quarantine.
+from txbridge.limits import record_size
 from txbridge.wire import (
     H_CHECKS,
     H_ORIGIN,
@@ -23,8 +25,6 @@ from txbridge.wire import (
 )
 
 Headers = list[tuple[str, bytes]]
-# Per-record overhead the broker counts beside key, value and headers (a safe upper bound).
-_RECORD_OVERHEAD = 64
 
 
 @dataclass(frozen=True)
@@ -34,15 +34,6 @@ class OutRecord:
     value: bytes | None
     headers: Headers = field(default_factory=list)
     partition: int | None = None  # None: the producer's partitioner
-
-
-def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]) -> int:
-    return (
-        len(key or b"")
-        + len(value or b"")
-        + sum(len(n) + len(v or b"") for n, v in headers)
-        + _RECORD_OVERHEAD
-    )
 
 
 def plan_republish(
