@@ -1,9 +1,14 @@
-"""What the blocking and the asyncio producers share: settings, and one open transaction.
+"""What the blocking and the asyncio producers share: settings, known topics, one open transaction.
 
 :class:`OpenTransaction` writes records and drives the lifecycle; it never waits.
 The producers wait on the handles their writer returns (futures when blocking,
 acknowledgements batched onto the event loop with asyncio), so the protocol
 steps live in one place.
+
+A message the coordinator could not republish (its topic or partition does not
+exist, it is above ``max_message_bytes``) is refused before its half record is
+written: committed, it would only be quarantined. The producers keep the
+:class:`TopicCatalog` fresh; :meth:`OpenTransaction.enqueue` applies the rules.
 """
 
 from __future__ import annotations
@@ -11,16 +16,23 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
-from txbridge import wire
-from txbridge.errors import ConfigurationError, TransactionStateError
+from txbridge import limits, wire
+from txbridge.errors import (
+    ConfigurationError,
+    MessageTooLargeError,
+    TransactionStateError,
+    UnknownTopicError,
+)
 from txbridge.serializers import BytesSerializer, Serializer
 from txbridge.transaction import (
+    HalfRecord,
     LocalTransaction,
     Message,
     RecordEncoder,
@@ -60,6 +72,7 @@ class ProducerSettings:
     value_serializer: Serializer = field(default_factory=BytesSerializer)
     key_serializer: Serializer = field(default_factory=BytesSerializer)
     heartbeat_interval_s: float = 3.0
+    max_message_bytes: int = limits.DEFAULT_MAX_MESSAGE_BYTES
     extra_config: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -89,11 +102,7 @@ class ProducerSettings:
                 "(the same value the coordinator is configured with)"
             )
         raw_secret = secret.encode() if isinstance(secret, str) else bytes(secret)
-        partitions = options.get("partitions", wire.DEFAULT_PARTITIONS)
-        if not isinstance(partitions, int) or partitions < 1:
-            raise ConfigurationError(f"partitions must be a positive integer, got {partitions!r}")
-        if options.get("heartbeat_interval_s", 3.0) <= 0:
-            raise ConfigurationError("heartbeat_interval_s must be positive")
+        _check_numbers(options)
         if not options.get("serve_checks", True) and not options.get("advertised_url"):
             raise ConfigurationError(
                 "serve_checks=False needs advertised_url=: the URL where you mounted producer.check_app "
@@ -116,6 +125,70 @@ class ProducerSettings:
         return Topics(self.namespace)
 
 
+def _check_numbers(options: Mapping[str, Any]) -> None:
+    partitions = options.get("partitions", wire.DEFAULT_PARTITIONS)
+    if not isinstance(partitions, int) or partitions < 1:
+        raise ConfigurationError(f"partitions must be a positive integer, got {partitions!r}")
+    if options.get("heartbeat_interval_s", 3.0) <= 0:
+        raise ConfigurationError("heartbeat_interval_s must be positive")
+    max_bytes = options.get("max_message_bytes", limits.DEFAULT_MAX_MESSAGE_BYTES)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ConfigurationError(
+            "max_message_bytes must be a positive integer, the coordinator's max_message_bytes "
+            f"(default {limits.DEFAULT_MAX_MESSAGE_BYTES}), got {max_bytes!r}"
+        )
+
+
+#: How long a listing that showed a topic is trusted (a missing topic is asked again at every send).
+TOPIC_CACHE_S = 10.0
+
+
+class TopicCatalog:
+    """Partition counts of the cluster's topics, from the last full metadata listing.
+
+    A topic in the listing stays known for ``ttl_s``; a topic missing from it is
+    never trusted as missing for a later send: that send lists again, so creating
+    the topic fixes things without restarting the producer.
+
+    Args:
+        ttl_s: how long a listing is trusted for the topics it showed.
+        clock: monotonic seconds (a test seam).
+    """
+
+    def __init__(self, ttl_s: float = TOPIC_CACHE_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self._counts: Mapping[str, int] = {}
+        self._listed_at = float("-inf")
+
+    def stale(self, messages: Iterable[Message], asked_at: float) -> bool:
+        """True when the topics of ``messages`` must be listed again for a send begun at ``asked_at``.
+
+        A listing requested at or after ``asked_at`` answers for every topic (another thread's
+        counts too); an older one only for the topics it showed, within ``ttl_s``.
+        """
+        if self._listed_at >= asked_at:
+            return False
+        if asked_at - self._listed_at > self.ttl_s:
+            return True
+        counts = self._counts
+        return any(msg.topic not in counts for msg in messages)
+
+    def known(self, messages: Iterable[Message]) -> bool:
+        """True when every topic of ``messages`` was in the last listing, however old."""
+        counts = self._counts
+        return all(msg.topic in counts for msg in messages)
+
+    def update(self, counts: Mapping[str, int | None], listed_at: float) -> None:
+        """Replace the counts with a listing requested at ``listed_at`` (``None``: an unusable topic)."""
+        self._counts = {name: count for name, count in counts.items() if count is not None}
+        self._listed_at = listed_at
+
+    def partitions(self, topic: str) -> int | None:
+        """``topic``'s partition count in the last listing, None when it was not there."""
+        return self._counts.get(topic)
+
+
 #: How a producer writes one record: ``write(topic, partition, key, value, headers)``
 #: enqueues it and returns a handle to wait on (a future, an acknowledgement...).
 RecordWriter = Callable[[str, int, bytes, bytes | None, list[tuple[str, bytes]] | None], H]
@@ -127,8 +200,10 @@ class TransactionFactory(Generic[H]):
     Computed once per producer, so opening a transaction allocates only its own state.
     """
 
-    def __init__(self, settings: ProducerSettings, write: RecordWriter[H]) -> None:
+    def __init__(self, settings: ProducerSettings, write: RecordWriter[H], catalog: TopicCatalog) -> None:
         self.settings = settings
+        self.catalog = catalog
+        self.max_message_bytes = settings.max_message_bytes
         self.encoder = RecordEncoder(
             settings.group, settings.instance_id, settings.key_serializer, settings.value_serializer
         )
@@ -140,6 +215,42 @@ class TransactionFactory(Generic[H]):
 
     def open(self, order_key: bytes | None = None) -> OpenTransaction[H]:
         return OpenTransaction(self, order_key)
+
+    def admit(self, tx: bytes, messages: Sequence[Message], halves: Sequence[HalfRecord]) -> None:
+        """Refuse what the coordinator would quarantine once committed (the rules of its republisher).
+
+        Raises:
+            UnknownTopicError: a topic, or an explicit partition, is not in the catalog.
+            MessageTooLargeError: a message is above ``max_message_bytes`` as republished.
+        """
+        catalog, limit = self.catalog, self.max_message_bytes
+        for msg, half in zip(messages, halves, strict=True):
+            size = limits.republished_size(tx, half.message_key, half.value, msg.header_pairs)
+            if size > limit:
+                raise MessageTooLargeError(
+                    f"a message to {msg.topic!r} is {size} bytes as the coordinator republishes it "
+                    f"(key + value + headers + {limits.RECORD_OVERHEAD}), above max_message_bytes={limit}: "
+                    "raise max_message_bytes on the coordinator and the producer, or send a smaller "
+                    f"message. {_NOT_WRITTEN}",
+                    topic=msg.topic,
+                )
+            count = catalog.partitions(msg.topic)
+            if count is None:
+                raise UnknownTopicError(
+                    f"topic {msg.topic!r} does not exist at {self.settings.bootstrap}: create topic "
+                    f"{msg.topic} (txbridge does not rely on the broker creating topics), then send again. "
+                    f"{_NOT_WRITTEN}",
+                    topic=msg.topic,
+                )
+            if msg.partition is not None and msg.partition >= count:
+                raise UnknownTopicError(
+                    f"topic {msg.topic!r} has no partition {msg.partition} (it has {count}): send to a "
+                    f"partition below {count}, or add partitions to topic {msg.topic}. {_NOT_WRITTEN}",
+                    topic=msg.topic,
+                )
+
+
+_NOT_WRITTEN = "This message was not written and no local transaction ran for it."
 
 
 @lru_cache(maxsize=8192)
@@ -193,6 +304,8 @@ class OpenTransaction(Generic[H]):
 
         Raises:
             SerializationError: a key or value cannot be serialized; nothing was written.
+            MessageRejectedError: the coordinator could not republish a message (see
+                :meth:`TransactionFactory.admit`); nothing was written.
             TransactionStateError: the transaction was already decided, or a half write failed.
         """
         if not messages:
@@ -203,6 +316,7 @@ class OpenTransaction(Generic[H]):
             raise TransactionStateError(f"transaction {self.tx_id} is {self.phase}: no more messages")
         factory = self._factory
         halves = factory.encoder.halves(self.tx_id, messages, len(self.messages))
+        factory.admit(halves[0].key, messages, halves)
         partition = self.partition
         if partition is None:
             order_key = self._order_key or halves[0].message_key or halves[0].key

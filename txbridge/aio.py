@@ -7,6 +7,10 @@ Start-up and shutdown (metadata, check server, registry) run in a worker thread.
 
 ``execute`` and check callbacks may be plain or ``async`` functions. A plain
 ``execute`` runs on the event loop thread: keep it short, or make it async.
+
+Messages are checked as by the blocking producer (topic, partition, size) before
+their half records are written; a topic listing, when one is due, runs in a
+worker thread.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import inspect
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from functools import partial
@@ -194,7 +199,9 @@ class AsyncTransactionProducer:
         bridge, transactions = self._bridge, self._transactions
         if bridge is None or transactions is None or bridge.loop is not loop:
             bridge = self._bridge = _AckBridge(loop, self._sync.pump, self._sync.ack_timeout_s)
-            transactions = self._transactions = TransactionFactory(self.settings, bridge.write)
+            transactions = self._transactions = TransactionFactory(
+                self.settings, bridge.write, self._sync.catalog
+            )
         return bridge, self._sync.open_with(transactions, order_key)
 
     @property
@@ -227,6 +234,11 @@ class AsyncTransactionProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def know_topics(self, messages: Sequence[Message]) -> None:
+        """See :meth:`TransactionProducer.know_topics`; a listing runs in a worker thread."""
+        if self._sync.catalog.stale(messages, time.monotonic()):
+            await asyncio.to_thread(self._sync.know_topics, messages)
+
     async def send_in_transaction(
         self,
         message: Message | Sequence[Message],
@@ -235,8 +247,10 @@ class AsyncTransactionProducer:
     ) -> TransactionResult:
         """See :meth:`TransactionProducer.send_in_transaction`; ``execute`` may be ``async``."""
         run = self._sync.resolve_execute(execute)
+        messages = normalise_messages(message)
+        await self.know_topics(messages)
         bridge, tx = self._open()
-        tx.enqueue(normalise_messages(message))
+        tx.enqueue(messages)
         halves = tx.take_pending()
         pending = bridge.pending(halves)  # the hot path: bridge.wait() without its coroutine
         if pending is not None:
@@ -294,8 +308,14 @@ class AsyncTransaction(TransactionBlock[_Ack]):
         self._bridge = bridge
 
     async def send(self, message: Message, *, wait: bool = True) -> None:
-        """Write ``message`` as a half record; by default return once it is acknowledged."""
-        self._tx.enqueue([message])
+        """Write ``message`` as a half record; by default return once it is acknowledged.
+
+        Raises:
+            MessageRejectedError: see :meth:`txbridge.producer.Transaction.send` (not written).
+        """
+        messages = [message]
+        await self._producer.know_topics(messages)
+        self._tx.enqueue(messages)
         if wait:
             await self.prepare()
 

@@ -14,6 +14,9 @@ The tree::
     │   └── SignatureError       a back-check request is unsigned, badly signed or stale
     ├── TransactionStateError    a transition the transaction state machine forbids
     ├── SerializationError       a message key or value cannot be serialized
+    ├── MessageRejectedError     refused before its half record: the coordinator could not republish it
+    │   ├── UnknownTopicError    its topic, or its explicit partition, does not exist
+    │   └── MessageTooLargeError it is above max_message_bytes
     └── BarrierConflictError     the barrier already holds a decision for this tx id (no late commit)
 
 Callers catch :class:`TxBridgeError`; ``retriable`` on an instance tells whether
@@ -95,6 +98,30 @@ class TransactionStateError(TxBridgeError):
 
 class SerializationError(TxBridgeError):
     """A message key or value cannot be turned into bytes (or back) by its serializer."""
+
+
+class MessageRejectedError(TxBridgeError):
+    """The producer refused a message the coordinator could not republish once committed.
+
+    Raised before the message's half record is written and before the local
+    transaction runs, so nothing commits that would then be quarantined. The
+    message says what to change.
+
+    Attributes:
+        topic: the message's destination topic.
+    """
+
+    def __init__(self, message: str, *, topic: str) -> None:
+        super().__init__(message)
+        self.topic = topic
+
+
+class UnknownTopicError(MessageRejectedError):
+    """The message's topic, or its explicit partition, does not exist: create it, then send again."""
+
+
+class MessageTooLargeError(MessageRejectedError):
+    """The message is above ``max_message_bytes`` as the coordinator measures it (``txbridge.limits``)."""
 
 
 class BarrierConflictError(TxBridgeError):

@@ -11,6 +11,11 @@ Two ways to run a transaction:
   after the half records are durable. A clean exit writes COMMIT, an exception
   writes ROLLBACK and propagates.
 
+A message the coordinator could not republish once committed (its topic or
+explicit partition does not exist, or it is above ``max_message_bytes``) raises
+a :class:`~txbridge.errors.MessageRejectedError` before its half record is
+written and before the local transaction runs.
+
 One confluent producer serves every concurrent transaction of the instance;
 delivery reports are routed to per-record futures by a background thread, so
 records of concurrent transactions batch together.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from enum import StrEnum
@@ -33,6 +39,7 @@ from txbridge._core import (
     H,
     OpenTransaction,
     ProducerSettings,
+    TopicCatalog,
     TransactionBlock,
     TransactionFactory,
     checked_answer,
@@ -44,7 +51,8 @@ from txbridge._core import (
 )
 from txbridge.checkback import CHECK_PATH, CheckServer, build_check_app
 from txbridge.delivery import Delivered, DeliveryPump, wait_all
-from txbridge.errors import ConfigurationError, TransactionStateError
+from txbridge.errors import ConfigurationError, KafkaOperationError, TransactionStateError
+from txbridge.limits import DEFAULT_MAX_MESSAGE_BYTES
 from txbridge.registry import Heartbeat
 from txbridge.serializers import BytesSerializer, Serializer
 from txbridge.transaction import LocalTransaction, Message, TransactionListener, TransactionResult
@@ -81,6 +89,9 @@ class TransactionProducer:
         value_serializer: turns message values into bytes (default: bytes as they are).
         key_serializer: turns message keys into bytes.
         heartbeat_interval_s: seconds between registry heartbeats.
+        max_message_bytes: must match the coordinator's ``max_message_bytes`` (default 1 MiB):
+            a larger message (as :func:`txbridge.limits.record_size` counts it republished) is
+            refused before its half record is written, instead of quarantined once committed.
         extra_config: librdkafka settings on top of txbridge's (idempotent, acks=all).
 
     Raises:
@@ -105,6 +116,7 @@ class TransactionProducer:
         value_serializer: Serializer | None = None,
         key_serializer: Serializer | None = None,
         heartbeat_interval_s: float = 3.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         extra_config: dict[str, Any] | None = None,
     ) -> None:
         self.settings = ProducerSettings.build(
@@ -121,6 +133,7 @@ class TransactionProducer:
             value_serializer=value_serializer or BytesSerializer(),
             key_serializer=key_serializer or BytesSerializer(),
             heartbeat_interval_s=heartbeat_interval_s,
+            max_message_bytes=max_message_bytes,
             extra_config=extra_config,
         )
         if listener is not None and check is not None:
@@ -137,7 +150,10 @@ class TransactionProducer:
         #: ``serve_checks=False``.
         self.check_app: Starlette = build_check_app(self.settings.group, self.settings.secret, check)
         self._pump = DeliveryPump(self.settings.bootstrap, self.settings.extra_config)
-        self._transactions = TransactionFactory(self.settings, self._pump.write)
+        #: Partition counts of the real topics (internal seam with the asyncio producer).
+        self.catalog = TopicCatalog()
+        self._metadata_lock = threading.Lock()  # one listing at a time; the others use its answer
+        self._transactions = TransactionFactory(self.settings, self._pump.write, self.catalog)
         self._server: CheckServer | None = None
         self._heartbeat: Heartbeat | None = None
         self._url: str | None = advertised_url
@@ -206,7 +222,9 @@ class TransactionProducer:
     def _check_topics(self) -> None:
         settings = self.settings
         topics = settings.topics
+        listed_at = time.monotonic()
         counts = self._pump.list_topics(timeout=15)
+        self.catalog.update(counts, listed_at)
         missing = [t for t in (topics.half, topics.op, topics.producers) if counts.get(t) is None]
         if missing:
             raise ConfigurationError(
@@ -267,6 +285,35 @@ class TransactionProducer:
         self._require_started()
         return transactions.open(order_key_bytes(self.settings, order_key))
 
+    def know_topics(self, messages: Sequence[Message]) -> None:
+        """Make the catalog answer for the topics of ``messages``: list the cluster's topics unless
+        a listing it can trust is there (internal seam with the asyncio producer).
+
+        A full listing, never a request for one topic: on a broker with
+        ``auto.create.topics.enable`` that request would create the topic as a side effect.
+
+        Raises:
+            KafkaOperationError: the metadata could not be read and a topic was not known before.
+        """
+        asked_at = time.monotonic()
+        catalog = self.catalog
+        if not catalog.stale(messages, asked_at):
+            return
+        with self._metadata_lock:
+            if not catalog.stale(messages, asked_at):
+                return  # another thread listed while this one waited
+            self._require_started()
+            listed_at = time.monotonic()
+            try:
+                counts = self._pump.list_topics(timeout=METADATA_TIMEOUT_S)
+            except KafkaOperationError as exc:
+                if not catalog.known(messages):
+                    raise
+                # The topics were there a moment ago: the half write will meet the broker's state.
+                logger.warning("re-reading topic metadata failed, using the last listing: %s", exc)
+                return
+            catalog.update(counts, listed_at)
+
     def resolve_execute(self, execute: ExecuteFunction | None) -> ExecuteFunction:
         if execute is not None:
             return execute
@@ -294,12 +341,19 @@ class TransactionProducer:
             transaction did not run: ROLLBACK, with the error.
 
         Raises:
+            UnknownTopicError: a message's topic, or its explicit partition, does not exist
+                (nothing written, ``execute`` not run).
+            MessageTooLargeError: a message is above ``max_message_bytes`` (nothing written,
+                ``execute`` not run).
             SerializationError: a key or value cannot be serialized (nothing written).
+            KafkaOperationError: topic metadata could not be read (nothing written).
             TransactionStateError: the producer is not started.
         """
         run = self.resolve_execute(execute)
+        messages = normalise_messages(message)
+        self.know_topics(messages)
         tx = self.open_transaction()
-        tx.enqueue(normalise_messages(message))
+        tx.enqueue(messages)
         tx.settle(wait_all(tx.take_pending(), self.ack_timeout_s))
         if tx.half_error is not None:
             return self._rollback_after_half_failure(tx)
@@ -367,9 +421,13 @@ class Transaction(TransactionBlock[Future[Delivered]]):
         Raises:
             KafkaOperationError: the half record was not acknowledged (with ``wait``);
                 leaving the block with it rolls the transaction back.
-            SerializationError: the key or value cannot be serialized (nothing written).
+            UnknownTopicError: its topic, or its explicit partition, does not exist (not written).
+            MessageTooLargeError: it is above ``max_message_bytes`` (not written).
+            SerializationError: the key or value cannot be serialized (not written).
         """
-        self._tx.enqueue([message])
+        messages = [message]
+        self._producer.know_topics(messages)
+        self._tx.enqueue(messages)
         if wait:
             self.prepare()
 
@@ -393,6 +451,10 @@ class Transaction(TransactionBlock[Future[Delivered]]):
         self.result = self._producer._finish(self._tx, state, error, reason=reason)
         if to_raise is not None:
             raise to_raise from None
+
+
+#: Seconds a topic listing may take before a send fails (nothing written).
+METADATA_TIMEOUT_S = 10.0
 
 
 def _url(host: str, port: int) -> str:

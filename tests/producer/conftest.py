@@ -29,6 +29,18 @@ def topics(namespace: str) -> Topics:
 
 
 @pytest.fixture
+def orders(topic_factory: Callable[..., str]) -> str:
+    """A real topic to send to (the producer refuses a topic that does not exist)."""
+    return topic_factory(prefix="orders")
+
+
+@pytest.fixture
+def payments(topic_factory: Callable[..., str]) -> str:
+    """A second real topic."""
+    return topic_factory(prefix="payments")
+
+
+@pytest.fixture
 def make_producer(
     kafka_bootstrap: str, namespace: str, group_factory: Callable[[], str]
 ) -> Iterator[Callable[..., TransactionProducer]]:

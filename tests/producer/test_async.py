@@ -36,7 +36,7 @@ def ops_by_tx(bootstrap: str, topics: Topics) -> dict[str, list[dict[str, Any]]]
 
 
 def test_async_send_in_transaction_with_sync_and_async_execute(
-    kafka_bootstrap: str, namespace: str, topics: Topics, group_factory: Callable[[], str]
+    kafka_bootstrap: str, namespace: str, topics: Topics, group_factory: Callable[[], str], orders: str
 ) -> None:
     async def execute_async(txn: LocalTransaction, arg: Any) -> TxState:
         await asyncio.sleep(0.01)
@@ -49,13 +49,11 @@ def test_async_send_in_transaction_with_sync_and_async_execute(
         async with make_async(kafka_bootstrap, namespace, group_factory()) as producer:
             results = await asyncio.gather(
                 *(
-                    producer.send_in_transaction(
-                        Message("orders", f"{i}".encode(), key=b"k"), execute_async, i
-                    )
+                    producer.send_in_transaction(Message(orders, f"{i}".encode(), key=b"k"), execute_async, i)
                     for i in range(40)
                 )
             )
-            failed = await producer.send_in_transaction(Message("orders", b"x"), execute_raising)
+            failed = await producer.send_in_transaction(Message(orders, b"x"), execute_raising)
             return list(results), failed
 
     results, failed = asyncio.run(main())
@@ -73,13 +71,19 @@ def test_async_send_in_transaction_with_sync_and_async_execute(
 
 
 def test_async_context_manager_commit_and_rollback(
-    kafka_bootstrap: str, namespace: str, topics: Topics, group_factory: Callable[[], str]
+    kafka_bootstrap: str,
+    namespace: str,
+    topics: Topics,
+    group_factory: Callable[[], str],
+    *,
+    orders: str,
+    payments: str,
 ) -> None:
     async def main() -> tuple[str, str, str]:
         async with make_async(kafka_bootstrap, namespace, group_factory()) as producer:
             async with producer.transaction() as tx:
-                await tx.send(Message("orders", b"a"))
-                await tx.send(Message("audit", b"b"))
+                await tx.send(Message(orders, b"a"))
+                await tx.send(Message(payments, b"b"))
             committed = tx.tx_id
             assert tx.result is not None
             assert tx.result.state is TxState.COMMIT
@@ -88,7 +92,7 @@ def test_async_context_manager_commit_and_rollback(
             async def failing() -> None:
                 async with producer.transaction() as tx2:
                     rolled_back.append(tx2.tx_id)
-                    await tx2.send(Message("orders", b"c"))
+                    await tx2.send(Message(orders, b"c"))
                     raise KeyError("no such customer")
 
             with pytest.raises(KeyError):
@@ -110,24 +114,29 @@ def test_async_context_manager_commit_and_rollback(
 
 
 def test_async_failed_half_write_never_runs_the_local_transaction(
-    kafka_bootstrap: str, namespace: str, topics: Topics, group_factory: Callable[[], str]
+    kafka_bootstrap: str, namespace: str, topics: Topics, group_factory: Callable[[], str], orders: str
 ) -> None:
-    # Records above the broker's limit are refused: the half write fails for real.
+    # Records above the broker's limit are refused: the half write fails for real (txbridge's own
+    # limit is raised so that it does not refuse them first).
     ran: list[str] = []
 
     async def main() -> tuple[Any, Any]:
         async with make_async(
-            kafka_bootstrap, namespace, group_factory(), extra_config={"message.max.bytes": 2_000_000}
+            kafka_bootstrap,
+            namespace,
+            group_factory(),
+            max_message_bytes=2_000_000,
+            extra_config={"message.max.bytes": 2_000_000},
         ) as producer:
             result = await producer.send_in_transaction(
-                [Message("orders", b"small", key=b"k"), Message("orders", b"x" * 1_500_000, key=b"k")],
+                [Message(orders, b"small", key=b"k"), Message(orders, b"x" * 1_500_000, key=b"k")],
                 lambda txn, arg: ran.append(txn.tx_id) or TxState.COMMIT,
             )
             tx = producer.transaction()
 
             async def too_large() -> None:
                 async with tx:
-                    await tx.send(Message("orders", b"x" * 1_500_000))
+                    await tx.send(Message(orders, b"x" * 1_500_000))
                     ran.append(tx.tx_id)
 
             with pytest.raises(KafkaOperationError, match="MSG_SIZE_TOO_LARGE"):

@@ -28,6 +28,8 @@ def check(txn: object) -> TxState:
         ({"serve_checks": False}, "advertised_url"),
         ({"heartbeat_interval_s": 0}, "heartbeat_interval_s"),
         ({"group": "a/b"}, "must not contain '/'"),
+        ({"max_message_bytes": 0}, "max_message_bytes must be a positive integer, the coordinator's"),
+        ({"max_message_bytes": "1MB"}, "max_message_bytes"),
     ],
 )
 def test_constructor_rejects_bad_settings_without_io(kwargs: dict[str, object], message: str) -> None:

@@ -24,14 +24,14 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def crash(kafka_bootstrap: str, namespace: str, group: str, db: Path, when: str) -> str:
+def crash(kafka_bootstrap: str, namespace: str, group: str, db: Path, *, when: str, topic: str) -> str:
     args = {
         "bootstrap": kafka_bootstrap,
         "namespace": namespace,
         "partitions": str(PARTITIONS),
         "group": group,
         "db": str(db),
-        "topic": "orders",
+        "topic": topic,
         "secret": SECRET.decode(),
         "when": when,
     }
@@ -65,7 +65,7 @@ def ask(producer: TransactionProducer, tx_id: str, instance: str) -> TxState:
 
 
 @pytest.mark.parametrize(
-    ("when", "verdict", "orders"),
+    ("when", "verdict", "order_rows"),
     [("after-local-commit", TxState.COMMIT, 1), ("before-local-commit", TxState.ROLLBACK, 0)],
 )
 def test_killed_producer_leaves_halves_and_a_decisive_check(
@@ -78,11 +78,12 @@ def test_killed_producer_leaves_halves_and_a_decisive_check(
     tmp_path: Path,
     when: str,
     verdict: TxState,
-    orders: int,
+    order_rows: int,
+    orders: str,
 ) -> None:
     group = group_factory()
     db = tmp_path / "orders.db"
-    tx_id = crash(kafka_bootstrap, namespace, group, db, when)
+    tx_id = crash(kafka_bootstrap, namespace, group, db, when=when, topic=orders)
 
     halves = [r for r in read_topic(kafka_bootstrap, topics.half) if r.key == tx_id.encode()]
     assert len(halves) == 1
@@ -102,7 +103,7 @@ def test_killed_producer_leaves_halves_and_a_decisive_check(
     assert ask(survivor, tx_id, crashed) is verdict
     assert ask(survivor, tx_id, crashed) is verdict  # the first verdict stays
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM orders").fetchone() == (orders,)
+        assert conn.execute("SELECT count(*) FROM orders").fetchone() == (order_rows,)
     if verdict is TxState.ROLLBACK:
         with pytest.raises(BarrierConflictError), barrier.local_transaction(tx_id):
             pass  # a late local commit is refused

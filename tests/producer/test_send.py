@@ -90,13 +90,14 @@ def test_local_outcomes_write_the_matching_op(
     kafka_bootstrap: str,
     topics: Topics,
     make_producer: Callable[..., TransactionProducer],
+    orders: str,
     *,
     answer: Any,
     expected_state: TxState,
     expected_ops: list[str],
 ) -> None:
     producer = make_producer()
-    result = producer.send_in_transaction(Message("orders", b"v"), lambda txn, arg: answer)
+    result = producer.send_in_transaction(Message(orders, b"v"), lambda txn, arg: answer)
     assert result.state is expected_state
     assert [o["state"] for o in ops_of(kafka_bootstrap, topics, result.tx_id)] == expected_ops
     assert len(records_of(kafka_bootstrap, topics.half, result.tx_id)) == 1
@@ -105,14 +106,17 @@ def test_local_outcomes_write_the_matching_op(
 
 
 def test_exception_in_local_transaction_is_unknown_and_writes_no_op(
-    kafka_bootstrap: str, topics: Topics, make_producer: Callable[..., TransactionProducer]
+    kafka_bootstrap: str,
+    topics: Topics,
+    make_producer: Callable[..., TransactionProducer],
+    orders: str,
 ) -> None:
     producer = make_producer()
 
     def execute(txn: LocalTransaction, arg: Any) -> TxState:
         raise RuntimeError("database went away")
 
-    result = producer.send_in_transaction(Message("orders", b"v", key=b"k"), execute)
+    result = producer.send_in_transaction(Message(orders, b"v", key=b"k"), execute)
     assert result.state is TxState.UNKNOWN
     assert isinstance(result.error, RuntimeError)
     assert ops_of(kafka_bootstrap, topics, result.tx_id) == []
@@ -120,13 +124,17 @@ def test_exception_in_local_transaction_is_unknown_and_writes_no_op(
 
 
 def test_failed_half_write_never_runs_the_local_transaction(
-    kafka_bootstrap: str, topics: Topics, make_producer: Callable[..., TransactionProducer]
+    kafka_bootstrap: str,
+    topics: Topics,
+    make_producer: Callable[..., TransactionProducer],
+    orders: str,
 ) -> None:
-    # Records above the broker's limit are refused: the half write fails for real.
-    producer = make_producer(extra_config={"message.max.bytes": 2_000_000})
+    # Records above the broker's limit are refused: the half write fails for real (txbridge's own
+    # limit is raised so that it does not refuse them first).
+    producer = make_producer(max_message_bytes=2_000_000, extra_config={"message.max.bytes": 2_000_000})
     ran: list[str] = []
     result = producer.send_in_transaction(
-        [Message("orders", b"small", key=b"k"), Message("orders", b"x" * 1_500_000, key=b"k")],
+        [Message(orders, b"small", key=b"k"), Message(orders, b"x" * 1_500_000, key=b"k")],
         lambda txn, arg: ran.append(txn.tx_id) or TxState.COMMIT,
     )
     assert ran == []
@@ -137,21 +145,28 @@ def test_failed_half_write_never_runs_the_local_transaction(
 
 
 def test_unserializable_value_raises_before_anything_is_written(
-    kafka_bootstrap: str, topics: Topics, make_producer: Callable[..., TransactionProducer]
+    kafka_bootstrap: str,
+    topics: Topics,
+    make_producer: Callable[..., TransactionProducer],
+    orders: str,
 ) -> None:
     producer = make_producer()  # BytesSerializer: a str value is a mistake
     with pytest.raises(SerializationError, match="StringSerializer"):
-        producer.send_in_transaction(Message("orders", "text"), lambda txn, arg: TxState.COMMIT)
+        producer.send_in_transaction(Message(orders, "text"), lambda txn, arg: TxState.COMMIT)
     assert read_topic(kafka_bootstrap, topics.half) == []
 
 
 def test_context_manager_commits_on_clean_exit(
-    kafka_bootstrap: str, topics: Topics, make_producer: Callable[..., TransactionProducer]
+    kafka_bootstrap: str,
+    topics: Topics,
+    make_producer: Callable[..., TransactionProducer],
+    orders: str,
+    payments: str,
 ) -> None:
     producer = make_producer()
     with producer.transaction(order_key=b"order-1") as tx:
-        tx.send(Message("orders", b"a", key=b"x"))
-        tx.send(Message("payments", b"b"), wait=False)
+        tx.send(Message(orders, b"a", key=b"x"))
+        tx.send(Message(payments, b"b"), wait=False)
         tx.prepare()
         # Both half records are durable here: the local commit may happen now.
         halves_before_commit = len(records_of(kafka_bootstrap, topics.half, tx.tx_id))
@@ -162,12 +177,15 @@ def test_context_manager_commits_on_clean_exit(
     ops = ops_of(kafka_bootstrap, topics, tx.tx_id)
     assert [(o["state"], o["count"]) for o in ops] == [("COMMIT", 2)]
     halves = records_of(kafka_bootstrap, topics.half, tx.tx_id)
-    assert [h.headers["txb.topic"] for h in halves] == [b"orders", b"payments"]
+    assert [h.headers["txb.topic"] for h in halves] == [orders.encode(), payments.encode()]
     assert {h.partition for h in halves} == {tx.result.partition}
 
 
 def test_context_manager_rolls_back_on_exception_and_reraises(
-    kafka_bootstrap: str, topics: Topics, make_producer: Callable[..., TransactionProducer]
+    kafka_bootstrap: str,
+    topics: Topics,
+    make_producer: Callable[..., TransactionProducer],
+    orders: str,
 ) -> None:
     producer = make_producer()
     tx_ids: list[str] = []
@@ -175,7 +193,7 @@ def test_context_manager_rolls_back_on_exception_and_reraises(
     def run() -> None:
         with producer.transaction() as tx:
             tx_ids.append(tx.tx_id)
-            tx.send(Message("orders", b"a"), wait=False)
+            tx.send(Message(orders, b"a"), wait=False)
             raise ValueError("local write failed")
 
     with pytest.raises(ValueError, match="local write failed"):
@@ -187,11 +205,14 @@ def test_context_manager_rolls_back_on_exception_and_reraises(
 
 
 def test_context_manager_can_leave_the_outcome_unknown(
-    kafka_bootstrap: str, topics: Topics, make_producer: Callable[..., TransactionProducer]
+    kafka_bootstrap: str,
+    topics: Topics,
+    make_producer: Callable[..., TransactionProducer],
+    orders: str,
 ) -> None:
     producer = make_producer()
     with producer.transaction() as tx:
-        tx.send(Message("orders", b"a"))
+        tx.send(Message(orders, b"a"))
         tx.set_outcome(TxState.UNKNOWN)
     assert tx.result is not None
     assert tx.result.state is TxState.UNKNOWN
@@ -199,7 +220,10 @@ def test_context_manager_can_leave_the_outcome_unknown(
 
 
 def test_many_concurrent_transactions_share_one_producer(
-    kafka_bootstrap: str, topics: Topics, make_producer: Callable[..., TransactionProducer]
+    kafka_bootstrap: str,
+    topics: Topics,
+    make_producer: Callable[..., TransactionProducer],
+    orders: str,
 ) -> None:
     producer = make_producer()
     count = 200
@@ -208,7 +232,7 @@ def test_many_concurrent_transactions_share_one_producer(
         return TxState.COMMIT if arg % 3 else TxState.ROLLBACK
 
     def one(i: int) -> Any:
-        messages = [Message("orders", f"{i}-{j}".encode(), key=f"k{i % 10}".encode()) for j in range(2)]
+        messages = [Message(orders, f"{i}-{j}".encode(), key=f"k{i % 10}".encode()) for j in range(2)]
         return producer.send_in_transaction(messages, execute, i)
 
     with ThreadPoolExecutor(32) as pool:

@@ -1,11 +1,25 @@
-"""The producer's pure logic: messages, the transaction lifecycle, serializers, half records."""
+"""The producer's pure logic: messages, the transaction lifecycle, serializers, half records, refusals."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from coordinator.config import CoordinatorConfig
+from coordinator.republisher import plan_republish, record_size
 from txbridge import AvroSerializer, BytesSerializer, LocalTransaction, Message, StringSerializer, TxState
-from txbridge.errors import SerializationError, TransactionStateError
+from txbridge._core import ProducerSettings, TopicCatalog, TransactionFactory
+from txbridge.errors import (
+    ConfigurationError,
+    MessageRejectedError,
+    MessageTooLargeError,
+    SerializationError,
+    TransactionStateError,
+    TxBridgeError,
+    UnknownTopicError,
+)
+from txbridge.limits import DEFAULT_MAX_MESSAGE_BYTES, republished_size
 from txbridge.transaction import (
     RecordEncoder,
     TransactionLifecycle,
@@ -156,3 +170,97 @@ def test_listener_protocol_is_structural() -> None:
 
     assert isinstance(Listener(), TransactionListener)
     assert not isinstance(object(), TransactionListener)
+
+
+# ---------------------------------------------------------------- what the coordinator could republish
+
+
+def test_the_producer_measures_a_message_as_the_coordinator_does() -> None:
+    tx_id = new_tx_id()
+    messages = [
+        Message("orders", "v" * 300, key="k", headers={"trace": b"1", "é-name": b"\xff" * 7}),
+        Message("audit", None, partition=2),  # a tombstone, no key
+        Message("orders", "", key="", headers=[("a", b""), ("a", b"2")]),
+    ]
+    halves = _encoder().halves(tx_id, messages, first_seq=0)
+    for message, half in zip(messages, halves, strict=True):
+        decoded = decode_half(half.value, half.headers)
+        coordinator_size = record_size(decoded.key, decoded.value, decoded.republish_headers())
+        assert (
+            republished_size(half.key, half.message_key, half.value, message.header_pairs) == coordinator_size
+        )
+        # The coordinator republishes it at that limit and quarantines it one byte below.
+        assert isinstance(plan_republish([decoded], coordinator_size, lambda topic: 3), list)
+        assert "above max_message_bytes" in str(plan_republish([decoded], coordinator_size - 1, lambda t: 3))
+
+
+def test_the_producers_default_limit_is_the_coordinators() -> None:
+    assert CoordinatorConfig().max_message_bytes == DEFAULT_MAX_MESSAGE_BYTES == 1_048_576
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_topic_catalog_trusts_a_listing_for_the_topics_it_showed_only() -> None:
+    clock = Clock()
+    catalog = TopicCatalog(ttl_s=10.0, clock=clock)
+    orders, missing = [Message("orders", b"")], [Message("missing", b"")]
+    assert catalog.stale(orders, clock.now)  # never listed
+
+    catalog.update({"orders": 3, "broken": None}, listed_at=clock.now)
+    clock.now += 9.0
+    assert not catalog.stale(orders, clock.now)
+    assert catalog.partitions("orders") == 3
+    assert catalog.partitions("broken") is None  # a topic with an error is not usable
+    assert catalog.stale(missing, clock.now)  # missing: asked again at the next send
+    assert catalog.stale([*orders, *missing], clock.now)
+    assert not catalog.stale(missing, clock.now - 9.0)  # a send begun before that listing takes its answer
+    clock.now += 2.0
+    assert catalog.stale(orders, clock.now)  # older than ttl_s
+    assert catalog.known(orders)
+    assert not catalog.known(missing)
+
+
+def _factory(catalog: TopicCatalog, written: list[Any], **options: Any) -> TransactionFactory[None]:
+    settings = ProducerSettings.build("broker:9092", "g", b"secret", **options)
+    return TransactionFactory(settings, lambda *record: written.append(record), catalog)
+
+
+def test_a_transaction_refuses_what_the_coordinator_could_not_republish_and_writes_nothing() -> None:
+    catalog, written = TopicCatalog(), list[Any]()
+    catalog.update({"orders": 2}, listed_at=0.0)
+    factory = _factory(catalog, written, max_message_bytes=200)
+    refusals = [
+        (
+            Message("nope", b"v"),
+            UnknownTopicError,
+            "topic 'nope' does not exist at broker:9092: create topic nope",
+        ),
+        (Message("orders", b"v", partition=2), UnknownTopicError, "no partition 2 \\(it has 2\\)"),
+        (Message("orders", b"v" * 200), MessageTooLargeError, "raise max_message_bytes on the coordinator"),
+    ]
+    for message, error, text in refusals:
+        tx = factory.open()
+        with pytest.raises(error, match=text) as refused:
+            tx.enqueue([message])
+        assert isinstance(refused.value, MessageRejectedError)
+        assert isinstance(refused.value, TxBridgeError)
+        assert refused.value.topic == message.topic
+        assert "not written" in str(refused.value)
+        assert (tx.phase, tx.messages, tx.partition) == (TxPhase.NEW, [], None)
+    assert written == []
+
+    tx = factory.open()
+    tx.enqueue([Message("orders", b"v", partition=1)])
+    assert len(written) == 1
+
+
+def test_max_message_bytes_must_be_a_positive_integer() -> None:
+    for bad in (0, -1, 1.5, "1MB", True):
+        with pytest.raises(ConfigurationError, match="max_message_bytes"):
+            ProducerSettings.build("broker:9092", "g", b"secret", max_message_bytes=bad)
