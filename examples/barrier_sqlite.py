@@ -1,12 +1,15 @@
 """An order in SQLite and its message in one txbridge transaction, with the barrier.
 
 Run `txbridge init` first (and a coordinator to see the message republished on `orders`).
+The topic is created if it does not exist (see create_topic.py).
 """
 
 import argparse
 import json
 import os
 import sqlite3
+
+from create_topic import create_topic_if_missing
 
 from txbridge import Message, SqliteBarrier, StringSerializer, TransactionProducer, TxState
 
@@ -16,6 +19,8 @@ args.add_argument("--db", default="orders.db")
 args.add_argument("--topic", default="orders")
 args.add_argument("--namespace", default="__txbridge")
 opts = args.parse_args()
+if create_topic_if_missing(opts.bootstrap, opts.topic, 1):
+    print(f"created topic {opts.topic}", flush=True)
 with sqlite3.connect(opts.db) as db:
     db.execute("CREATE TABLE IF NOT EXISTS orders (id TEXT PRIMARY KEY, amount INTEGER)")
 barrier = SqliteBarrier(opts.db)

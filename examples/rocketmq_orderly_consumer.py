@@ -1,6 +1,7 @@
 """An orderly consumer subscribed with `*`, printing topic, tag and body (RocketMQ's orderly demo).
 
-After rocketmq_transaction_producer.py it prints exactly TAGA and TAGC.
+After rocketmq_transaction_producer.py (which creates TopicTest) it prints exactly TAGA and TAGC,
+then stops after --idle-exit seconds without a message.
 """
 
 import argparse

@@ -7,6 +7,10 @@ answers COMMIT. A read_committed consumer ends up with exactly TAGA and TAGC
 
 Run `txbridge init` and a coordinator whose secret for group `demo-tx` matches
 TXBRIDGE_SECRET (e.g. `txbridge coordinator --secret demo-tx=change-me`) first.
+
+The topic (TopicTest) is created with 4 partitions if it does not exist, as
+RocketMQ's broker creates it for its demo: txbridge refuses a transaction to a
+missing topic, since the coordinator could never publish it (see create_topic.py).
 """
 
 import argparse
@@ -14,12 +18,15 @@ import os
 import threading
 import time
 
+from create_topic import create_topic_if_missing
+
 from txbridge import Message, TransactionProducer, TxState
 from txbridge.wire import H_TAGS
 
 args = argparse.ArgumentParser()
 args.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092"))
 args.add_argument("--topic", default="TopicTest")
+args.add_argument("--topic-partitions", type=int, default=4, help="partitions of --topic if it is created")
 args.add_argument("--namespace", default="__txbridge")
 args.add_argument("--partitions", type=int, default=12, help="as given to `txbridge init --partitions`")
 args.add_argument("--check-after", type=float, default=2.0, help="seconds before TAGC is back-checked")
@@ -40,6 +47,8 @@ class Listener:  # RocketMQ's TransactionListener
         return TxState.COMMIT
 
 
+if create_topic_if_missing(opts.bootstrap, opts.topic, opts.topic_partitions):
+    print(f"created topic {opts.topic} ({opts.topic_partitions} partitions)", flush=True)
 secret = os.environ.get("TXBRIDGE_SECRET", "change-me")  # the coordinator's secret for this group
 options = {"namespace": opts.namespace, "partitions": opts.partitions, "listener": Listener()}
 with TransactionProducer(opts.bootstrap, "demo-tx", secret=secret, **options) as producer:

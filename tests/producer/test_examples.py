@@ -1,4 +1,7 @@
-"""examples/barrier_sqlite.py runs against the broker (the coordinator's e2e test adds republishing)."""
+"""examples/barrier_sqlite.py runs against the broker (the coordinator's e2e test adds republishing).
+
+Its topic does not exist beforehand: the example creates it (the producer refuses a missing topic).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.kafka_helpers import read_topic
+from txbridge import _kafka
 from txbridge.topics import init_topics
 from txbridge.wire import Topics
 
@@ -26,6 +30,7 @@ def test_barrier_sqlite_example(
     namespace = unique_name("exns").replace("-", "_")
     init_topics(kafka_bootstrap, namespace)  # the example uses the default 12 partitions
     db = tmp_path / "orders.db"
+    topic = unique_name("orders")
     options = [
         "--bootstrap",
         kafka_bootstrap,
@@ -34,7 +39,7 @@ def test_barrier_sqlite_example(
         "--namespace",
         namespace,
         "--topic",
-        "orders-x",
+        topic,
     ]
     completed = subprocess.run(
         [sys.executable, "examples/barrier_sqlite.py", *options],
@@ -45,8 +50,10 @@ def test_barrier_sqlite_example(
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    assert ": COMMIT (partition" in completed.stdout
-    tx_id = completed.stdout.split()[1].rstrip(":")
+    created, outcome = completed.stdout.splitlines()
+    assert created == f"created topic {topic}"
+    assert ": COMMIT (partition" in outcome
+    tx_id = outcome.split()[1].rstrip(":")
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT state FROM txbridge_barrier WHERE tx_id = ?", (tx_id,)).fetchall() == [
             ("committed",)
@@ -54,3 +61,25 @@ def test_barrier_sqlite_example(
         assert conn.execute("SELECT count(*) FROM orders").fetchone() == (1,)
     ops = [json.loads(r.value or b"") for r in read_topic(kafka_bootstrap, Topics(namespace).op)]
     assert [(o["tx"], o["state"], o["count"]) for o in ops] == [(tx_id, "COMMIT", 1)]
+
+
+def test_create_topic_creates_once(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> None:
+    topic = unique_name("TopicTest")
+    argv = [
+        sys.executable,
+        "examples/create_topic.py",
+        topic,
+        "--partitions",
+        "3",
+        "--bootstrap",
+        kafka_bootstrap,
+    ]
+
+    outputs = [
+        subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
+        for _ in range(2)
+    ]
+
+    assert outputs == [f"created  {topic}\n", f"exists   {topic}\n"]
+    found = _kafka.admin(kafka_bootstrap).list_topics(timeout=10).topics[topic]
+    assert len(found.partitions) == 3
