@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -152,24 +151,23 @@ class TopicCatalog:
 
     Args:
         ttl_s: how long a listing is trusted for the topics it showed.
-        clock: monotonic seconds (a test seam).
     """
 
-    def __init__(self, ttl_s: float = TOPIC_CACHE_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl_s: float = TOPIC_CACHE_S) -> None:
         self.ttl_s = ttl_s
-        self.clock = clock
         self._counts: Mapping[str, int] = {}
-        self._listed_at = float("-inf")
+        self._listed_at = float("-inf")  # when the last listing was requested
+        self._trusted_until = float("-inf")  # until when the topics it showed are trusted
 
     def stale(self, messages: Iterable[Message], asked_at: float) -> bool:
         """True when the topics of ``messages`` must be listed again for a send begun at ``asked_at``.
 
         A listing requested at or after ``asked_at`` answers for every topic (another thread's
-        counts too); an older one only for the topics it showed, within ``ttl_s``.
+        listing too); an older one only for the topics it showed, while it is trusted.
         """
         if self._listed_at >= asked_at:
             return False
-        if asked_at - self._listed_at > self.ttl_s:
+        if asked_at > self._trusted_until:
             return True
         counts = self._counts
         return any(msg.topic not in counts for msg in messages)
@@ -183,6 +181,12 @@ class TopicCatalog:
         """Replace the counts with a listing requested at ``listed_at`` (``None``: an unusable topic)."""
         self._counts = {name: count for name, count in counts.items() if count is not None}
         self._listed_at = listed_at
+        self._trusted_until = listed_at + self.ttl_s
+
+    def keep(self, now: float) -> None:
+        """A listing failed: trust the last one's topics for another ``ttl_s`` instead of asking
+        again at every send (each would wait out the metadata timeout)."""
+        self._trusted_until = now + self.ttl_s
 
     def partitions(self, topic: str) -> int | None:
         """``topic``'s partition count in the last listing, None when it was not there."""

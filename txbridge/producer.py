@@ -310,7 +310,8 @@ class TransactionProducer:
                 if not catalog.known(messages):
                     raise
                 # The topics were there a moment ago: the half write will meet the broker's state.
-                logger.warning("re-reading topic metadata failed, using the last listing: %s", exc)
+                logger.warning("re-reading topic metadata failed, keeping the last listing: %s", exc)
+                catalog.keep(time.monotonic())
                 return
             catalog.update(counts, listed_at)
 

@@ -19,7 +19,7 @@ from coordinator.config import CoordinatorConfig, Secrets
 from coordinator.service import Coordinator
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge import AsyncTransactionProducer, LocalTransaction, Message, TransactionProducer, TxState, _kafka
-from txbridge.errors import MessageTooLargeError, UnknownTopicError
+from txbridge.errors import KafkaOperationError, MessageTooLargeError, UnknownTopicError
 from txbridge.wire import Topics
 
 from .conftest import PARTITIONS, SECRET
@@ -272,3 +272,30 @@ def test_the_coordinator_publishes_a_message_at_the_limit_the_producer_let_throu
     [published] = wait_for(kafka_bootstrap, topic, 1)
     assert len(published.value or b"") == LIMIT - BESIDE_VALUE
     assert read_topic(kafka_bootstrap, topics.quarantine) == []
+
+
+def test_when_topic_metadata_cannot_be_read_known_topics_go_on_and_others_raise(
+    kafka_bootstrap: str,
+    topics: Topics,
+    make_producer: Callable[..., TransactionProducer],
+    *,
+    orders: str,
+    unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    producer = make_producer()
+    producer.catalog.ttl_s = 0.0  # from the next listing on, every send lists the topics again
+    producer.catalog.update(producer.pump.list_topics(timeout=10), listed_at=time.monotonic())
+
+    def unreadable(timeout: float) -> dict[str, int | None]:
+        raise KafkaOperationError("reading topic metadata: Local: Timed out (_TIMED_OUT)", retriable=True)
+
+    monkeypatch.setattr(producer.pump, "list_topics", unreadable)
+
+    result = producer.send_in_transaction(Message(orders, b"v"), lambda txn, arg: TxState.COMMIT)
+    assert result.state is TxState.COMMIT  # the last listing showed it
+    assert "keeping the last listing" in caplog.text
+    with pytest.raises(KafkaOperationError, match="Timed out"):
+        producer.send_in_transaction(Message(unique_name("missing"), b"v"), lambda txn, arg: TxState.COMMIT)
+    assert [h.key for h in read_topic(kafka_bootstrap, topics.half)] == [result.tx_id.encode()]

@@ -198,32 +198,26 @@ def test_the_producers_default_limit_is_the_coordinators() -> None:
     assert CoordinatorConfig().max_message_bytes == DEFAULT_MAX_MESSAGE_BYTES == 1_048_576
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_topic_catalog_trusts_a_listing_for_the_topics_it_showed_only() -> None:
-    clock = Clock()
-    catalog = TopicCatalog(ttl_s=10.0, clock=clock)
+    catalog = TopicCatalog(ttl_s=10.0)
     orders, missing = [Message("orders", b"")], [Message("missing", b"")]
-    assert catalog.stale(orders, clock.now)  # never listed
+    assert catalog.stale(orders, 100.0)  # never listed
 
-    catalog.update({"orders": 3, "broken": None}, listed_at=clock.now)
-    clock.now += 9.0
-    assert not catalog.stale(orders, clock.now)
+    catalog.update({"orders": 3, "broken": None}, listed_at=100.0)
+    assert not catalog.stale(orders, 109.0)
     assert catalog.partitions("orders") == 3
     assert catalog.partitions("broken") is None  # a topic with an error is not usable
-    assert catalog.stale(missing, clock.now)  # missing: asked again at the next send
-    assert catalog.stale([*orders, *missing], clock.now)
-    assert not catalog.stale(missing, clock.now - 9.0)  # a send begun before that listing takes its answer
-    clock.now += 2.0
-    assert catalog.stale(orders, clock.now)  # older than ttl_s
+    assert catalog.stale(missing, 109.0)  # missing: asked again at the next send
+    assert catalog.stale([*orders, *missing], 109.0)
+    assert not catalog.stale(missing, 99.0)  # a send begun before that listing takes its answer
+    assert catalog.stale(orders, 111.0)  # older than ttl_s
     assert catalog.known(orders)
     assert not catalog.known(missing)
+
+    catalog.keep(111.0)  # a listing failed at 111: the topics shown stay trusted, missing ones do not
+    assert not catalog.stale(orders, 120.0)
+    assert catalog.stale(missing, 120.0)
+    assert catalog.stale(orders, 122.0)
 
 
 def _factory(catalog: TopicCatalog, written: list[Any], **options: Any) -> TransactionFactory[None]:
