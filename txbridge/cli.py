@@ -84,18 +84,31 @@ def resolve_bootstrap(bootstrap: str | None, *, start_local: bool = False) -> st
 
 @main.group()
 def kafka() -> None:
-    """The local single-node Kafka broker (the embedded default)."""
+    """The local Kafka: a single plaintext node (the embedded default) or a secured 3-node cluster."""
 
 
 @kafka.command("start")
-@click.option("--port", default=9092, show_default=True, help="Client listener port.")
-@click.option("--controller-port", default=9093, show_default=True, help="KRaft controller port.")
+@click.option("--port", default=9092, show_default=True, help="Client listener port (single node).")
+@click.option(
+    "--controller-port", default=9093, show_default=True, help="KRaft controller port (single node)."
+)
 @click.option("--timeout", default=90.0, show_default=True, help="Seconds to wait for the broker.")
+@click.option(
+    "--brokers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Nodes: 1 for the plaintext broker, 3 or more for the secured cluster (with --secure).",
+)
+@click.option("--secure", is_flag=True, help="SASL_SSL with SCRAM-SHA-512, TLS and ACLs (needs --brokers 3).")
 @_one_line_errors
-def kafka_start(port: int, controller_port: int, timeout: float) -> None:
+def kafka_start(port: int, controller_port: int, timeout: float, brokers: int, secure: bool) -> None:
     """Fetch the jars (once), format (once) and start the broker in the background."""
     from txbridge.local.broker import LocalKafka
 
+    if secure or brokers > 1:
+        _start_cluster(brokers, secure, timeout)
+        return
     broker = LocalKafka(port=port, controller_port=controller_port)
     started = time.monotonic()
     status = broker.start(timeout=timeout)
@@ -103,32 +116,74 @@ def kafka_start(port: int, controller_port: int, timeout: float) -> None:
     click.echo(f"log: {status.log_file}")
 
 
+def _start_cluster(brokers: int, secure: bool, timeout: float) -> None:
+    from txbridge.errors import ConfigurationError
+    from txbridge.local.cluster import LocalCluster
+
+    if not secure or brokers < 3:
+        raise ConfigurationError(
+            "the local cluster is secured and has 3 or more nodes: pass --brokers 3 --secure "
+            "(or neither, for the single plaintext broker)"
+        )
+    cluster = LocalCluster(nodes=brokers)
+    started = time.monotonic()
+    status = cluster.start(timeout=timeout)
+    click.echo(
+        f"secured Kafka cluster is up at {status.bootstrap} "
+        f"({len(status.nodes)} nodes, {time.monotonic() - started:.1f}s)"
+    )
+    click.echo(f"admin client properties (SASL_SSL, SCRAM-SHA-512): {status.properties_file}")
+    click.echo(f"CA certificate: {cluster.ca_file}; logs: {cluster.home}/node-<id>/logs/server.log")
+
+
 @kafka.command("stop")
 @_one_line_errors
 def kafka_stop() -> None:
-    """Stop the local broker."""
+    """Stop the local broker and the local cluster, whichever runs."""
     from txbridge.local.broker import LocalKafka
+    from txbridge.local.cluster import LocalCluster
 
-    broker = LocalKafka.from_home()
-    click.echo("stopped" if broker.stop() else "no local broker was running")
+    broker_stopped = LocalKafka.from_home().stop()
+    cluster_stopped = LocalCluster.from_home().stop()
+    if broker_stopped:
+        click.echo("stopped")
+    if cluster_stopped:
+        click.echo("stopped the local cluster")
+    if not (broker_stopped or cluster_stopped):
+        click.echo("no local broker was running")
 
 
 @kafka.command("status")
 @bootstrap_option
 @_one_line_errors
 def kafka_status(bootstrap: str | None) -> None:
-    """Say whether the local broker (or the one at --bootstrap) answers."""
+    """Say whether the local broker and cluster (or the broker at --bootstrap) answer."""
     from txbridge._kafka import check_reachable
     from txbridge.local.broker import LocalKafka
+    from txbridge.local.cluster import LocalCluster
 
     if bootstrap:
         check_reachable(bootstrap)
         click.echo(f"a broker answers at {bootstrap}")
         return
+    cluster = LocalCluster.from_home().status()
+    cluster_up = bool(cluster.up)
+    if cluster_up:
+        up = len(cluster.up)
+        click.echo(f"local cluster: {up} of {len(cluster.nodes)} nodes up at {cluster.bootstrap}")
+        click.echo(f"  admin client properties: {cluster.properties_file}")
+        for node in cluster.nodes:
+            if node.running:
+                rss = f", RSS {node.rss_bytes / 2**20:.0f} MiB" if node.rss_bytes else ""
+                click.echo(f"  node {node.node_id}: up at {node.address} (pid {node.pid}{rss})")
+            else:
+                click.echo(f"  node {node.node_id}: DOWN; log {node.log_file}")
     status = LocalKafka.from_home().status()
     if not status.running:
-        click.echo("local broker: not running (start it with 'txbridge kafka start')")
-        sys.exit(1)
+        if not cluster_up:
+            click.echo("local broker: not running (start it with 'txbridge kafka start')")
+            sys.exit(1)
+        return
     check_reachable(status.bootstrap)
     click.echo(f"local broker: running at {status.bootstrap} (pid {status.pid}); log {status.log_file}")
 
