@@ -114,6 +114,9 @@ def encode_entry(tx: PendingTx) -> bytes:
         "next": tx.next_check_ms,
         "order": tx.decided_seq,
     }
+    if tx.unasked_since_ms is not None:  # absent in entries of earlier versions: optional
+        body["unasked"] = tx.unasked_since_ms
+        body["problem"] = tx.problem
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -148,6 +151,8 @@ def decode_entry(value: bytes) -> PendingTx:
             checks=int(body.get("checks", 0)),
             next_check_ms=body.get("next"),
             decided_seq=int(body.get("order", 0)),
+            unasked_since_ms=body.get("unasked"),
+            problem=str(body.get("problem", "")),
         )
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise WireFormatError(f"state entry is not valid: {exc}") from None

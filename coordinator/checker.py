@@ -43,10 +43,19 @@ class CheckJob:
 
 @dataclass(frozen=True)
 class CheckResult:
+    """How one transaction's back-check ended.
+
+    ``asked`` is False when no request could be sent at all (no live instance of the
+    group, no secret for it, every URL refused by ``allowed_check_hosts``): a
+    configuration problem or a group that is down, not an answer, so it does not use up
+    the transaction's ``max_checks``.
+    """
+
     job: CheckJob
     state: TxState
     detail: str  # which URL answered, or why nothing did
     refused: int = 0  # targets refused by the host allow-list
+    asked: bool = True
 
 
 class Checker:
@@ -61,6 +70,7 @@ class Checker:
         self._lock = threading.Lock()
         self._in_flight: Counter[str] = Counter()
         self._single_only: set[str] = set()  # URLs that answered a batch with 400
+        self._reported: set[tuple[str, str]] = set()  # (group, problem) already logged at ERROR
         self.in_flight_txs: set[str] = set()
 
     def start(self) -> None:
@@ -132,11 +142,27 @@ class Checker:
         first = jobs[0]
         group = first.request.group
         if not first.targets:
-            return [CheckResult(j, TxState.UNKNOWN, f"no live instance of group {group!r}") for j in jobs]
+            why = f"no live instance of producer group {group!r} is registered"
+            self._report(
+                group,
+                "no live instance",
+                "%s: its transactions wait, not counted toward max_checks, until an instance "
+                "heartbeats to the producer registry (is the group down, or on another namespace?)",
+                why,
+            )
+            return self._not_asked(jobs, why)
         secret = self._config.secrets.for_group(group)
         if secret is None:
-            logger.warning("no secret for producer group %r: back-checks cannot be signed", group)
-            return [CheckResult(j, TxState.UNKNOWN, "no secret configured for the group") for j in jobs]
+            why = f"no secret configured for producer group {group!r}"
+            self._report(
+                group,
+                "no secret",
+                "%s: back-checks cannot be signed; set TXBRIDGE_SECRETS=%s=<secret> "
+                "(or TXBRIDGE_DEFAULT_SECRET, or [coordinator.secrets] in the TOML)",
+                why,
+                group,
+            )
+            return self._not_asked(jobs, why)
         remaining = list(jobs)
         results: list[CheckResult] = []
         refused = 0
@@ -144,8 +170,16 @@ class Checker:
         for url in first.targets:
             if not self._config.host_allowed(url):
                 refused += 1
-                logger.warning("check URL %s refused: its host is not in allowed_check_hosts", url)
-                details.append(f"{url}: host not allowed")
+                self._report(
+                    group,
+                    url,
+                    "check URL %s of producer group %r refused: its host is not in allowed_check_hosts "
+                    "(%s); add it there (TXBRIDGE_ALLOWED_CHECK_HOSTS) to let the coordinator check it",
+                    url,
+                    group,
+                    ", ".join(self._config.allowed_check_hosts),
+                )
+                details.append(f"{url}: host not in allowed_check_hosts")
                 continue
             states, detail = self._ask(url, remaining, secret)
             details.append(f"{url}: {detail}")
@@ -160,7 +194,21 @@ class Checker:
             if not remaining:
                 return results
         why = "; ".join(details)
+        if refused == len(first.targets):  # nothing was sent: the allow-list stopped every URL
+            return self._not_asked(remaining, why, refused)
         return results + [CheckResult(j, TxState.UNKNOWN, why, refused) for j in remaining]
+
+    @staticmethod
+    def _not_asked(jobs: list[CheckJob], why: str, refused: int = 0) -> list[CheckResult]:
+        return [CheckResult(j, TxState.UNKNOWN, why, refused, asked=False) for j in jobs]
+
+    def _report(self, group: str, problem: str, message: str, *args: object) -> None:
+        """Log a check that could not be made at ERROR, once per group and problem (or URL)."""
+        with self._lock:
+            if (group, problem) in self._reported:
+                return
+            self._reported.add((group, problem))
+        logger.error(message, *args)
 
     def _ask(self, url: str, jobs: list[CheckJob], secret: bytes) -> tuple[dict[str, TxState], str]:
         if len(jobs) == 1 or url in self._single_only:

@@ -73,6 +73,8 @@ class TransactionContent:
                 self._set_aside(tx, reason, self.topics.quarantine, Phase.QUARANTINED)
         for tx in expiring:
             reason = f"no decision after {tx.checks} back-checks"
+            if tx.unasked_since_ms is not None:
+                reason = f"{reason}; none could be sent lately: {tx.problem}"
             logger.warning("tx %s of group %r expired: %s", tx.tx_id, tx.group, reason)
             batch.op(tx.partition, tx.tx_id, TxState.ROLLBACK, OpSource.EXPIRY, group=tx.group, reason=reason)
             self._set_aside(tx, reason, self.topics.expired, Phase.EXPIRED)

@@ -67,6 +67,9 @@ class CoordinatorConfig:
         max_checks: back-checks before a transaction expires (rolled back, copied to ``<ns>_expired``).
         check_backoff_s: wait after the first UNKNOWN check; doubles per check ...
         check_backoff_max_s: ... up to this cap.
+        max_unasked_s: how long a transaction waits while no back-check can be sent at all
+            (no live instance of its group, no secret, its URLs refused) before it expires;
+            such attempts are not answers and do not count toward ``max_checks``.
         check_timeout_s: HTTP timeout of one back-check.
         check_concurrency_per_group: back-check requests in flight per producer group.
         check_batch_size: transactions asked about in one back-check request (1: one per request).
@@ -83,6 +86,8 @@ class CoordinatorConfig:
         metrics_port: serve Prometheus metrics on this port (None: off).
         log_interval_s: seconds between INFO lines with counts.
         extra_config: librdkafka settings passed through to every client.
+        check_invariants: assert the state's invariants after every step (tests, debugging;
+            costs a pass over the pending transactions each time).
     """
 
     bootstrap: str = ""
@@ -93,6 +98,7 @@ class CoordinatorConfig:
     max_checks: int = 15
     check_backoff_s: float = 5.0
     check_backoff_max_s: float = 60.0
+    max_unasked_s: float = 3600.0
     check_timeout_s: float = 5.0
     check_concurrency_per_group: int = 4
     check_batch_size: int = 200
@@ -108,6 +114,7 @@ class CoordinatorConfig:
     log_interval_s: float = 30.0
     # Not in repr: it may hold sasl.password or ssl.key.password. The loop logs its keys only.
     extra_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    check_invariants: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -117,6 +124,7 @@ class CoordinatorConfig:
         positive = {
             "check_backoff_s": self.check_backoff_s,
             "check_backoff_max_s": self.check_backoff_max_s,
+            "max_unasked_s": self.max_unasked_s,
             "check_timeout_s": self.check_timeout_s,
             "producer_liveness_s": self.producer_liveness_s,
             "log_interval_s": self.log_interval_s,
@@ -220,6 +228,7 @@ _ENV_SIMPLE = (
     "max_checks",
     "check_backoff_s",
     "check_backoff_max_s",
+    "max_unasked_s",
     "check_timeout_s",
     "check_concurrency_per_group",
     "check_batch_size",
@@ -232,6 +241,7 @@ _ENV_SIMPLE = (
     "offset_metadata_bytes",
     "metrics_port",
     "log_interval_s",
+    "check_invariants",
     "default_secret",
 )
 
@@ -277,6 +287,7 @@ def _convert(name: str, annotation: Any, value: Any) -> Any:
     converters: dict[str, Callable[[Any], Any]] = {
         "float": float,
         "int": _strict_int,
+        "bool": _bool,
         "int | None": lambda v: None if v in (None, "", "none") else _strict_int(v),
         "tuple[str, ...]": _str_tuple,
         "Mapping[str, Any]": lambda v: parse_pairs(v.split(","), name) if isinstance(v, str) else dict(v),
@@ -285,6 +296,17 @@ def _convert(name: str, annotation: Any, value: Any) -> Any:
         return converters.get(kind, str)(value)
     except (TypeError, ValueError):
         raise ConfigurationError(f"setting {name}: {value!r} is not a valid {kind}") from None
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(value)
 
 
 def _strict_int(value: Any) -> int:

@@ -27,6 +27,8 @@ COUNTERS = {
     "check_requests": "back-check HTTP requests sent (a request may ask about many transactions)",
     "check_verdicts": "back-checks that returned COMMIT or ROLLBACK",
     "checks_refused": "check URLs refused by allowed_check_hosts",
+    "checks_not_asked": "back-checks that could not be sent (no live instance, no secret, every URL "
+    "refused): not counted toward max_checks",
     "conflicting_ops": "late ops contradicting the first decision (ignored)",
     "duplicate_ops": "ops repeating the decision already taken",
     "late_halves": "half records of already resolved transactions",

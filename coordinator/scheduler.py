@@ -23,17 +23,28 @@ class CheckPolicy:
         max_checks: UNKNOWN answers before the transaction expires.
         backoff_s: wait after the first UNKNOWN; doubles after each further one ...
         backoff_max_s: ... up to this cap.
+        max_unasked_s: how long a transaction waits while no check can be sent at all (no
+            live instance of its group, no secret, its URLs refused) before it expires.
+            Those attempts are not answers and do not count toward ``max_checks``.
     """
 
     delay_s: float = 6.0
     max_checks: int = 15
     backoff_s: float = 5.0
     backoff_max_s: float = 60.0
+    max_unasked_s: float = 3600.0
 
     def first_due_ms(self, tx: PendingTx, now_ms: int) -> int:
         base = tx.first_append_ms if tx.first_append_ms is not None else now_ms
         delay = tx.check_after_s if tx.check_after_s is not None else self.delay_s
         return base + int(max(delay, 0.0) * 1000)
+
+    def exhausted(self, tx: PendingTx, now_ms: int) -> bool:
+        """True when ``tx`` must expire: ``max_checks`` answers, or ``max_unasked_s`` unasked."""
+        if tx.checks >= self.max_checks:
+            return True
+        since = tx.unasked_since_ms
+        return since is not None and now_ms - since >= self.max_unasked_s * 1000
 
     def backoff_ms(self, checks_done: int) -> int:
         """Wait after the ``checks_done``-th UNKNOWN answer (1-based): growing, capped."""
@@ -41,7 +52,7 @@ class CheckPolicy:
         return int(min(self.backoff_s * (2 ** min(exponent, 30)), self.backoff_max_s) * 1000)
 
 
-__all__ = ["CheckPolicy", "Due", "due", "record_unknown"]
+__all__ = ["CheckPolicy", "Due", "due", "record_not_asked", "record_unknown"]
 
 
 def due(policy: CheckPolicy, txs: Iterable[PendingTx], now_ms: int, in_flight: set[str]) -> Due:
@@ -59,16 +70,34 @@ def due(policy: CheckPolicy, txs: Iterable[PendingTx], now_ms: int, in_flight: s
             tx.dirty = True
         if tx.next_check_ms > now_ms:
             continue
-        (expire if tx.checks >= policy.max_checks else check).append(tx)
+        (expire if policy.exhausted(tx, now_ms) else check).append(tx)
     return Due(check, expire)
 
 
 def record_unknown(policy: CheckPolicy, tx: PendingTx, now_ms: int) -> bool:
     """Count an UNKNOWN (or failed) check and reschedule. Returns True when ``tx`` must expire now."""
     tx.checks += 1
+    tx.unasked_since_ms, tx.problem = None, ""
     tx.dirty = True
     if tx.checks >= policy.max_checks:
         tx.next_check_ms = now_ms
         return True
     tx.next_check_ms = now_ms + policy.backoff_ms(tx.checks)
+    return False
+
+
+def record_not_asked(policy: CheckPolicy, tx: PendingTx, now_ms: int, why: str) -> bool:
+    """A check that could not be sent (``why``): reschedule without using up ``max_checks``.
+
+    Returns True when ``tx`` has waited ``max_unasked_s`` without any check being sent and
+    must expire now.
+    """
+    if tx.unasked_since_ms is None:
+        tx.unasked_since_ms = now_ms
+    tx.problem = why
+    tx.dirty = True
+    if now_ms - tx.unasked_since_ms >= policy.max_unasked_s * 1000:
+        tx.next_check_ms = now_ms
+        return True
+    tx.next_check_ms = now_ms + policy.backoff_ms(1)
     return False

@@ -78,7 +78,11 @@ class Coordinator:
         self.config = config
         self.topics = Topics(config.namespace)
         self.policy = CheckPolicy(
-            config.check_delay_s, config.max_checks, config.check_backoff_s, config.check_backoff_max_s
+            config.check_delay_s,
+            config.max_checks,
+            config.check_backoff_s,
+            config.check_backoff_max_s,
+            config.max_unasked_s,
         )
         self.stats: Counter[str] = Counter()
         self.partitions: dict[int, PartitionState] = {}
@@ -261,6 +265,8 @@ class Coordinator:
                 )
                 start = max(low, 0)
             state = PartitionState(number, self.stats, half_position=start)
+            if self.config.check_invariants:
+                state.debug = True
             for tx in restored.get(number, []):
                 state.add_restored(tx)
             young = self._restore_light(state, light.get(number, []))
@@ -341,6 +347,7 @@ class Coordinator:
             try:
                 half = decode_half(msg.value(), msg.headers())
             except WireFormatError as exc:
+                state.read_to(msg.offset() + 1)  # read all the same: a COMMIT may wait for this offset
                 self._quarantine(msg, str(exc))
                 return
             tx = state.on_half(half, msg.offset(), record_size(msg), _kafka.append_time_ms(msg) or _now_ms())
@@ -401,20 +408,41 @@ class Coordinator:
                 self.stats["checks"] += len(chunk)
                 self.stats["check_requests"] += 1
 
+    def _consumer_positions(self, numbers: list[int]) -> dict[tuple[str, int], int] | None:
+        """The consumer's positions on the owned half and op partitions (None: not known now).
+
+        librdkafka's position moves past control records and aborted records, which no
+        consumed message shows, so a half partition written by a transactional producer is
+        read "to the end" only by this measure.
+        """
+        tps = [_kafka.partition_at(t, n) for n in numbers for t in (self.topics.half, self.topics.op)]
+        try:
+            return {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(tps)}
+        except Exception as exc:  # transient: checks and waits look again at the next pass
+            logger.debug("partition positions: %s", exc)
+            return None
+
     def _ops_caught_up(self) -> list[int]:
         """Owned partitions whose op partition is read past where it ended at the previous look.
 
         A transaction is checked only then: after a takeover or a restart the coordinator
         re-reads old halves, all past their check time, and would otherwise ask about
         transactions whose producer's decision is already in the op topic, unread.
+
+        The same look moves each half partition's read position (see
+        :meth:`PartitionState.read_to`), so a COMMIT waiting for the half partition's end
+        is not left waiting behind control records.
         """
         numbers = sorted(self.partitions)
-        tps = [_kafka.partition_at(self.topics.op, n) for n in numbers]
-        try:
-            positions = {tp.partition: tp.offset for tp in self._consumer.position(tps)}
-        except Exception as exc:  # transient: checks wait for the next look
-            logger.debug("op partition positions: %s", exc)
+        read = self._consumer_positions(numbers)
+        if read is None:
             return []
+        for number in numbers:
+            half_position = read.get((self.topics.half, number), -1)
+            if half_position >= 0:
+                self.partitions[number].read_to(half_position)
+        positions = {n: read.get((self.topics.op, n), -1) for n in numbers}
+        tps = [_kafka.partition_at(self.topics.op, n) for n in numbers]
         ready = []
         for number, tp in zip(numbers, tps, strict=True):
             previous = self._op_ends.get(number)
@@ -467,6 +495,20 @@ class Coordinator:
         tx = state.pending.get(request.tx_id) if state else None
         if state is None or tx is None or tx.phase is not Phase.OPEN:
             return  # revoked meanwhile, or decided by an op that arrived first
+        self._apply_answer(state, tx, result)
+        if self.config.check_invariants:
+            # Every way a check can end leaves the transaction decided or due again, never neither.
+            assert tx.phase is not Phase.OPEN or tx.tx_id in self._expiring or (
+                tx.next_check_ms is not None and tx.next_check_ms > _now_ms() - 1000
+            ), f"check of {tx!r} ended ({result.detail}) with no decision and no next check"
+
+    def _apply_answer(self, state: PartitionState, tx: PendingTx, result: CheckResult) -> None:
+        if not result.asked:  # not an answer: does not use up max_checks (see CheckResult)
+            self.stats["checks_not_asked"] += 1
+            logger.debug("tx %s not checked: %s", tx.tx_id, result.detail)
+            if scheduler.record_not_asked(self.policy, tx, _now_ms(), result.detail):
+                self._expiring[tx.tx_id] = tx
+            return
         if result.state is TxState.UNKNOWN:
             logger.debug("check %d of tx %s: UNKNOWN (%s)", tx.checks + 1, tx.tx_id, result.detail)
             if scheduler.record_unknown(self.policy, tx, _now_ms()):

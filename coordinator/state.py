@@ -17,6 +17,23 @@ A COMMIT that reached ``wait_offset`` and is still missing halves is *incomplete
 (quarantined if it has halves, an *orphan* op if it has none: typically the
 read-back of a decision that was already applied before a restart).
 
+Invariants (:meth:`PartitionState.check_invariants`; checked after every step when
+``debug`` is set, as the coordinator's ``check_invariants`` setting and the tests do):
+
+- no transaction waits on nothing. An OPEN transaction has halves and a due time: it
+  is in the first-check queue, in the check heap at its ``next_check_ms``, or due now
+  (a due one in flight has a request that will end, with an answer or a timeout; the
+  service then decides it or gives it a new due time). A COMMITTED transaction waits
+  for an end offset that the next commit boundary reads (``needs_end_offset``), or
+  for ``half_position`` to reach its ``wait_offset``: every consumed half record moves
+  ``half_position``, whatever it holds (a quarantined record, a late half), and so does
+  the consumer's position past control records (:meth:`PartitionState.read_to`), so the
+  wait ends once the partition is read to the end offset. Once reached, ``has_work``
+  is true until a boundary settles it: READY or quarantined as incomplete.
+- a READY transaction is published at the next boundary unless an earlier undecided
+  transaction of its key holds it, and that one is itself OPEN or COMMITTED (so it
+  obeys the rule above).
+
 Indexes. A coordinator may hold 100,000 pending transactions and reaches a commit
 boundary every few tens of milliseconds, so nothing done at a boundary scans them
 all. :class:`PartitionState` keeps indexes that the transitions update (a
@@ -128,7 +145,9 @@ class PendingTx:
         "instance",
         "partition",
         "persisted",
+        "problem",
         "tx_id",
+        "unasked_since_ms",
         "wait_offset",
     )
 
@@ -151,6 +170,8 @@ class PendingTx:
         decided_seq: int = 0,
         dirty: bool = True,
         persisted: bool = False,
+        unasked_since_ms: int | None = None,
+        problem: str = "",
     ) -> None:
         self.tx_id = tx_id
         self.partition = partition
@@ -172,6 +193,10 @@ class PendingTx:
         self.decided_seq = decided_seq  # position in the partition's decision order
         self._dirty = dirty  # changed since its last <ns>_state entry
         self.persisted = persisted  # has a live <ns>_state entry (tombstone it when resolved)
+        # Since when no back-check could be sent (no live instance, no secret, URL refused),
+        # and why; None / "" once one was asked. Not-asked checks do not count in ``checks``.
+        self.unasked_since_ms = unasked_since_ms
+        self.problem = problem
         self._owner: PartitionState | None = None  # the state whose pending set holds it
 
     def __repr__(self) -> str:
@@ -381,6 +406,8 @@ class PartitionState:
 
     #: Stale entries the check heap and FIFO may hold beyond twice the pending count before a rebuild.
     CHECK_HEAP_SLACK = 1024
+    #: Check :meth:`check_invariants` after every step (tests, and the ``check_invariants`` setting).
+    debug = False
 
     def __init__(self, partition: int, stats: Counter[str] | None = None, half_position: int = 0) -> None:
         self.partition = partition
@@ -423,9 +450,30 @@ class PartitionState:
         tx.persisted, tx._dirty = True, False
         self._decisions = max(self._decisions, tx.decided_seq)
         self._adopt(tx)
+        if self.debug:
+            self.check_invariants()
+
+    def read_to(self, position: int) -> None:
+        """The half partition is consumed up to ``position`` (exclusive).
+
+        Every consumed record moves it, whatever it holds: a record that is quarantined or
+        ignored, and (from the consumer's position) control records and aborted records too.
+        A COMMIT without a count waits for this to reach its ``wait_offset``; counting only
+        the half records that decoded left it waiting forever when the partition's last
+        record was malformed (issue 13).
+        """
+        self.half_position = max(self.half_position, position)
+        if self.debug:
+            self.check_invariants()
 
     def on_half(self, msg: HalfMessage, offset: int, size: int, append_ms: int) -> PendingTx | None:
         """Record a half message. Returns its transaction, or None when it was already resolved."""
+        tx = self._on_half(msg, offset, size, append_ms)
+        if self.debug:
+            self.check_invariants()
+        return tx
+
+    def _on_half(self, msg: HalfMessage, offset: int, size: int, append_ms: int) -> PendingTx | None:
         self.half_position = max(self.half_position, offset + 1)
         if msg.tx_id in self._resolved:
             self.stats["late_halves"] += 1
@@ -460,6 +508,12 @@ class PartitionState:
 
     def on_op(self, op: OpRecord) -> PendingTx | None:
         """Apply a decision from an op record (or a back-check). Returns the tx when it changed."""
+        tx = self._on_op(op)
+        if self.debug:
+            self.check_invariants()
+        return tx
+
+    def _on_op(self, op: OpRecord) -> PendingTx | None:
         if op.tx_id in self._resolved:
             self._late_decision(op, self._resolved[op.tx_id])
             return None
@@ -525,6 +579,8 @@ class PartitionState:
                 tx.wait_offset = end
                 tx.dirty = True
                 self._promote(tx)
+        if self.debug:
+            self.check_invariants()
 
     def settle_waits(self) -> list[Resolution]:
         """Promote or give up on COMMITs whose ``wait_offset`` was reached. Returns the given-up ones."""
@@ -623,17 +679,77 @@ class PartitionState:
         for tx in self._due.values():
             if tx.tx_id in in_flight:
                 continue
-            (expire if tx.checks >= policy.max_checks else check).append(tx)
+            (expire if policy.exhausted(tx, now_ms) else check).append(tx)
+        if self.debug:
+            self.check_invariants()
         return Due(check, expire)
 
     def has_work(self) -> bool:
-        """Something for the next commit boundary: a tombstone, a dirty or READY tx, an end offset to read."""
-        return bool(self.tombstones or self._dirty or self._ready or self.needs_end_offset())
+        """Something for the next commit boundary: a tombstone, a dirty or READY tx, an end offset to
+        read, a COMMIT whose wait for halves is over."""
+        return bool(
+            self.tombstones or self._dirty or self._ready or self.needs_end_offset() or self.waits_reached()
+        )
+
+    def waits_reached(self) -> bool:
+        """True when a COMMIT's ``wait_offset`` was reached: the next boundary publishes or quarantines it."""
+        position = self.half_position
+        return any(t.wait_offset is not None and position >= t.wait_offset for t in self._committed.values())
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError when a pending transaction waits on nothing (see the module docstring).
+
+        Costs a pass over every pending transaction: for tests and the ``check_invariants``
+        setting, not for production.
+        """
+        heap = {(at, tx_id) for at, tx_id in self._checks}
+        first = set(self._first_checks)
+        counts: Counter[Phase] = Counter()
+        for tx_id, tx in self.pending.items():
+            counts[tx._phase] += 1
+            why = self._broken(tx_id, tx, heap, first)
+            if why:
+                raise AssertionError(f"partition {self.partition}: {tx!r} {why}")
+        if counts[Phase.READY] != self._ready:
+            raise AssertionError(f"partition {self.partition}: {self._ready} READY counted, not {counts}")
+        if counts[Phase.COMMITTED] != len(self._committed):
+            raise AssertionError(f"partition {self.partition}: the COMMITTED index has stale entries")
+        if any(t._owner is not self for t in self._due.values()):
+            raise AssertionError(f"partition {self.partition}: a due transaction is no longer pending")
+
+    def _broken(self, tx_id: str, tx: PendingTx, heap: set[tuple[int, str]], first: set[str]) -> str:
+        """Which invariant ``tx`` breaks ("" for none)."""
+        phase, nxt = tx._phase, tx._next_check_ms
+        scheduled = (
+            tx_id in self._due
+            or (nxt is not None and (nxt, tx_id) in heap)
+            or (nxt is None and (tx_id in first or (tx.first_append_ms or 0, tx_id) in heap))
+        )
+        committed = phase is Phase.COMMITTED
+        rules = [
+            (tx._owner is not self or tx.tx_id != tx_id, "is not indexed under its own id"),
+            (phase in TERMINAL, "is terminal but still pending"),
+            ((tx_id in self._dirty) != tx._dirty, "has a dirty flag the dirty index does not match"),
+            (phase is Phase.OPEN and tx._halves is None, "is OPEN without halves: nothing will check it"),
+            (phase is Phase.OPEN and not scheduled, "is OPEN with no due time: it would never be checked"),
+            (
+                committed and (tx_id not in self._committed or tx_id not in self._decided),
+                "is COMMITTED but not in the committed indexes",
+            ),
+            (
+                committed and tx.wait_offset is None and tx_id not in self._awaiting_end,
+                "is COMMITTED with no wait_offset and no end offset coming",
+            ),
+            (phase is Phase.READY and tx_id not in self._decided, "is READY but not in the republish queue"),
+        ]
+        return next((why for broken, why in rules if broken), "")
 
     def finish(self, tx: PendingTx, phase: Phase) -> None:
         """Move ``tx`` to a terminal ``phase`` and forget it (remembering its id)."""
         tx.move(phase)
         self._resolve(tx)
+        if self.debug:
+            self.check_invariants()
 
     def dirty(self) -> list[PendingTx]:
         """Pending transactions whose ``<ns>_state`` entry is missing or stale."""
@@ -658,6 +774,8 @@ class PartitionState:
         if not self._dirty:
             self._dirty = {}  # a dict keeps its largest table until refilled: let it go
         self.tombstones -= tombstoned
+        if self.debug:
+            self.check_invariants()
 
     # ------------------------------------------------------------------ indexes
 

@@ -13,6 +13,7 @@ import pytest
 
 from coordinator.config import CoordinatorConfig, Secrets
 from coordinator.service import Coordinator
+from coordinator.state import PartitionState
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.wire_producer import WireProducer
 from txbridge.topics import init_topics
@@ -58,6 +59,7 @@ class Env:
             "producer_liveness_s": 60.0,
             "log_interval_s": 5.0,
             "secrets": Secrets(default=SECRET),
+            "check_invariants": True,  # the state's invariants asserted after every step
         }
         values.update(overrides)
         return CoordinatorConfig(**values)
@@ -91,6 +93,17 @@ def env(kafka_bootstrap: str) -> Iterator[Env]:
     for handle in environment.running:
         if handle.thread.is_alive():
             handle.stop()
+    # A coordinator that died of a broken invariant fails the test even when the test did not
+    # notice (other errors, such as being fenced, are some tests' point).
+    broken = [exc for h in environment.running for exc in h.errors if isinstance(exc, AssertionError)]
+    if broken:
+        raise broken[0]
+
+
+@pytest.fixture(autouse=True)
+def _state_invariants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every PartitionState in the coordinator tests asserts its invariants after every step."""
+    monkeypatch.setattr(PartitionState, "debug", True)
 
 
 @pytest.fixture

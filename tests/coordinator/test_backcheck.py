@@ -92,15 +92,24 @@ def test_a_200_without_a_verdict_never_counts_as_commit(
     assert read_topic(env.bootstrap, topic) == []
 
 
-def test_check_url_outside_the_allow_list_is_refused(env: Env, topic_factory: Callable[..., str]) -> None:
+def test_check_url_outside_the_allow_list_is_refused_without_using_up_the_checks(
+    env: Env, topic_factory: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A refused URL is a configuration problem, not an answer: the transaction waits (logged once at
+    ERROR, counted) until max_unasked_s, not max_checks."""
     topic = topic_factory()
     env.producer.heartbeat("http://169.254.169.254/latest/meta-data")
-    handle = env.start(max_checks=2)
+    handle = env.start(max_checks=2, max_unasked_s=4.0)
     env.producer.transaction([Msg(topic, b"v")], TxState.UNKNOWN)
 
-    assert eventually(lambda: handle.service.stats["resolved_expired"] >= 1, timeout=60)
-    assert handle.service.stats["checks_refused"] == 2
+    assert eventually(lambda: handle.service.stats["checks_not_asked"] >= 3, timeout=30)
+    assert handle.service.stats["resolved_expired"] == 0  # 3 refusals, max_checks 2: not expired
+    assert eventually(lambda: handle.service.stats["resolved_expired"] >= 1, timeout=30)
     assert read_topic(env.bootstrap, topic) == []
+    expired = read_topic(env.bootstrap, env.topics.expired)
+    assert "allowed_check_hosts" in expired[0].headers["txb.reason"].decode()
+    errors = [r for r in caplog.records if r.levelname == "ERROR" and "allowed_check_hosts" in r.getMessage()]
+    assert len(errors) == 1
 
 
 def test_late_commit_after_a_rollback_verdict_changes_nothing(

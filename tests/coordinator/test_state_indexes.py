@@ -243,7 +243,10 @@ def test_due_checks_returns_a_due_transaction_until_it_is_rescheduled_or_decided
     assert [t.tx_id for t in state.due_checks(POLICY, 107_000, set()).check] == ["a"]
 
 
-def test_check_heap_stays_bounded_when_transactions_are_decided_before_their_check() -> None:
+def test_check_heap_stays_bounded_when_transactions_are_decided_before_their_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(PartitionState, "debug", False)  # 40,000 steps over a ~1,000-entry heap
     state = PartitionState(0)
     for n in range(20_000):
         state.on_half(half(f"t{n}", 0, None), n, 10, 1000)
@@ -287,13 +290,16 @@ def test_eviction_uses_running_totals_and_leaves_headroom() -> None:
     assert [t.tx_id for t in state.pending.values() if not t.cached_bytes()] == ["t0", "t1", "t2"]
 
 
-def test_a_pending_transaction_costs_well_under_a_kilobyte_without_its_payload() -> None:
+def test_a_pending_transaction_costs_well_under_a_kilobyte_without_its_payload(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Guards the slimming: what the state adds per pending transaction whose payload was evicted.
 
     602 B before it (a dict of halves per tx, a copy of group/instance per tx, a check
     heap entry), ~390 B after, on CPython 3.11; the tx id and key the record brought are
     not counted.
     """
+    monkeypatch.setattr(PartitionState, "debug", False)  # many thousands pending: a pass per step
     count = 5000
     messages = [
         HalfMessage(
