@@ -28,6 +28,12 @@ from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
 @click.option("--max-checks", type=int, help="Back-checks before a transaction expires.")
 @click.option("--check-backoff", "check_backoff_s", type=float, help="First wait after an UNKNOWN check.")
 @click.option("--check-backoff-max", "check_backoff_max_s", type=float, help="Cap of the check backoff.")
+@click.option(
+    "--max-unasked",
+    "max_unasked_s",
+    type=float,
+    help="Seconds a transaction waits while no check can be sent (no live instance, no secret, URL refused).",
+)
 @click.option("--check-timeout", "check_timeout_s", type=float, help="HTTP timeout of a back-check.")
 @click.option(
     "--check-concurrency", "check_concurrency_per_group", type=int, help="Check requests in flight per group."
@@ -48,6 +54,12 @@ from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
 )
 @click.option("--metrics-port", type=int, help="Serve Prometheus metrics on this port.")
 @click.option("--log-interval", "log_interval_s", type=float, help="Seconds between INFO count lines.")
+@click.option(
+    "--check-invariants",
+    is_flag=True,
+    default=None,
+    help="Assert the state's invariants after every step (debugging; a pass over the pending set each time).",
+)
 @_one_line_errors
 def coordinator(
     bootstrap: str | None,
