@@ -30,6 +30,8 @@ class SecureKafka:
     """The session's secured cluster, as a client sees it."""
 
     cluster: LocalCluster
+    #: the folder to pass as TXBRIDGE_CACHE for the CLI to find the cluster.
+    cache: Path
     bootstrap: str
     #: librdkafka settings of the admin user (a super user): pass as ``extra_config``.
     config: dict[str, str]
@@ -40,13 +42,17 @@ class SecureKafka:
 
 @pytest.fixture(scope="session")
 def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("kafka-cluster"))
+    # <cache>/kafka-cluster: where 'txbridge kafka ...' looks when TXBRIDGE_CACHE=<cache>.
+    cache = tmp_path_factory.mktemp("cache")
+    cluster = LocalCluster(cache / "kafka-cluster")
     started = time.monotonic()
     status = cluster.start()
     elapsed = time.monotonic() - started
     logger.info("secured cluster up at %s in %.1fs", status.bootstrap, elapsed)
     try:
-        yield SecureKafka(cluster, status.bootstrap, cluster.client_config(), status.properties_file, elapsed)
+        yield SecureKafka(
+            cluster, cache, status.bootstrap, cluster.client_config(), status.properties_file, elapsed
+        )
     finally:
         cluster.stop()
 

@@ -7,13 +7,17 @@ SIGKILLed and brought back. The node kill runs last: the cluster is the session'
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +42,7 @@ def _errors_seen(kafka: SecureKafka, settings: dict[str, Any]) -> tuple[KafkaExc
     events: list[KafkaError] = []
     client = _kafka.producer(kafka.bootstrap, {**settings, "error_cb": events.append, "log_level": 0})
     with pytest.raises(KafkaException) as refused:
-        client.list_topics(timeout=5)
+        client.list_topics(timeout=3)
     client.poll(1.0)  # serves the error events
     return refused.value, events
 
@@ -132,6 +136,39 @@ def test_the_java_client_properties_file_names_the_admin_over_sasl_ssl(secure_ka
     assert lines["ssl.truststore.type"] == "PEM"
     assert lines["ssl.truststore.location"] == secure_kafka.config["ssl.ca.location"]
     assert secure_kafka.properties_file.stat().st_mode & 0o077 == 0
+
+
+def _cli(kafka_cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "txbridge.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "TXBRIDGE_CACHE": str(kafka_cache)},
+    )
+
+
+def test_cli_start_asks_for_a_secured_cluster_of_three(tmp_path: Path) -> None:
+    result = _cli(tmp_path, "kafka", "start", "--brokers", "3")
+
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: the local cluster is secured and has 3 or more nodes: pass --brokers 3 --secure "
+        "(or neither, for the single plaintext broker)"
+    ]
+    assert not (tmp_path / "kafka-cluster").exists()
+
+
+def test_cli_status_names_every_node_and_the_properties_file(secure_kafka: SecureKafka) -> None:
+    result = _cli(secure_kafka.cache, "kafka", "status")
+
+    assert result.returncode == 0, result.stderr
+    assert f"local cluster: 3 of 3 nodes up at {secure_kafka.bootstrap}" in result.stdout
+    assert str(secure_kafka.properties_file) in result.stdout
+    for node in secure_kafka.cluster.status().nodes:
+        assert f"node {node.node_id}: up at {node.address}" in result.stdout
+    assert secure_kafka.cluster.password() not in result.stdout + result.stderr
 
 
 # ------------------------------------------------------------------ (c) the txbridge path over SASL_SSL
@@ -253,6 +290,7 @@ def test_acks_all_survives_a_sigkilled_node_which_then_rejoins(
     assert cluster.kill_node(victim)
     assert cluster.status().up == [i for i in cluster.node_ids if i != victim]
     send(range(20, 60))  # acks=all with min ISR 2: two replicas of three are enough
+    assert f"node {victim}: DOWN" in _cli(secure_kafka.cache, "kafka", "status").stdout
     _eventually(lambda: _isr_sizes(secure_kafka, topic) == [2, 2, 2], 60, "the dead node leaves every ISR")
 
     # A start that cannot happen is a one-line error, not a hang: its port is taken ...
