@@ -1,31 +1,43 @@
-"""``txbridge admin``: inspect and resolve expired transactions (rocketmq-dashboard #4343, #4435).
+"""``txbridge admin``: inspect and settle what the coordinator set aside (rocketmq-dashboard #4343, #4435).
 
-A transaction whose back-checks were exhausted was rolled back by the coordinator
-and its half records copied to ``<ns>_expired``. An operator can list them and
-resolve one: ``--commit`` republishes its messages from ``<ns>_expired`` in one
-Kafka transaction together with an ``admin`` COMMIT op record; ``--rollback``
-writes an ``admin`` ROLLBACK op record (the audit trail of the decision).
+Expired transactions. A transaction whose back-checks were exhausted was rolled
+back by the coordinator and its half records copied to ``<ns>_expired``. An
+operator lists them and resolves one: ``--commit`` republishes its messages from
+``<ns>_expired``, ``--rollback`` records the rollback; either way with an
+``admin`` op record (the audit trail the coordinator notes).
+
+Each decision happens at most once per transaction, even with two operators at the
+same time: it goes through :func:`txbridge._admin_once.decide_once`, which fences
+concurrent admins of the same tx id and keeps a marker beside the copies.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from txbridge import _kafka
-from txbridge.errors import KafkaOperationError, TxBridgeError, WireFormatError
+from txbridge._admin_once import RESOLVE, AlreadyDecidedError, Marker, decide_once, decode_marker
+from txbridge._side_topics import (
+    Extra,
+    as_dict,
+    check_destinations,
+    origin_of,
+    original,
+    produce,
+    read_committed,
+    reason_of,
+)
+from txbridge.errors import TxBridgeError, WireFormatError
 from txbridge.wire import (
     DEFAULT_COORDINATOR_GROUP,
     DEFAULT_NAMESPACE,
     H_CHECKS,
-    H_ORIGIN,
-    H_REASON,
     HalfMessage,
     OpRecord,
     OpSource,
@@ -37,7 +49,15 @@ from txbridge.wire import (
     header_dict,
 )
 
-_ASIDE_HEADERS = frozenset({H_REASON, H_ORIGIN, H_CHECKS})
+__all__ = [
+    "AlreadyDecidedError",
+    "ExpiredTx",
+    "Marker",
+    "admin",
+    "list_expired",
+    "list_pending",
+    "resolve",
+]
 
 
 @dataclass
@@ -50,75 +70,45 @@ class ExpiredTx:
     checks: int = 0
     partition: int | None = None  # its half/op partition (from txb.origin)
     messages: list[HalfMessage] = field(default_factory=list)
+    resolved: Marker | None = None  # an admin's decision on it
 
     @property
     def topics(self) -> list[str]:
         return sorted({m.topic for m in self.messages})
 
 
-def _read_all(
-    bootstrap: str, topic: str, partitions: list[int] | None = None, timeout: float = 60.0
-) -> list[Any]:
-    consumer = _kafka.consumer(bootstrap, f"txbridge-admin-{uuid.uuid4().hex[:8]}", enable_partition_eof=True)
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise TxBridgeError(
-                f"topic {topic} does not exist: run 'txbridge init' with the right --namespace"
-            )
-        wanted = sorted(meta.partitions) if partitions is None else partitions
-        consumer.assign([_kafka.partition_at(topic, p, _kafka.OFFSET_BEGINNING) for p in wanted])
-        pending, records = set(wanted), []
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise KafkaOperationError(
-                    f"reading {topic}: partitions {sorted(pending)} did not reach their end"
-                )
-            for msg in consumer.consume(1000, 0.5):
-                err = msg.error()
-                if err is None:
-                    records.append(msg)
-                elif _kafka.is_partition_eof(err):
-                    pending.discard(msg.partition())
-                else:
-                    raise _kafka.to_error(err, f"reading {topic}")
-        return records
-    finally:
-        consumer.close()
-
-
-def list_expired(bootstrap: str, namespace: str = DEFAULT_NAMESPACE) -> list[ExpiredTx]:
-    """Every transaction in ``<ns>_expired``, oldest first."""
+def list_expired(bootstrap: str, namespace: str = DEFAULT_NAMESPACE, extra: Extra = None) -> list[ExpiredTx]:
+    """Every transaction in ``<ns>_expired``, oldest first, with an admin's decision if any."""
     found: dict[str, ExpiredTx] = {}
-    for msg in _read_all(bootstrap, Topics(namespace).expired):
+    markers: dict[str, Marker] = {}
+    for msg in read_committed(bootstrap, Topics(namespace).expired, extra=extra):
+        marker = decode_marker(msg.headers(), msg.value())
+        if marker is not None:
+            markers.setdefault(marker.tx_id, marker)
+            continue
         headers = header_dict(msg.headers())
         try:
             half = decode_half(msg.value(), msg.headers())
         except WireFormatError:
             continue  # not a half copy; nothing to resolve
         entry = found.setdefault(half.tx_id, ExpiredTx(half.tx_id, half.group))
-        entry.reason = headers.get(H_REASON, b"").decode("utf-8", "replace")
+        entry.reason = reason_of(headers)
         entry.checks = int(headers.get(H_CHECKS, b"0") or 0)
-        origin = headers.get(H_ORIGIN, b"").decode("utf-8", "replace").split("/")
-        if len(origin) == 3 and origin[1].isdigit():
-            entry.partition = int(origin[1])
-        clean = tuple((n, v) for n, v in half.user_headers if n not in _ASIDE_HEADERS)
+        entry.partition = origin_of(headers)[1]
         if all(m.seq != half.seq for m in entry.messages):
-            entry.messages.append(_with_headers(half, clean))
+            entry.messages.append(original(half))
     for entry in found.values():
         entry.messages.sort(key=lambda m: m.seq)
+        entry.resolved = markers.get(entry.tx_id)
     return list(found.values())
 
 
-def _with_headers(half: HalfMessage, headers: tuple[tuple[str, bytes], ...]) -> HalfMessage:
-    return replace(half, user_headers=headers)
-
-
-def admin_decisions(bootstrap: str, namespace: str, tx_id: str, partition: int) -> list[OpRecord]:
-    """Admin op records already written for ``tx_id`` (so a resolution is not applied twice)."""
+def admin_decisions(
+    bootstrap: str, namespace: str, tx_id: str, partition: int, extra: Extra = None
+) -> list[OpRecord]:
+    """Admin op records written for ``tx_id`` in its op partition (all a resolution left before markers)."""
     ops = []
-    for msg in _read_all(bootstrap, Topics(namespace).op, [partition]):
+    for msg in read_committed(bootstrap, Topics(namespace).op, [partition], extra=extra):
         if msg.key() != tx_id.encode():
             continue
         try:
@@ -135,43 +125,52 @@ def resolve(
     tx_id: str,
     state: TxState,
     namespace: str = DEFAULT_NAMESPACE,
-    extra: Mapping[str, Any] | None = None,
+    extra: Extra = None,
 ) -> ExpiredTx:
-    """Resolve an expired transaction; COMMIT republishes its messages, in one Kafka transaction.
+    """Resolve an expired transaction, at most once; COMMIT republishes its messages.
+
+    One Kafka transaction carries the messages (COMMIT), an ``admin`` op record and the
+    decision's marker in ``<ns>_expired``. Concurrent resolutions of one transaction:
+    one commits, the others are fenced or see its marker (see :mod:`txbridge._admin_once`).
 
     Raises:
-        TxBridgeError: the transaction is not in ``<ns>_expired``, or was already resolved by an admin.
+        TxBridgeError: the transaction is not in ``<ns>_expired``, or a topic of it is missing.
+        AlreadyDecidedError: an admin resolved it before, or at the same time.
+        KafkaOperationError: nothing was committed; the message says whether anything was published.
     """
     if state is TxState.UNKNOWN:
         raise TxBridgeError("an admin resolution is COMMIT or ROLLBACK")
     topics = Topics(namespace)
-    entry = next((e for e in list_expired(bootstrap, namespace) if e.tx_id == tx_id), None)
+    entry = next((e for e in list_expired(bootstrap, namespace, extra) if e.tx_id == tx_id), None)
     if entry is None or entry.partition is None:
         raise TxBridgeError(f"transaction {tx_id} is not in {topics.expired}: see 'txbridge admin expired'")
-    done = admin_decisions(bootstrap, namespace, tx_id, entry.partition)
-    if done:
-        raise TxBridgeError(f"transaction {tx_id} was already resolved by an admin: {done[0].state.value}")
-    producer = _kafka.producer(bootstrap, extra, transactional_id=f"txbridge-admin-{tx_id}")
-    try:
-        producer.init_transactions(30)
-        producer.begin_transaction()
+    if entry.resolved is not None:
+        raise AlreadyDecidedError(
+            f"transaction {tx_id} was already {entry.resolved.describe()} by an admin", entry.resolved
+        )
+    if state is TxState.COMMIT:
+        check_destinations(bootstrap, entry.messages, extra)
+    partition = entry.partition
+
+    def earlier() -> Marker | None:
+        # Resolutions made before markers existed left only their admin op record.
+        ops = admin_decisions(bootstrap, namespace, tx_id, partition, extra)
+        return Marker(tx_id, RESOLVE, ops[0].state, attempt="op") if ops else None
+
+    def write(producer: Any) -> None:
         if state is TxState.COMMIT:
             for msg in entry.messages:
-                kwargs: dict[str, Any] = {
-                    "key": msg.key,
-                    "value": msg.value,
-                    "headers": msg.republish_headers(),
-                }
-                if msg.partition is not None:
-                    kwargs["partition"] = msg.partition
-                producer.produce(msg.topic, **kwargs)
+                headers = msg.republish_headers()
+                produce(producer, msg.topic, msg.key, msg.value, headers=headers, partition=msg.partition)
         key, value = OpRecord(
             tx_id, state, OpSource.ADMIN, group=entry.group, reason="txbridge admin"
         ).encode()
-        producer.produce(topics.op, key=key, value=value, partition=entry.partition)
-        producer.commit_transaction(30)
-    except Exception as exc:
-        raise _kafka.to_error(exc, f"resolving {tx_id}") from exc
+        produce(producer, topics.op, key, value, partition=partition)
+
+    draft = Marker(tx_id, RESOLVE, state, attempt="")
+    entry.resolved = decide_once(
+        bootstrap, namespace, topics.expired, draft, write, earlier=earlier, extra=as_dict(extra)
+    )
     return entry
 
 
@@ -184,7 +183,7 @@ def list_pending(
     of ``group_id`` listed in their committed half offsets instead (phase ``open``, no checks).
     """
     latest: dict[bytes, bytes | None] = {}
-    for msg in _read_all(bootstrap, Topics(namespace).state):
+    for msg in read_committed(bootstrap, Topics(namespace).state):
         latest[msg.key() or b""] = msg.value()
     out = []
     for value in latest.values():
@@ -239,7 +238,7 @@ def _young(bootstrap: str, half_topic: str, group_id: str, timeout: float = 30.0
 
 @click.group("admin")
 def admin() -> None:
-    """Inspect and resolve transactions the coordinator could not decide."""
+    """Inspect and settle transactions the coordinator could not decide or republish."""
 
 
 def _namespace_option(func: Any) -> Any:
@@ -260,18 +259,26 @@ def _decorate(func: Any) -> Any:
     return bootstrap_option(_namespace_option(_one_line_errors(func)))
 
 
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S") if ms > 0 else "?"
+
+
 @admin.command("expired")
 @_decorate
 def expired_command(bootstrap: str | None, namespace: str) -> None:
-    """List expired transactions: tx id, group, topics, checks, reason."""
+    """List expired transactions: tx id, group, checks, messages, status, topics, reason."""
     entries = list_expired(_bootstrap(bootstrap), namespace)
     if not entries:
         click.echo(f"no expired transactions in {Topics(namespace).expired}")
         return
-    click.echo(f"{'tx id':36}  {'group':12}  {'checks':>6}  {'msgs':>4}  topics / reason")
+    click.echo(f"{'tx id':36}  {'group':12}  {'checks':>6}  {'msgs':>4}  {'status':17}  topics / reason")
     for e in entries:
         topics = ",".join(e.topics)
-        click.echo(f"{e.tx_id:36}  {e.group:12}  {e.checks:>6}  {len(e.messages):>4}  {topics} / {e.reason}")
+        status = e.resolved.describe() if e.resolved is not None else "unresolved"
+        click.echo(
+            f"{e.tx_id:36}  {e.group:12}  {e.checks:>6}  {len(e.messages):>4}  {status:17}  "
+            f"{topics} / {e.reason}"
+        )
 
 
 @admin.command("resolve")
@@ -280,7 +287,7 @@ def expired_command(bootstrap: str | None, namespace: str) -> None:
 @click.option("--rollback", "decision", flag_value="ROLLBACK", help="Record the rollback.")
 @_decorate
 def resolve_command(bootstrap: str | None, namespace: str, tx_id: str, decision: str | None) -> None:
-    """Resolve an expired transaction TX_ID with --commit or --rollback."""
+    """Resolve an expired transaction TX_ID with --commit or --rollback (once: a second is refused)."""
     if decision is None:
         raise click.UsageError("say --commit or --rollback")
     entry = resolve(_bootstrap(bootstrap), tx_id, TxState(decision), namespace)

@@ -53,9 +53,11 @@ def test_unknown_forever_expires_and_admin_lists_and_commits_it(
     assert [(s.key, s.value) for s in seen] == [(b"k", b"one"), (b"k", b"two")]
     assert seen[0].headers == {"trace": b"t1", "txb.tx": tx_id.encode()}
 
-    again = runner.invoke(main, ["admin", "resolve", tx_id, "--commit", *common])
+    again = runner.invoke(main, ["admin", "resolve", tx_id, "--rollback", *common])
     assert again.exit_code == 2
-    assert "already resolved" in again.output
+    assert f"transaction {tx_id} was already resolved COMMIT by an admin" in again.output
+    after = runner.invoke(main, ["admin", "expired", *common])
+    assert "resolved COMMIT" in next(line for line in after.output.splitlines() if tx_id in line)
     # The coordinator reads the admin op back and changes nothing.
     assert eventually(lambda: handle.service.stats["admin_ops"] == 1)
     assert len(read_topic(env.bootstrap, topic)) == 2

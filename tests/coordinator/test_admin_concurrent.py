@@ -1,0 +1,73 @@
+"""Two operators settling the same transaction at the same moment publish it once (issue 13)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import pytest
+
+from tests.coordinator.check_server import CheckServer
+from tests.coordinator.conftest import Env
+from tests.coordinator.wire_producer import Msg
+from tests.kafka_helpers import read_topic, wait_for
+from txbridge.admin import resolve
+from txbridge.errors import TxBridgeError
+from txbridge.wire import OpSource, TxState, decode_op
+
+pytestmark = pytest.mark.integration
+
+RACES = 4  # transactions, each settled by two admins at once
+
+
+def _race(call: Callable[[], Any]) -> list[Any]:
+    """Run ``call`` in two threads released together. Returns each one's result or error."""
+    start = threading.Barrier(2)
+    outcomes: list[Any] = [None, None]
+
+    def run(slot: int) -> None:
+        start.wait()
+        try:
+            outcomes[slot] = call()
+        except TxBridgeError as exc:
+            outcomes[slot] = exc
+
+    threads = [threading.Thread(target=run, args=(slot,)) for slot in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return outcomes
+
+
+def _one_winner(outcomes: list[Any]) -> None:
+    errors = [o for o in outcomes if isinstance(o, TxBridgeError)]
+    assert len(errors) == 1, outcomes
+    message = str(errors[0])
+    assert "at the same time" in message or "already" in message, message
+    if "at the same time" in message:
+        assert "nothing was published by this call" in message, message
+
+
+def test_concurrent_resolves_of_one_expired_transaction_publish_it_once(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    env.producer.heartbeat(check_server.url)  # answers UNKNOWN: every transaction expires
+    env.start(max_checks=1)
+    tx_ids = [
+        env.producer.transaction([Msg(topic, f"m{i}".encode(), key=f"k{i}".encode())], TxState.UNKNOWN)
+        for i in range(RACES)
+    ]
+    assert len(wait_for(env.bootstrap, env.topics.expired, RACES)) == RACES
+
+    for tx_id in tx_ids:
+        _one_winner(_race(partial(resolve, env.bootstrap, tx_id, TxState.COMMIT, env.namespace)))
+
+    # The admin publishes in its own Kafka transaction: all of it is visible once the calls return.
+    seen = read_topic(env.bootstrap, topic)
+    assert sorted(s.headers["txb.tx"] for s in seen) == sorted(t.encode() for t in tx_ids)
+    ops = [decode_op(s.value) for s in read_topic(env.bootstrap, env.topics.op)]
+    assert sorted(o.tx_id for o in ops if o.source is OpSource.ADMIN) == sorted(tx_ids)
