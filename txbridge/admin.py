@@ -6,6 +6,14 @@ operator lists them and resolves one: ``--commit`` republishes its messages from
 ``<ns>_expired``, ``--rollback`` records the rollback; either way with an
 ``admin`` op record (the audit trail the coordinator notes).
 
+Quarantined transactions. A committed transaction the coordinator could not
+republish (its topic or partition did not exist, a message was too large) was
+copied whole to ``<ns>_quarantine``. Once the cause is fixed, ``requeue`` re-drives
+it through the coordinator: its messages become the half records of a new
+transaction, decided COMMIT by an ``admin`` op record with its message count, and
+the coordinator republishes them like any committed transaction (or quarantines
+them again if the cause is still there).
+
 Each decision happens at most once per transaction, even with two operators at the
 same time: it goes through :func:`txbridge._admin_once.decide_once`, which fences
 concurrent admins of the same tx id and keeps a marker beside the copies.
@@ -23,6 +31,7 @@ import click
 
 from txbridge import _kafka
 from txbridge._admin_once import RESOLVE, AlreadyDecidedError, Marker, decide_once, decode_marker
+from txbridge._quarantine import Quarantined, RequeueResult, list_quarantine, requeue, requeue_all
 from txbridge._side_topics import (
     Extra,
     as_dict,
@@ -53,9 +62,14 @@ __all__ = [
     "AlreadyDecidedError",
     "ExpiredTx",
     "Marker",
+    "Quarantined",
+    "RequeueResult",
     "admin",
     "list_expired",
     "list_pending",
+    "list_quarantine",
+    "requeue",
+    "requeue_all",
     "resolve",
 ]
 
@@ -293,6 +307,60 @@ def resolve_command(bootstrap: str | None, namespace: str, tx_id: str, decision:
     entry = resolve(_bootstrap(bootstrap), tx_id, TxState(decision), namespace)
     done = f"republished {len(entry.messages)} message(s)" if decision == "COMMIT" else "rollback recorded"
     click.echo(f"{tx_id}: {decision} by admin, {done}")
+
+
+@admin.command("quarantine")
+@_decorate
+def quarantine_command(bootstrap: str | None, namespace: str) -> None:
+    """List quarantined transactions and raw records: tx id, group, when, status, origin, topics, reason."""
+    entries = list_quarantine(_bootstrap(bootstrap), namespace)
+    if not entries:
+        click.echo(f"nothing in {Topics(namespace).quarantine}")
+        return
+    click.echo(f"{'tx id':36}  {'group':12}  {'quarantined (UTC)':19}  {'msgs':>4}  status")
+    for e in entries:
+        msgs = "-" if e.raw else str(len(e.messages))
+        click.echo(
+            f"{e.tx_id or '-':36}  {e.group or '-':12}  {_utc(e.quarantined_ms):19}  {msgs:>4}  {e.status()}"
+        )
+        details = [f"origin {e.origin or '?'}"]
+        if e.requeue_of:
+            details.append(f"requeue of {e.requeue_of}")
+        if e.topics:
+            details.append(f"topics {','.join(e.topics)}")
+        details.append(f"reason: {e.reason}")
+        click.echo("    " + ", ".join(details))
+
+
+@admin.command("requeue")
+@click.argument("tx_id", required=False)
+@click.option("--all", "everything", is_flag=True, help="Every requeueable transaction not requeued yet.")
+@_decorate
+def requeue_command(bootstrap: str | None, namespace: str, tx_id: str | None, everything: bool) -> None:
+    """Re-drive quarantined transaction TX_ID (or --all) through the coordinator, once.
+
+    Fix the cause first (create the topic or partitions, raise the size limit). Its messages
+    go out after transactions of the same key written since: requeuing reorders them.
+    """
+    if (tx_id is None) != everything:
+        raise click.UsageError("give a TX_ID or --all (one of them)")
+    address = _bootstrap(bootstrap)
+    if tx_id is not None:
+        results = [requeue(address, tx_id, namespace)]
+    else:
+        results = requeue_all(address, namespace)
+        if not results:
+            click.echo(f"no requeueable transactions in {Topics(namespace).quarantine}")
+            return
+    for r in results:
+        if r.error:
+            click.echo(f"{r.tx_id}: not requeued: {r.error}")
+        else:
+            republished = "the coordinator republishes it"
+            click.echo(f"{r.tx_id}: requeued as {r.new_tx_id} ({r.messages} message(s)); {republished}")
+    failed = sum(1 for r in results if r.error)
+    if failed:
+        raise TxBridgeError(f"{failed} of {len(results)} transaction(s) not requeued (see above)")
 
 
 @admin.command("pending")

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from tests.coordinator.check_server import CheckServer
-from tests.coordinator.conftest import Env
+from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge.admin import resolve
+from txbridge import _kafka
+from txbridge.admin import requeue, resolve
 from txbridge.errors import TxBridgeError
 from txbridge.wire import OpSource, TxState, decode_op
 
@@ -51,6 +52,10 @@ def _one_winner(outcomes: list[Any]) -> None:
         assert "nothing was published by this call" in message, message
 
 
+def _pending(env: Env) -> int:
+    return sum(len(s.pending) for h in env.running for s in h.service.partitions.values())
+
+
 def test_concurrent_resolves_of_one_expired_transaction_publish_it_once(
     env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
 ) -> None:
@@ -71,3 +76,32 @@ def test_concurrent_resolves_of_one_expired_transaction_publish_it_once(
     assert sorted(s.headers["txb.tx"] for s in seen) == sorted(t.encode() for t in tx_ids)
     ops = [decode_op(s.value) for s in read_topic(env.bootstrap, env.topics.op)]
     assert sorted(o.tx_id for o in ops if o.source is OpSource.ADMIN) == sorted(tx_ids)
+
+
+def test_concurrent_requeues_of_one_quarantined_transaction_publish_it_once(
+    env: Env, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("missing")
+    no_auto_create = {"allow.auto.create.topics": False}
+    handle = env.start(extra_config=no_auto_create)
+    tx_ids = [
+        env.producer.transaction([Msg(topic, f"m{i}".encode(), key=f"k{i}".encode())], TxState.COMMIT)
+        for i in range(RACES)
+    ]
+    assert len(wait_for(env.bootstrap, env.topics.quarantine, RACES)) == RACES
+    _kafka.ensure_topics(env.bootstrap, [_kafka.TopicSpec(topic, 1)])
+    handle.stop()  # a new instance reads the topic's metadata afresh (the old one keeps it 30 s)
+    handle = env.start(extra_config=no_auto_create)
+
+    for tx_id in tx_ids:
+        _one_winner(_race(partial(requeue, env.bootstrap, tx_id, env.namespace)))
+
+    # Exactly one requeue per transaction was committed to the half topic ...
+    halves = read_topic(env.bootstrap, env.topics.half)
+    assert len(halves) == 2 * RACES
+    # ... and the coordinator published each message once.
+    seen = wait_for(env.bootstrap, topic, RACES)
+    assert sorted(s.value or b"" for s in seen) == sorted(f"m{i}".encode() for i in range(RACES))
+    assert eventually(lambda: _pending(env) == 0)
+    assert handle.service.stats["messages_republished"] == RACES
+    assert len(read_topic(env.bootstrap, topic)) == RACES
