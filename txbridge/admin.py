@@ -372,12 +372,20 @@ def requeue_command(bootstrap: str | None, namespace: str, tx_id: str | None, ev
 )
 @_decorate
 def pending_command(bootstrap: str | None, namespace: str, group_id: str) -> None:
-    """List transactions still pending at the coordinators' last commit: tx id, phase, group, checks."""
+    """List transactions still pending at the coordinators' last commit: tx id, phase, group, checks.
+
+    A transaction whose back-checks could not be sent lately (no live instance, no secret,
+    a refused URL) says so: ``not asked: <why>``.
+    """
     entries = list_pending(_bootstrap(bootstrap), namespace, group_id)
     if not entries:
         click.echo(f"no pending transactions in {Topics(namespace).state}")
         return
-    click.echo(f"{'tx id':36}  {'phase':10}  {'group':12}  {'checks':>6}  halves")
+    click.echo(f"{'tx id':36}  {'phase':10}  {'group':12}  {'checks':>6}  {'halves':>6}  notes")
     for e in entries:
         tx, phase, group = str(e.get("tx")), str(e.get("phase")), str(e.get("group"))
-        click.echo(f"{tx:36}  {phase:10}  {group:12}  {e.get('checks', 0):>6}  {len(e.get('halves', []))}")
+        halves = len(e.get("halves", []))
+        notes = (
+            f"not asked since {_utc(int(e['unasked']))}: {e.get('problem', '')}" if e.get("unasked") else ""
+        )
+        click.echo(f"{tx:36}  {phase:10}  {group:12}  {e.get('checks', 0):>6}  {halves:>6}  {notes}".rstrip())
