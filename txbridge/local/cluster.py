@@ -220,7 +220,10 @@ class LocalCluster:
     def _ports(self) -> dict[int, NodePorts]:
         state = self._read_state()
         if state is None:
-            raise BrokerError(f"no cluster was ever started in {self.home}: start it with 'start()' first")
+            raise BrokerError(
+                f"no cluster was ever started in {self.home}: "
+                "start it with 'txbridge kafka start --brokers 3 --secure'"
+            )
         return {int(i): NodePorts(**p) for i, p in state["ports"].items()}
 
     def _ensure_state(self) -> dict[str, Any]:
@@ -279,7 +282,10 @@ class LocalCluster:
         try:
             return path.read_text().strip()
         except FileNotFoundError:
-            raise BrokerError(f"no password for {user!r} in {path.parent}: start the cluster first") from None
+            raise BrokerError(
+                f"no password for {user!r} in {path.parent}: "
+                "start the cluster with 'txbridge kafka start --brokers 3 --secure'"
+            ) from None
 
     def client_config(self, user: str = ADMIN_USER) -> dict[str, str]:
         """librdkafka security settings for ``user``: pass them as ``extra_config``.
