@@ -86,6 +86,9 @@ class CoordinatorConfig:
         metrics_port: serve Prometheus metrics on this port (None: off).
         log_interval_s: seconds between INFO lines with counts.
         extra_config: librdkafka settings passed through to every client.
+        resume_expired: when an instance of a group becomes live again, re-check its expired
+            transactions (oldest first) and publish those answered COMMIT, exactly once.
+        resume_expired_max: at most this many expired transactions asked about per return.
         check_invariants: assert the state's invariants after every step (tests, debugging;
             costs a pass over the pending transactions each time).
     """
@@ -114,6 +117,8 @@ class CoordinatorConfig:
     log_interval_s: float = 30.0
     # Not in repr: it may hold sasl.password or ssl.key.password. The loop logs its keys only.
     extra_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    resume_expired: bool = True
+    resume_expired_max: int = 100
     check_invariants: bool = False
 
     def __post_init__(self) -> None:
@@ -139,6 +144,7 @@ class CoordinatorConfig:
             "commit_interval_ms": self.commit_interval_ms,
             "payload_cache_bytes": self.payload_cache_bytes,
             "max_message_bytes": self.max_message_bytes,
+            "resume_expired_max": self.resume_expired_max,
         }
         for name, value in at_least_one.items():
             if value < 1:
@@ -242,6 +248,8 @@ _ENV_SIMPLE = (
     "metrics_port",
     "log_interval_s",
     "check_invariants",
+    "resume_expired",
+    "resume_expired_max",
     "default_secret",
 )
 

@@ -29,6 +29,9 @@ COUNTERS = {
     "checks_refused": "check URLs refused by allowed_check_hosts",
     "checks_not_asked": "back-checks that could not be sent (no live instance, no secret, every URL "
     "refused): not counted toward max_checks",
+    "expired_rechecked": "expired transactions asked about again when their group came back",
+    "expired_resumed": "expired transactions published after their group answered COMMIT",
+    "expired_rolled_back": "expired transactions their returning group answered ROLLBACK",
     "conflicting_ops": "late ops contradicting the first decision (ignored)",
     "duplicate_ops": "ops repeating the decision already taken",
     "late_halves": "half records of already resolved transactions",

@@ -55,6 +55,10 @@ class RegistryView:
         first = [live.pop(instance)] if instance in live else []
         return first + [live[name] for name in sorted(live)]
 
+    def live(self, now_ms: int) -> set[tuple[str, str]]:
+        """The (group, instance) pairs live at ``now_ms``."""
+        return {key for key, beat in self._instances.items() if now_ms - beat.seen_ms <= self.liveness_ms}
+
     def __len__(self) -> int:
         return len(self._instances)
 

@@ -20,6 +20,7 @@ from txbridge.errors import KafkaOperationError
 logger = logging.getLogger(__name__)
 
 _TOPIC_CACHE_S = 30.0
+_MISSING_CACHE_S = 1.0
 
 
 class TransactionWriter:
@@ -80,7 +81,10 @@ class TransactionWriter:
     def partitions_of(self, topic: str) -> int | None:
         """Partition count of ``topic`` (cached), None when it does not exist."""
         cached = self._topic_sizes.get(topic)
-        if cached is not None and time.monotonic() - cached[1] < _TOPIC_CACHE_S:
+        # A missing topic is looked up again after a second, not 30: once an operator creates
+        # it, a requeued transaction must not be quarantined again for the same cause.
+        ttl = _TOPIC_CACHE_S if cached is not None and cached[0] is not None else _MISSING_CACHE_S
+        if cached is not None and time.monotonic() - cached[1] < ttl:
             return cached[0]
         metadata = self.producer.list_topics(topic, timeout=10).topics.get(topic)
         size = None if metadata is None or metadata.error is not None else len(metadata.partitions)

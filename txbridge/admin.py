@@ -140,12 +140,17 @@ def resolve(
     state: TxState,
     namespace: str = DEFAULT_NAMESPACE,
     extra: Extra = None,
+    *,
+    entry: ExpiredTx | None = None,
 ) -> ExpiredTx:
     """Resolve an expired transaction, at most once; COMMIT republishes its messages.
 
     One Kafka transaction carries the messages (COMMIT), an ``admin`` op record and the
     decision's marker in ``<ns>_expired``. Concurrent resolutions of one transaction:
     one commits, the others are fenced or see its marker (see :mod:`txbridge._admin_once`).
+
+    Args:
+        entry: the transaction as :func:`list_expired` gave it (listed again when None).
 
     Raises:
         TxBridgeError: the transaction is not in ``<ns>_expired``, or a topic of it is missing.
@@ -155,7 +160,8 @@ def resolve(
     if state is TxState.UNKNOWN:
         raise TxBridgeError("an admin resolution is COMMIT or ROLLBACK")
     topics = Topics(namespace)
-    entry = next((e for e in list_expired(bootstrap, namespace, extra) if e.tx_id == tx_id), None)
+    if entry is None:  # the caller may have listed it already (the coordinator's resumer)
+        entry = next((e for e in list_expired(bootstrap, namespace, extra) if e.tx_id == tx_id), None)
     if entry is None or entry.partition is None:
         raise TxBridgeError(f"transaction {tx_id} is not in {topics.expired}: see 'txbridge admin expired'")
     if entry.resolved is not None:
