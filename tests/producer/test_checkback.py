@@ -356,14 +356,16 @@ def test_a_replay_after_the_window_is_stale_not_remembered() -> None:
         checked.append(txn.tx_id)
         return TxState.COMMIT
 
-    server = CheckServer(checkback.build_check_app("orders", SECRET, check, tolerance_s=1))
+    # Signatures carry whole seconds: a signature made at X.99 is already ~1 s old at once, so the
+    # tolerance must leave room for that, and the wait must pass it by more than a second.
+    server = CheckServer(checkback.build_check_app("orders", SECRET, check, tolerance_s=2))
     server.start()
     try:
         url = f"http://127.0.0.1:{server.port}{checkback.CHECK_PATH}"
         body = CheckRequest(wire.new_tx_id(), "orders", "i-1", 1).encode()
         signature = wire.sign(SECRET, body)
         first = post(url, body, signature)
-        time.sleep(2.1)
+        time.sleep(4.1)
         late = post(url, body, signature)
     finally:
         server.stop()
