@@ -33,7 +33,7 @@ class OutRecord:
     key: bytes | None
     value: bytes | None
     headers: Headers = field(default_factory=list)
-    partition: int | None = None  # None: the producer's partitioner
+    partition: int | None = None  # None: the producer's partitioner, murmur2 of the key as in Java
 
 
 def plan_republish(

@@ -24,7 +24,12 @@ _MISSING_CACHE_S = 1.0
 
 
 class TransactionWriter:
-    """Wraps the transactional producer for one coordinator (the service owns the transaction calls)."""
+    """Wraps the transactional producer for one coordinator (the service owns the transaction calls).
+
+    A record without a partition goes where the producer's partitioner puts it: ``murmur2_random``
+    (``txbridge._kafka.PARTITIONER``), the partition Kafka's Java producer picks for its key, from
+    the producer's current metadata, so it stays right when a topic gains partitions.
+    """
 
     def __init__(self, producer: Any) -> None:
         self.producer = producer

@@ -65,6 +65,12 @@ def to_error(err: KafkaError | KafkaException | Exception, context: str) -> Kafk
 #: 2,500 msgs/s 24-33 / 85-111 ms instead of 36-102 / 259-346 ms (2 cores, Kafka 4.1.1).
 TRANSACTIONAL_RETRY_BACKOFF_MS = 10
 
+#: partitioner of every producer: murmur2 of the key, the partition Kafka's Java producer picks, so
+#: txbridge and Java clients agree on where a key lives (librdkafka's default, consistent_random,
+#: hashes with CRC32: on 12 partitions most keys land elsewhere). Null keys are spread, sticky for
+#: sticky.partitioning.linger.ms as Java's are; an explicit partition is kept. ``extra`` may override.
+PARTITIONER = "murmur2_random"
+
 
 def producer(bootstrap: str, extra: Mapping[str, Any] | None = None, **defaults: Any) -> Producer:
     """An idempotent, acks=all producer unless ``defaults``/``extra`` say otherwise."""
@@ -74,6 +80,7 @@ def producer(bootstrap: str, extra: Mapping[str, Any] | None = None, **defaults:
 def producer_config(bootstrap: str, extra: Mapping[str, Any] | None = None, **defaults: Any) -> Config:
     """The settings of :func:`producer`; a transactional one retries after 10 ms, not 100 ms."""
     base: dict[str, Any] = {"enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    base["partitioner"] = PARTITIONER  # keys where Java's producer puts them
     if "transactional_id" in defaults:
         base["retry.backoff.ms"] = TRANSACTIONAL_RETRY_BACKOFF_MS
     base.update({k.replace("_", "."): v for k, v in defaults.items()})
