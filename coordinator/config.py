@@ -8,7 +8,6 @@ appear in ``repr`` or logs.
 from __future__ import annotations
 
 import dataclasses
-import os
 import socket
 import tomllib
 from collections.abc import Callable, Mapping
@@ -51,7 +50,10 @@ class Secrets:
 
 
 def _default_instance_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+    """The host name: stable across restarts (a StatefulSet pod keeps its name), so a restarted
+    coordinator fences its own previous incarnation and, with static membership, gets its
+    partitions back at once. Several coordinators on one host need an ``instance_id`` each."""
+    return socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,12 @@ class CoordinatorConfig:
         bootstrap: Kafka bootstrap servers.
         namespace: prefix of the internal topics.
         group_id: the coordinators' consumer group over half + op.
-        instance_id: this coordinator; its transactional.id derives from it.
+        instance_id: this coordinator (default: the host name); its transactional.id derives from
+            it, and with ``static_membership`` its ``group.instance.id``. Unique per running
+            coordinator; stable across its restarts.
+        static_membership: join the group as a static member (``group.instance.id`` =
+            ``instance_id``): a restart within ``session.timeout.ms`` keeps the partitions,
+            without a rebalance; a clean stop releases them only after ``session.timeout.ms``.
         check_delay_s: seconds after a half's broker append time before the first back-check.
         max_checks: back-checks before a transaction expires (rolled back, copied to ``<ns>_expired``).
         check_backoff_s: wait after the first UNKNOWN check; doubles per check ...
@@ -97,6 +104,7 @@ class CoordinatorConfig:
     namespace: str = DEFAULT_NAMESPACE
     group_id: str = DEFAULT_COORDINATOR_GROUP
     instance_id: str = field(default_factory=_default_instance_id)
+    static_membership: bool = True
     check_delay_s: float = 6.0
     max_checks: int = 15
     check_backoff_s: float = 5.0
@@ -230,6 +238,7 @@ _ENV_SIMPLE = (
     "namespace",
     "group_id",
     "instance_id",
+    "static_membership",
     "check_delay_s",
     "max_checks",
     "check_backoff_s",

@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,6 +45,9 @@ class CoordinatorProcess:
         secret: the default back-check secret (passed through the environment, never argv).
         log_path: where the child's output goes.
         args: further coordinator flags, e.g. ``("--check-delay", "1")``.
+        instance_id: the child's ``--instance-id``, the same at every (re)start, so a restart
+            fences its previous incarnation and keeps its partitions (static membership);
+            default: one of its own (several children on one host must not share one).
     """
 
     def __init__(
@@ -53,11 +58,14 @@ class CoordinatorProcess:
         secret: str,
         log_path: Path,
         args: Sequence[str] = (),
+        instance_id: str | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.namespace = namespace
         self.log_path = Path(log_path)
         self.args = tuple(args)
+        if "--instance-id" not in self.args:
+            self.args += ("--instance-id", instance_id or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}")
         self._secret = secret
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0  # the log's size when the current child started

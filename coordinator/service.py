@@ -62,6 +62,15 @@ _EAGER = 0.25
 #: 23-27 / 105-279 ms (the same run, settings flipped with --kafka-config).
 FETCH_WAIT_MS = 5
 FETCH_MIN_BYTES = 64 * 1024
+#: A crashed instance's partitions move after this: the least a broker allows by default
+#: (group.min.session.timeout.ms = 6000). Heartbeats at a third of it.
+SESSION_TIMEOUT_MS = 6_000
+HEARTBEAT_INTERVAL_MS = 2_000
+#: How long an assigned partition's committed offsets may stay unstable (an open Kafka
+#: transaction of its previous owner) before that owner is fenced.
+_STABLE_WAIT_S = 2.0
+#: Metadata of the op partitions' committed offsets: which transactional.id committed them.
+OWNER_PREFIX = "txb-owner:"
 
 
 def _now_ms() -> int:
@@ -181,7 +190,9 @@ class Coordinator:
             partition_assignment_strategy="range",
             group_protocol="classic",
             # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
-            session_timeout_ms=10_000,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            **({"group_instance_id": cfg.instance_id} if cfg.static_membership else {}),
             fetch_wait_max_ms=FETCH_WAIT_MS,
             fetch_min_bytes=FETCH_MIN_BYTES,
         )
@@ -247,7 +258,7 @@ class Coordinator:
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
-        light = self._take_committed(consumer.committed(partitions, timeout=30))
+        light = self._take_committed(self._stable_committed(consumer, partitions))
         try:
             self._restore(numbers, light)
         except KafkaOperationError as exc:
@@ -258,6 +269,63 @@ class Coordinator:
             return
         logger.info("assigned partitions %s", numbers)
         self.running.set()
+
+    def _stable_committed(self, consumer: Any, partitions: list[Any]) -> list[Any]:
+        """The committed offsets of newly assigned partitions, fencing a dead owner that holds them.
+
+        A previous owner that crashed mid-transaction leaves its offsets unstable (and the
+        real topics' last stable offset stuck, so their read_committed consumers wait) until
+        its Kafka transaction times out. A live owner gave the partitions up with a commit
+        before this assignment (the group's rebalance waits for it), so offsets still
+        unstable after a moment belong to a dead or stuck owner: re-initialising its
+        transactional id aborts its transaction and fences it at once.
+        """
+        try:
+            return list(consumer.committed(partitions, timeout=_STABLE_WAIT_S))
+        except Exception as exc:  # a timeout here means "not stable yet"
+            logger.info("committed offsets unstable after %.0fs (%s): fencing the owner", _STABLE_WAIT_S, exc)
+        self._fence_previous_owners(partitions)
+        return list(consumer.committed(partitions, timeout=30))
+
+    def _fence_previous_owners(self, partitions: list[Any]) -> None:
+        ops = [_kafka.partition_at(tp.topic, tp.partition) for tp in partitions if tp.topic == self.topics.op]
+        reader = _kafka.consumer(
+            self.config.bootstrap,
+            self.config.group_id,
+            self.config.extra_config,
+            isolation_level="read_uncommitted",  # the last stable commit, without waiting for the open one
+        )
+        try:
+            committed = reader.committed(ops, timeout=10)
+        except Exception as exc:  # the offset fetch waits out the owner's transaction instead
+            logger.warning("reading the previous owners of %d partitions: %s", len(ops), exc)
+            return
+        finally:
+            reader.close()
+        owners = {
+            tp.metadata[len(OWNER_PREFIX) :]
+            for tp in committed
+            if tp.metadata and tp.metadata.startswith(OWNER_PREFIX)
+        } - {self.config.transactional_id}
+        for owner in sorted(owners):
+            started = time.monotonic()
+            fence = _kafka.producer(
+                self.config.bootstrap, self.config.extra_config, transactional_id=owner
+            )
+            try:
+                fence.init_transactions(30)  # aborts the owner's open transaction, bumps its epoch
+            except Exception as exc:
+                logger.warning("fencing %s: %s (its transaction times out instead)", owner, exc)
+                continue
+            finally:
+                fence.flush(0)
+            self.stats["owners_fenced"] += 1
+            logger.warning(
+                "fenced %s, the previous owner of partitions %s, in %.2fs: its open transaction is aborted",
+                owner,
+                sorted(tp.partition for tp in ops),
+                time.monotonic() - started,
+            )
 
     def _take_committed(self, committed: list[Any]) -> dict[int, list[int]]:
         """Positions from the committed offsets; returns the light halves' offsets per partition."""
@@ -589,9 +657,12 @@ class Coordinator:
             half = self.topics.half
             positions = {n: self._positions.get((half, n)) for n in self.partitions}
             plans = content.write_changelog(positions, self.config.offset_metadata_bytes)
+            owner = OWNER_PREFIX + self.config.transactional_id  # lets a next owner fence this one
             offsets = [
                 TopicPartition(t, p, off, plans[p].metadata)
                 if t == half and p in plans and plans[p].metadata
+                else TopicPartition(t, p, off, owner)
+                if t != half
                 else TopicPartition(t, p, off)  # no metadata: what the previous commit listed is cleared
                 for (t, p), off in self._positions.items()
             ]

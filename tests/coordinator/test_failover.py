@@ -1,0 +1,95 @@
+"""Failover in seconds: a restart keeps its partitions, a dead owner's open transaction is fenced."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from coordinator.process import CoordinatorProcess
+from coordinator.service import OWNER_PREFIX, SESSION_TIMEOUT_MS
+from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
+from tests.coordinator.wire_producer import Msg
+from tests.kafka_helpers import read_topic, wait_for
+from txbridge import _kafka
+from txbridge.wire import TxState
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_dead_owners_open_transaction_is_fenced_at_takeover(
+    env: Env, topic_factory: Callable[..., str]
+) -> None:
+    """A previous owner that died inside a Kafka transaction holds the real topic's last stable
+    offset (read_committed consumers see nothing past it) and its partitions' offsets until the
+    transaction times out; the next owner fences it instead of waiting."""
+    topic = topic_factory()
+    group = f"coord-{env.namespace}"  # the group Env.config gives the coordinators
+    ghost_id = f"{group}-ghost"
+    ghost = _kafka.producer(env.bootstrap, transactional_id=ghost_id, transaction_timeout_ms=120_000)
+    ghost.init_transactions(30)
+    members = _kafka.consumer(env.bootstrap, group)  # never joins: generation -1, as a dead owner's
+    offsets = [
+        TopicPartition(t, p, 0, OWNER_PREFIX + ghost_id)
+        for t in (env.topics.half, env.topics.op)
+        for p in range(PARTITIONS)
+    ]
+    ghost.begin_transaction()
+    ghost.send_offsets_to_transaction(offsets, members.consumer_group_metadata(), 30)
+    ghost.commit_transaction(30)
+    # It dies inside its next transaction: a message to the real topic, offsets pending.
+    ghost.begin_transaction()
+    ghost.produce(topic, key=b"k", value=b"from the dead owner")
+    ghost.flush(30)
+    ghost.send_offsets_to_transaction(offsets, members.consumer_group_metadata(), 30)
+    members.close()
+
+    handle = env.start()
+    tx_id = env.producer.transaction([Msg(topic, b"after the takeover", key=b"k")], TxState.COMMIT)
+
+    seen = wait_for(env.bootstrap, topic, 1, timeout=30)  # the ghost's transaction would hold it 120 s
+    assert [s.headers.get("txb.tx") for s in seen] == [tx_id.encode()]
+    assert handle.service.stats["owners_fenced"] == 1
+    assert [s.value for s in read_topic(env.bootstrap, topic, isolation="read_uncommitted")] == [
+        b"from the dead owner",
+        b"after the takeover",
+    ]
+
+
+def test_a_restarted_coordinator_keeps_its_partitions_without_waiting_for_its_session(
+    env: Env, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """Same instance id: the restart fences its previous incarnation's transaction and, as a static
+    member, gets its partitions back without the group waiting out the old session."""
+    topic = topic_factory()
+    proc = CoordinatorProcess(
+        env.bootstrap,
+        env.namespace,
+        secret=SECRET,
+        log_path=tmp_path / "coordinator.log",
+        args=("--group-id", f"proc-{uuid.uuid4().hex[:8]}", "--check-invariants"),
+        instance_id="restarted",
+    )
+    proc.start()
+    try:
+        proc.wait_ready()
+        first = env.producer.transaction([Msg(topic, b"before", key=b"k")], TxState.COMMIT)
+        assert len(wait_for(env.bootstrap, topic, 1)) == 1
+
+        proc.kill()
+        killed = time.monotonic()
+        proc.start()
+        second = env.producer.transaction([Msg(topic, b"after", key=b"k")], TxState.COMMIT)
+        seen = wait_for(env.bootstrap, topic, 2, timeout=30)
+        took = time.monotonic() - killed
+
+        assert [s.headers["txb.tx"] for s in seen] == [first.encode(), second.encode()]
+        # Published before the killed member's session could even have expired: no rebalance wait.
+        assert took < SESSION_TIMEOUT_MS / 1000, f"{took:.1f}s"
+        assert eventually(lambda: "assigned partitions" in proc.log_tail(50))
+    finally:
+        proc.stop()
