@@ -27,8 +27,8 @@ class TransactionWriter:
     """Wraps the transactional producer for one coordinator (the service owns the transaction calls).
 
     A record without a partition goes where the producer's partitioner puts it: ``murmur2_random``
-    (``txbridge._kafka.PARTITIONER``), the partition Kafka's Java producer picks for its key, from
-    the producer's current metadata, so it stays right when a topic gains partitions.
+    (``txbridge._kafka.PARTITIONER``), the partition Kafka's Java producer picks for its key, on
+    the producer's own metadata (which a partition computed from another count could contradict).
     """
 
     def __init__(self, producer: Any) -> None:
