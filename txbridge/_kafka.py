@@ -21,6 +21,7 @@ from txbridge.errors import (
     KafkaOperationError,
     KafkaUnavailableError,
     ProducerFencedError,
+    TxBridgeError,
 )
 
 logger = logging.getLogger(__name__)
@@ -132,8 +133,13 @@ def admin(bootstrap: str, extra: Mapping[str, Any] | None = None) -> AdminClient
 def check_reachable(bootstrap: str, *, timeout: float = 5.0, extra: Mapping[str, Any] | None = None) -> None:
     """Raise unless a broker answers a metadata request at ``bootstrap`` within ``timeout``.
 
+    ``extra`` holds the client settings (security ones included): the probe connects as
+    every client of the command will.
+
     Raises:
         KafkaUnavailableError: nothing answered; the message says what to change.
+        ConfigurationError: a broker answered but refused the client: authentication or
+            TLS failed (the message says which).
     """
     if not _any_listener(bootstrap):
         raise KafkaUnavailableError(
@@ -141,14 +147,76 @@ def check_reachable(bootstrap: str, *, timeout: float = 5.0, extra: Mapping[str,
             "'txbridge kafka start', or pass --bootstrap / set KAFKA_BOOTSTRAP_SERVERS"
         )
     # Quiet: a refused connection is the expected answer here, reported once below.
-    client = AdminClient({**client_config(bootstrap, extra), "log_level": 0})
+    errors: list[KafkaError] = []
+    settings: Config = {**client_config(bootstrap, extra), "log_level": 0, "error_cb": errors.append}
+    client = AdminClient(settings)
     try:
         client.list_topics(timeout=timeout)
     except KafkaException as exc:
-        raise KafkaUnavailableError(
-            f"no Kafka broker answers at {bootstrap} (waited {timeout:.0f}s): start one with "
-            "'txbridge kafka start', or pass --bootstrap / set KAFKA_BOOTSTRAP_SERVERS"
-        ) from exc
+        client.poll(0.5)  # serves the error events that say why
+        raise _unreachable(bootstrap, timeout, errors, extra or {}) from exc
+
+
+def _unreachable(
+    bootstrap: str, timeout: float, errors: list[KafkaError], extra: Mapping[str, Any]
+) -> TxBridgeError:
+    """The error of a failed probe: authentication and TLS failures are named as such."""
+    from txbridge.client_config import MASK, is_secret
+
+    def reason(code: int) -> str | None:
+        found = next((e.str() for e in errors if e.code() == code), None)
+        if found is None:
+            return None
+        found = found.split("/bootstrap: ", 1)[-1]
+        for name, value in extra.items():  # librdkafka does not echo secrets; make sure of it
+            if is_secret(name) and str(value):
+                found = found.replace(str(value), MASK)
+        return found
+
+    auth = reason(KafkaError._AUTHENTICATION)
+    if auth is not None:
+        return ConfigurationError(
+            f"authentication failed at {bootstrap}: {auth}: check the user and password of the client "
+            "settings (sasl.jaas.config, or sasl.username / sasl.password; --command-config, -X)"
+        )
+    tls = reason(KafkaError._SSL)
+    if tls is not None:
+        return ConfigurationError(
+            f"TLS with the brokers at {bootstrap} failed: {tls}: check the CA of the client settings "
+            "(ssl.truststore.location with ssl.truststore.type=PEM, or ssl.ca.location; --command-config, -X)"
+        )
+    secured = str(extra.get("security.protocol", "PLAINTEXT")).upper() != "PLAINTEXT"
+    hint = "" if secured else "; a secured cluster also needs its client settings: --command-config FILE"
+    return KafkaUnavailableError(
+        f"no Kafka broker answers at {bootstrap} (waited {timeout:.0f}s): start one with "
+        f"'txbridge kafka start', or pass --bootstrap / set KAFKA_BOOTSTRAP_SERVERS{hint}"
+    )
+
+
+def librdkafka_refusal(settings: Mapping[str, Any]) -> str | None:
+    """librdkafka's complaint about ``settings`` (None: it takes them), from a throwaway producer.
+
+    A producer takes every librdkafka setting (it ignores consumer ones). It is made without
+    ``bootstrap.servers``, so it never connects; its log lines are dropped.
+    """
+    try:
+        Producer({**settings, "log_level": 0, "logger": _QUIET})
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        return str(error.str() if isinstance(error, KafkaError) else error)
+    except (TypeError, ValueError) as exc:  # a callback that is not callable, a value of a bad type
+        return str(exc)
+    return None
+
+
+class _Quiet:
+    """A librdkafka logger that drops everything (``debug`` in the settings raises the log level)."""
+
+    def log(self, *_args: Any) -> None:
+        return None
+
+
+_QUIET = _Quiet()
 
 
 def _any_listener(bootstrap: str) -> bool:
