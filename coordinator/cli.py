@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
+from txbridge.cli import _one_line_errors, bootstrap_option, client_config_flags, resolve_bootstrap
 
 
 @click.command("coordinator")
@@ -44,7 +44,6 @@ from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
 @click.option("--producer-liveness", "producer_liveness_s", type=float, help="Heartbeat validity, seconds.")
 @click.option("--commit-interval-ms", type=int, help="Kafka transaction commit interval.")
 @click.option("--transaction-timeout-ms", type=int, help="transaction.timeout.ms of the coordinator.")
-@click.option("--kafka-config", "kafka_config", multiple=True, help="librdkafka KEY=VALUE (repeatable).")
 @click.option("--payload-cache-bytes", type=int, help="Budget of cached half payloads.")
 @click.option("--max-message-bytes", type=int, help="Larger committed messages are quarantined.")
 @click.option(
@@ -60,27 +59,32 @@ from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
     default=None,
     help="Assert the state's invariants after every step (debugging; a pass over the pending set each time).",
 )
+@client_config_flags(x_aliases=("--kafka-config",))
 @_one_line_errors
 def coordinator(
     bootstrap: str | None,
     config_path: str | None,
     secrets: tuple[str, ...],
-    kafka_config: tuple[str, ...],
     **flags: Any,
 ) -> None:
-    """Run a txbridge coordinator until SIGTERM/SIGINT."""
+    """Run a txbridge coordinator until SIGTERM/SIGINT.
+
+    Its Kafka client settings: --command-config FILE (or the TOML's client_config and [kafka]
+    table) with -X KEY=VALUE on top; the start-up probe connects with them.
+    """
     from coordinator.config import CoordinatorConfig, parse_pairs
     from coordinator.service import Coordinator
 
     logging.getLogger("coordinator").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    flags["bootstrap"] = resolve_bootstrap(bootstrap or _bootstrap_from(config_path))
+    flags["bootstrap"] = bootstrap or _bootstrap_from(config_path)
     if secrets:
         flags["secrets"] = parse_pairs(secrets, "--secret")
-    if kafka_config:
-        flags["extra_config"] = parse_pairs(kafka_config, "--kafka-config")
     config = CoordinatorConfig.load(flags=flags, env=os.environ, toml_path=config_path)
+    config = config.replace(
+        bootstrap=resolve_bootstrap(config.bootstrap or None, client=config.client_config)
+    )
     service = Coordinator(config)
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from txbridge.client_config import COMMAND_CONFIG_ENV, ClientConfig
 from txbridge.errors import ConfigurationError
 from txbridge.wire import DEFAULT_COORDINATOR_GROUP, DEFAULT_NAMESPACE
 
@@ -92,7 +93,10 @@ class CoordinatorConfig:
             below the broker's ``offset.metadata.max.bytes`` (4096 by default).
         metrics_port: serve Prometheus metrics on this port (None: off).
         log_interval_s: seconds between INFO lines with counts.
-        extra_config: librdkafka settings passed through to every client.
+        client_config: the cluster's client settings (security) for every client: ``--command-config``
+            and ``-X``, or the TOML's ``client_config = "file.properties"`` and ``[kafka]`` table
+            (Java or librdkafka names; see docs/security.md). Folded into ``extra_config``.
+        extra_config: librdkafka settings passed through to every client, on top of ``client_config``.
         resume_expired: when an instance of a group becomes live again, re-check its expired
             transactions (oldest first) and publish those answered COMMIT, exactly once.
         resume_expired_max: at most this many expired transactions asked about per return.
@@ -123,6 +127,8 @@ class CoordinatorConfig:
     offset_metadata_bytes: int = 1000  # about 200 halves; the broker allows 4096 by default
     metrics_port: int | None = None
     log_interval_s: float = 30.0
+    # Its repr masks passwords and keys.
+    client_config: ClientConfig = field(default_factory=ClientConfig)
     # Not in repr: it may hold sasl.password or ssl.key.password. The loop logs its keys only.
     extra_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
     resume_expired: bool = True
@@ -130,6 +136,8 @@ class CoordinatorConfig:
     check_invariants: bool = False
 
     def __post_init__(self) -> None:
+        # Every client takes extra_config: the client settings go in first, the librdkafka ones on top.
+        object.__setattr__(self, "extra_config", {**self.client_config.librdkafka(), **self.extra_config})
         self.validate()
 
     def validate(self) -> None:
@@ -203,26 +211,41 @@ class CoordinatorConfig:
     ) -> CoordinatorConfig:
         """Merge defaults < TOML file < env (``TXBRIDGE_<SETTING>``) < flags (None = not given).
 
+        The client configuration: the properties file of the ``command_config`` flag, else of
+        ``$TXBRIDGE_COMMAND_CONFIG``, else the TOML's ``client_config`` (relative to the TOML's
+        folder); then the TOML's ``[kafka]`` table; then the ``client_overrides`` flag (``-X``).
+
         Raises:
             ConfigurationError: an unknown setting, an unreadable file or a bad value; the
                 message names the setting.
         """
         raw: dict[str, Any] = {}
+        flags = dict(flags or {})
+        command_config = flags.pop("command_config", None) or (env or {}).get(COMMAND_CONFIG_ENV) or None
+        overrides = tuple(flags.pop("client_overrides", None) or ())
         if toml_path is not None:
             raw.update(read_toml(Path(toml_path)))
+            file = raw.get("client_config")
+            if isinstance(file, str) and file:
+                raw["client_config"] = str(Path(toml_path).parent / Path(file).expanduser())
         raw.update(_from_env(env or {}))
-        raw.update({k: v for k, v in (flags or {}).items() if v is not None and v != ()})
+        raw.update({k: v for k, v in flags.items() if v is not None and v != ()})
+        if command_config:
+            raw["client_config"] = command_config
+        client = _client_config(raw, toml_path)
+        raw.pop("kafka", None)
+        raw["client_config"] = client.merged(ClientConfig.load(None, overrides)) if overrides else client
         return cls.from_mapping(raw)
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> CoordinatorConfig:
         """Build from plain values (strings are converted); unknown keys are errors."""
         known = {f.name: f for f in dataclasses.fields(cls)}
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = {"client_config": _client_config(raw)}
         by_group = dict(raw.get("secrets") or {})
         default_secret = raw.get("default_secret")
         for name, value in raw.items():
-            if name in ("secrets", "default_secret"):
+            if name in ("secrets", "default_secret", "client_config", "kafka"):
                 continue
             if name not in known:
                 raise ConfigurationError(f"unknown coordinator setting {name!r}; known: {sorted(known)}")
@@ -275,6 +298,22 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+def _client_config(raw: Mapping[str, Any], toml_path: str | Path | None = None) -> ClientConfig:
+    """``client_config`` (a ClientConfig, a properties file's path or a dict), ``[kafka]`` on top."""
+    given = raw.get("client_config")
+    if isinstance(given, (str, Path)):
+        client = ClientConfig.load(given)
+    else:
+        client = ClientConfig.coerce(given, "client_config")
+    table = raw.get("kafka")
+    if table is None:
+        return client
+    if not isinstance(table, Mapping):
+        raise ConfigurationError("kafka must be a table of Kafka client settings ([kafka] in the TOML file)")
+    where = f"[kafka] of {toml_path}" if toml_path else "[kafka]"
+    return client.merged(ClientConfig.from_mapping(table, where))
+
+
 def parse_pairs(items: Any, setting: str) -> dict[str, str]:
     """``["a=1", "b=2"]`` as a dict; a malformed item names ``setting``."""
     out: dict[str, str] = {}
@@ -295,8 +334,11 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigurationError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"config file {path} is not valid TOML: {exc}") from None
-    # Accept either top-level keys or a [coordinator] table.
-    return dict(data.get("coordinator", data))
+    # Accept either top-level keys or a [coordinator] table (the [kafka] table beside it).
+    settings = dict(data.get("coordinator", data))
+    if "coordinator" in data and "kafka" in data:
+        settings.setdefault("kafka", data["kafka"])
+    return settings
 
 
 def _convert(name: str, annotation: Any, value: Any) -> Any:

@@ -25,7 +25,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -57,6 +57,9 @@ from txbridge.wire import (
     decode_op,
     header_dict,
 )
+
+if TYPE_CHECKING:
+    from txbridge.client_config import ClientConfig
 
 __all__ = [
     "AlreadyDecidedError",
@@ -195,7 +198,10 @@ def resolve(
 
 
 def list_pending(
-    bootstrap: str, namespace: str = DEFAULT_NAMESPACE, group_id: str = DEFAULT_COORDINATOR_GROUP
+    bootstrap: str,
+    namespace: str = DEFAULT_NAMESPACE,
+    group_id: str = DEFAULT_COORDINATOR_GROUP,
+    extra: Extra = None,
 ) -> list[dict[str, Any]]:
     """Transactions pending at the coordinators' last commits.
 
@@ -203,7 +209,7 @@ def list_pending(
     of ``group_id`` listed in their committed half offsets instead (phase ``open``, no checks).
     """
     latest: dict[bytes, bytes | None] = {}
-    for msg in read_committed(bootstrap, Topics(namespace).state):
+    for msg in read_committed(bootstrap, Topics(namespace).state, extra=extra):
         latest[msg.key() or b""] = msg.value()
     out = []
     for value in latest.values():
@@ -214,14 +220,17 @@ def list_pending(
         except ValueError:
             continue
     known = {str(e.get("tx")) for e in out}
-    out.extend(e for e in _young(bootstrap, Topics(namespace).half, group_id) if e["tx"] not in known)
+    young = _young(bootstrap, Topics(namespace).half, group_id, extra)
+    out.extend(e for e in young if e["tx"] not in known)
     return sorted(out, key=lambda e: str(e.get("tx", "")))
 
 
-def _young(bootstrap: str, half_topic: str, group_id: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+def _young(
+    bootstrap: str, half_topic: str, group_id: str, extra: Extra = None, timeout: float = 30.0
+) -> list[dict[str, Any]]:
     """Young transactions listed in the committed half offsets' metadata, read from their halves."""
     # Same group id, never subscribed: it only reads the group's committed offsets.
-    consumer = _kafka.consumer(bootstrap, group_id)
+    consumer = _kafka.consumer(bootstrap, group_id, as_dict(extra))
     try:
         meta = consumer.list_topics(half_topic, timeout=10).topics.get(half_topic)
         if meta is None or meta.error is not None:
@@ -267,16 +276,16 @@ def _namespace_option(func: Any) -> Any:
     )(func)
 
 
-def _bootstrap(bootstrap: str | None) -> str:
+def _bootstrap(bootstrap: str | None, client: ClientConfig) -> str:
     from txbridge.cli import resolve_bootstrap
 
-    return resolve_bootstrap(bootstrap)
+    return resolve_bootstrap(bootstrap, client=client)
 
 
 def _decorate(func: Any) -> Any:
-    from txbridge.cli import _one_line_errors, bootstrap_option
+    from txbridge.cli import _one_line_errors, bootstrap_option, client_options
 
-    return bootstrap_option(_namespace_option(_one_line_errors(func)))
+    return bootstrap_option(client_options(_namespace_option(_one_line_errors(func))))
 
 
 def _utc(ms: int) -> str:
@@ -285,9 +294,9 @@ def _utc(ms: int) -> str:
 
 @admin.command("expired")
 @_decorate
-def expired_command(bootstrap: str | None, namespace: str) -> None:
+def expired_command(bootstrap: str | None, client: ClientConfig, namespace: str) -> None:
     """List expired transactions: tx id, group, checks, messages, status, topics, reason."""
-    entries = list_expired(_bootstrap(bootstrap), namespace)
+    entries = list_expired(_bootstrap(bootstrap, client), namespace, client.librdkafka())
     if not entries:
         click.echo(f"no expired transactions in {Topics(namespace).expired}")
         return
@@ -306,20 +315,22 @@ def expired_command(bootstrap: str | None, namespace: str) -> None:
 @click.option("--commit", "decision", flag_value="COMMIT", help="Republish its messages.")
 @click.option("--rollback", "decision", flag_value="ROLLBACK", help="Record the rollback.")
 @_decorate
-def resolve_command(bootstrap: str | None, namespace: str, tx_id: str, decision: str | None) -> None:
+def resolve_command(
+    bootstrap: str | None, client: ClientConfig, namespace: str, tx_id: str, decision: str | None
+) -> None:
     """Resolve an expired transaction TX_ID with --commit or --rollback (once: a second is refused)."""
     if decision is None:
         raise click.UsageError("say --commit or --rollback")
-    entry = resolve(_bootstrap(bootstrap), tx_id, TxState(decision), namespace)
+    entry = resolve(_bootstrap(bootstrap, client), tx_id, TxState(decision), namespace, client.librdkafka())
     done = f"republished {len(entry.messages)} message(s)" if decision == "COMMIT" else "rollback recorded"
     click.echo(f"{tx_id}: {decision} by admin, {done}")
 
 
 @admin.command("quarantine")
 @_decorate
-def quarantine_command(bootstrap: str | None, namespace: str) -> None:
+def quarantine_command(bootstrap: str | None, client: ClientConfig, namespace: str) -> None:
     """List quarantined transactions and raw records: tx id, group, when, status, origin, topics, reason."""
-    entries = list_quarantine(_bootstrap(bootstrap), namespace)
+    entries = list_quarantine(_bootstrap(bootstrap, client), namespace, client.librdkafka())
     if not entries:
         click.echo(f"nothing in {Topics(namespace).quarantine}")
         return
@@ -342,7 +353,9 @@ def quarantine_command(bootstrap: str | None, namespace: str) -> None:
 @click.argument("tx_id", required=False)
 @click.option("--all", "everything", is_flag=True, help="Every requeueable transaction not requeued yet.")
 @_decorate
-def requeue_command(bootstrap: str | None, namespace: str, tx_id: str | None, everything: bool) -> None:
+def requeue_command(
+    bootstrap: str | None, client: ClientConfig, namespace: str, tx_id: str | None, everything: bool
+) -> None:
     """Re-drive quarantined transaction TX_ID (or --all) through the coordinator, once.
 
     Fix the cause first (create the topic or partitions, raise the size limit). Its messages
@@ -350,11 +363,11 @@ def requeue_command(bootstrap: str | None, namespace: str, tx_id: str | None, ev
     """
     if (tx_id is None) != everything:
         raise click.UsageError("give a TX_ID or --all (one of them)")
-    address = _bootstrap(bootstrap)
+    address, extra = _bootstrap(bootstrap, client), client.librdkafka()
     if tx_id is not None:
-        results = [requeue(address, tx_id, namespace)]
+        results = [requeue(address, tx_id, namespace, extra)]
     else:
-        results = requeue_all(address, namespace)
+        results = requeue_all(address, namespace, extra)
         if not results:
             click.echo(f"no requeueable transactions in {Topics(namespace).quarantine}")
             return
@@ -377,13 +390,13 @@ def requeue_command(bootstrap: str | None, namespace: str, tx_id: str | None, ev
     help="The coordinators' consumer group (their --group-id).",
 )
 @_decorate
-def pending_command(bootstrap: str | None, namespace: str, group_id: str) -> None:
+def pending_command(bootstrap: str | None, client: ClientConfig, namespace: str, group_id: str) -> None:
     """List transactions still pending at the coordinators' last commit: tx id, phase, group, checks.
 
     A transaction whose back-checks could not be sent lately (no live instance, no secret,
     a refused URL) says so: ``not asked: <why>``.
     """
-    entries = list_pending(_bootstrap(bootstrap), namespace, group_id)
+    entries = list_pending(_bootstrap(bootstrap, client), namespace, group_id, client.librdkafka())
     if not entries:
         click.echo(f"no pending transactions in {Topics(namespace).state}")
         return

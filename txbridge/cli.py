@@ -11,11 +11,15 @@ import time
 import uuid
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from txbridge.client_config import COMMAND_CONFIG_ENV
 from txbridge.errors import TxBridgeError
+
+if TYPE_CHECKING:
+    from txbridge.client_config import ClientConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,13 +61,81 @@ def bootstrap_option(func: F) -> F:
     )(func)
 
 
-def resolve_bootstrap(bootstrap: str | None, *, start_local: bool = False) -> str:
-    """The bootstrap to use: the given one (checked), else the local broker."""
+def client_config_flags(*, x_aliases: tuple[str, ...] = ()) -> Callable[[F], F]:
+    """Add ``--command-config FILE`` (env ``TXBRIDGE_COMMAND_CONFIG``) and repeatable ``-X KEY=VALUE``.
+
+    The command receives them as ``command_config`` and ``client_overrides``; most commands
+    want :func:`client_options`, which turns them into one ``client`` argument.
+
+    Args:
+        x_aliases: further names of ``-X`` (the coordinator's ``--kafka-config``).
+    """
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "-X",
+            *x_aliases,
+            "client_overrides",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A Kafka client setting on top of --command-config (repeatable; Java or librdkafka name).",
+        )(func)
+        return click.option(
+            "--command-config",
+            "command_config",
+            envvar=COMMAND_CONFIG_ENV,
+            type=click.Path(dir_okay=False),
+            default=None,
+            help=(
+                "Kafka client properties file, as the Kafka CLIs take it: security.protocol, sasl.*, ssl.* "
+                f"(env {COMMAND_CONFIG_ENV})."
+            ),
+        )(func)
+
+    return decorate
+
+
+def client_options(func: F) -> F:
+    """:func:`client_config_flags`, given to the command as ``client``: a checked ClientConfig.
+
+    A bad file or setting is a one-line error before the command runs.
+    """
+
+    @wraps(func)
+    def wrapper(
+        *args: Any, command_config: str | None, client_overrides: tuple[str, ...], **kwargs: Any
+    ) -> Any:
+        kwargs["client"] = _one_line_errors(load_client_config)(command_config, client_overrides)
+        return func(*args, **kwargs)
+
+    return cast(F, client_config_flags()(wrapper))
+
+
+def load_client_config(command_config: str | None, overrides: tuple[str, ...] = ()) -> ClientConfig:
+    """The client configuration of ``--command-config`` and ``-X``, checked for librdkafka.
+
+    Raises:
+        ConfigurationError: the file, a setting or a value is wrong; the message names it.
+    """
+    from txbridge.client_config import ClientConfig
+
+    client = ClientConfig.load(command_config, overrides)
+    client.librdkafka()  # every command uses librdkafka: a setting it cannot take fails here
+    return client
+
+
+def resolve_bootstrap(
+    bootstrap: str | None, *, start_local: bool = False, client: ClientConfig | None = None
+) -> str:
+    """The bootstrap to use: the given one, else the client file's ``bootstrap.servers``, else the
+    local broker; checked with the client settings (a secured cluster is probed as one)."""
     from txbridge._kafka import check_reachable
     from txbridge.local.broker import LocalKafka
 
+    settings = client.librdkafka() if client is not None else None
+    bootstrap = bootstrap or (client.bootstrap if client is not None else None)
     if bootstrap:
-        check_reachable(bootstrap)
+        check_reachable(bootstrap, extra=settings)
         return bootstrap
     broker = LocalKafka.from_home()
     status = broker.status()
@@ -75,7 +147,7 @@ def resolve_bootstrap(bootstrap: str | None, *, start_local: bool = False) -> st
             )
         click.echo(f"starting the local Kafka broker at {broker.bootstrap} ...", err=True)
         status = broker.start()
-    check_reachable(status.bootstrap)
+    check_reachable(status.bootstrap, extra=settings)
     return status.bootstrap
 
 
@@ -155,15 +227,17 @@ def kafka_stop() -> None:
 
 @kafka.command("status")
 @bootstrap_option
+@client_options
 @_one_line_errors
-def kafka_status(bootstrap: str | None) -> None:
+def kafka_status(bootstrap: str | None, client: ClientConfig) -> None:
     """Say whether the local broker and cluster (or the broker at --bootstrap) answer."""
     from txbridge._kafka import check_reachable
     from txbridge.local.broker import LocalKafka
     from txbridge.local.cluster import LocalCluster
 
+    bootstrap = bootstrap or client.bootstrap
     if bootstrap:
-        check_reachable(bootstrap)
+        check_reachable(bootstrap, extra=client.librdkafka())
         click.echo(f"a broker answers at {bootstrap}")
         return
     cluster = LocalCluster.from_home().status()
@@ -206,34 +280,40 @@ def setup(spark: bool) -> None:
 
 @main.command()
 @bootstrap_option
+@client_options
 @click.option("--namespace", default="__txbridge", show_default=True, help="Internal topic prefix.")
 @click.option("--partitions", default=12, show_default=True, help="Partitions of half, op and state.")
 @click.option("--replication-factor", default=-1, help="Replicas per topic (default: the broker's).")
 @_one_line_errors
-def init(bootstrap: str | None, namespace: str, partitions: int, replication_factor: int) -> None:
+def init(
+    bootstrap: str | None, client: ClientConfig, namespace: str, partitions: int, replication_factor: int
+) -> None:
     """Create txbridge's internal topics (idempotent) and say what was done."""
     from txbridge.topics import init_topics
 
-    bootstrap = resolve_bootstrap(bootstrap)
-    for topic, outcome in init_topics(bootstrap, namespace, partitions, replication_factor).items():
+    bootstrap = resolve_bootstrap(bootstrap, client=client)
+    outcomes = init_topics(bootstrap, namespace, partitions, replication_factor, client_config=client)
+    for topic, outcome in outcomes.items():
         click.echo(f"{outcome:8} {topic}")
 
 
 @main.command()
 @bootstrap_option
+@client_options
 @_one_line_errors
-def smoke(bootstrap: str | None) -> None:
+def smoke(bootstrap: str | None, client: ClientConfig) -> None:
     """Send one message and read it back (starts the local broker if needed)."""
     from txbridge import _kafka
 
-    bootstrap = resolve_bootstrap(bootstrap, start_local=True)
+    bootstrap = resolve_bootstrap(bootstrap, start_local=True, client=client)
+    settings = client.librdkafka()
     topic = f"txbridge-smoke-{uuid.uuid4().hex[:8]}"
-    _kafka.ensure_topics(bootstrap, [_kafka.TopicSpec(topic)])
-    producer = _kafka.producer(bootstrap)
+    _kafka.ensure_topics(bootstrap, [_kafka.TopicSpec(topic)], extra=settings)
+    producer = _kafka.producer(bootstrap, settings)
     producer.produce(topic, key=b"k", value=b"hello from txbridge")
     if producer.flush(30) != 0:
         raise TxBridgeError(f"the smoke message was not acknowledged by {bootstrap}")
-    consumer = _kafka.consumer(bootstrap, f"smoke-{uuid.uuid4().hex[:8]}")
+    consumer = _kafka.consumer(bootstrap, f"smoke-{uuid.uuid4().hex[:8]}", settings)
     consumer.subscribe([topic])
     try:
         deadline = time.monotonic() + 30
@@ -249,10 +329,13 @@ def smoke(bootstrap: str | None) -> None:
 
 @main.command()
 @bootstrap_option
+@client_config_flags()
 @click.pass_context
-def demo(ctx: click.Context, bootstrap: str | None) -> None:
+def demo(
+    ctx: click.Context, bootstrap: str | None, command_config: str | None, client_overrides: tuple[str, ...]
+) -> None:
     """The main job. Until the side-by-side comparison lands, a smoke run."""
-    ctx.invoke(smoke, bootstrap=bootstrap)
+    ctx.invoke(smoke, bootstrap=bootstrap, command_config=command_config, client_overrides=client_overrides)
 
 
 # Subcommands that live beside the part they drive. Each module exposes a click

@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any
 
 from txbridge._java_client_names import JAVA_CLIENT_NAMES
-from txbridge._kafka import librdkafka_refusal
 from txbridge.errors import ConfigurationError
 
 __all__ = ["COMMAND_CONFIG_ENV", "ClientConfig", "Setting", "is_secret", "parse_properties"]
@@ -267,6 +266,8 @@ _SENTINEL = "socket.timeout.ms"
 def _librdkafka_has(name: str) -> str:
     """``"yes"``, ``"no"`` (no such setting) or ``"unsupported"`` (a Java name it refuses)."""
     # A bad value after the name stops the producer from being created once the name is taken.
+    from txbridge._kafka import librdkafka_refusal
+
     sentinel = "message.timeout.ms" if name == _SENTINEL else _SENTINEL
     complaint = librdkafka_refusal({name: "1", sentinel: "not-a-number"}) or ""
     if complaint.startswith("No such configuration property"):
@@ -633,12 +634,24 @@ class ClientConfig:
         return f"{where} is a Java client setting librdkafka does not have: remove it for txbridge's clients"
 
     def _check_librdkafka(self, settings: dict[str, Any]) -> None:
+        from txbridge._kafka import librdkafka_refusal
+
         for name in _FILES:
             item = self._canonical.get(name)
             if item is None or (name == "ssl.ca.location" and str(item.value) == "probe"):
                 continue
             if not Path(str(item.value)).exists():
                 raise ConfigurationError(f"client setting {item.origin.named()}: {item.value} does not exist")
+        protocol = self._canonical.get("security.protocol")
+        if (
+            protocol is not None
+            and str(protocol.value) in ("SASL_SSL", "SASL_PLAINTEXT")
+            and "sasl.mechanisms" not in settings
+        ):
+            raise ConfigurationError(
+                f"client setting {protocol.origin.named()} needs sasl.mechanism too (e.g. SCRAM-SHA-512) "
+                "and the user's credentials (sasl.jaas.config, or sasl.username and sasl.password)"
+            )
         complaint = librdkafka_refusal(settings)
         if complaint is None:
             return
@@ -655,6 +668,8 @@ class ClientConfig:
         )
 
     def _culprit(self, settings: Mapping[str, Any]) -> _Canonical | None:
+        from txbridge._kafka import librdkafka_refusal
+
         for name, value in settings.items():
             sentinel = "message.timeout.ms" if name == _SENTINEL else _SENTINEL
             complaint = librdkafka_refusal({name: value, sentinel: "not-a-number"}) or ""

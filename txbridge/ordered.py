@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from txbridge import _kafka
+from txbridge.client_config import ClientConfig
 from txbridge.consumer.tags import validate_tag
 from txbridge.errors import ConfigurationError, KafkaOperationError
 from txbridge.wire import H_TAGS, murmur2
@@ -89,7 +90,9 @@ class OrderedProducer:
     Args:
         bootstrap: Kafka bootstrap servers.
         selector: default queue selector (Kafka's key hash when None).
-        extra_config: librdkafka settings passed through.
+        client_config: the cluster's client settings (security), as
+            :class:`~txbridge.producer.TransactionProducer` takes them.
+        extra_config: librdkafka settings passed through (on top of ``client_config``).
     """
 
     def __init__(
@@ -97,11 +100,12 @@ class OrderedProducer:
         bootstrap: str,
         *,
         selector: Selector | None = None,
+        client_config: ClientConfig | Mapping[str, Any] | None = None,
         extra_config: Mapping[str, Any] | None = None,
     ) -> None:
         self._bootstrap = bootstrap
         self._selector = selector
-        self._extra = dict(extra_config or {})
+        self._extra = {**ClientConfig.coerce(client_config).librdkafka(), **(extra_config or {})}
         self._producer: Any = None
         self._counts: dict[str, int] = {}
         self._errors: list[KafkaOperationError] = []

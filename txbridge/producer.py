@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from enum import StrEnum
 from types import TracebackType
@@ -50,6 +50,7 @@ from txbridge._core import (
     order_key_bytes,
 )
 from txbridge.checkback import CHECK_PATH, CheckServer, build_check_app
+from txbridge.client_config import ClientConfig
 from txbridge.delivery import Delivered, DeliveryPump, wait_all
 from txbridge.errors import ConfigurationError, KafkaOperationError, TransactionStateError
 from txbridge.limits import DEFAULT_MAX_MESSAGE_BYTES
@@ -92,7 +93,11 @@ class TransactionProducer:
         max_message_bytes: must match the coordinator's ``max_message_bytes`` (default 1 MiB):
             a larger message (as :func:`txbridge.limits.record_size` counts it republished) is
             refused before its half record is written, instead of quarantined once committed.
-        extra_config: librdkafka settings on top of txbridge's (idempotent, acks=all).
+        client_config: the cluster's client settings (security), shared by every part: a
+            :class:`~txbridge.client_config.ClientConfig` (e.g. ``ClientConfig.load("client.properties")``)
+            or a dict of Java or librdkafka names.
+        extra_config: librdkafka settings on top of txbridge's (idempotent, acks=all) and of
+            ``client_config``.
 
     Raises:
         ConfigurationError: a setting is missing or invalid (checked here, without I/O).
@@ -117,6 +122,7 @@ class TransactionProducer:
         key_serializer: Serializer | None = None,
         heartbeat_interval_s: float = 3.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        client_config: ClientConfig | Mapping[str, Any] | None = None,
         extra_config: dict[str, Any] | None = None,
     ) -> None:
         self.settings = ProducerSettings.build(
@@ -134,7 +140,7 @@ class TransactionProducer:
             key_serializer=key_serializer or BytesSerializer(),
             heartbeat_interval_s=heartbeat_interval_s,
             max_message_bytes=max_message_bytes,
-            extra_config=extra_config,
+            extra_config={**ClientConfig.coerce(client_config).librdkafka(), **(extra_config or {})},
         )
         if listener is not None and check is not None:
             raise ConfigurationError("pass either listener= or check=, not both")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from txbridge import _kafka
 from txbridge._kafka import TopicSpec
+from txbridge.client_config import ClientConfig
 from txbridge.wire import DEFAULT_NAMESPACE, DEFAULT_PARTITIONS, Topics
 
 _DAY_MS = 24 * 3600 * 1000
@@ -46,6 +50,15 @@ def init_topics(
     namespace: str = DEFAULT_NAMESPACE,
     partitions: int = DEFAULT_PARTITIONS,
     replication_factor: int = -1,
+    *,
+    client_config: ClientConfig | Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """Create the missing internal topics. Returns ``{topic: "created" | "exists"}``."""
-    return _kafka.ensure_topics(bootstrap, internal_topics(namespace, partitions, replication_factor))
+    """Create the missing internal topics. Returns ``{topic: "created" | "exists"}``.
+
+    Args:
+        client_config: the client settings (security) of the cluster, as the SDK classes take them.
+    """
+    extra = ClientConfig.coerce(client_config).librdkafka()
+    return _kafka.ensure_topics(
+        bootstrap, internal_topics(namespace, partitions, replication_factor), extra=extra
+    )

@@ -381,6 +381,16 @@ def test_a_value_librdkafka_refuses_is_named() -> None:
     )
 
 
+def test_sasl_without_a_mechanism_says_what_is_missing() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        ClientConfig.load(None, ["security.protocol=SASL_SSL"]).librdkafka()
+
+    assert str(refused.value) == (
+        "client setting security.protocol (-X) needs sasl.mechanism too (e.g. SCRAM-SHA-512) and the "
+        "user's credentials (sasl.jaas.config, or sasl.username and sasl.password)"
+    )
+
+
 def test_settings_librdkafka_refuses_together_never_show_the_password() -> None:
     config = ClientConfig.load(
         None, ["security.protocol=SASL_SSL", "sasl.mechanisms=SCRAM-SHA-512", f"sasl.password={PASSWORD}"]
@@ -483,3 +493,68 @@ def test_non_secrets_are_not_taken_for_secrets() -> None:
     assert not any(
         is_secret(n) for n in ("sasl.username", "ssl.ca.location", "sasl.oauthbearer.token.endpoint.url")
     )
+
+
+# ------------------------------------------------------------------ the coordinator's TOML and flags
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "coordinator.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_coordinators_toml_names_the_file_and_a_kafka_table_on_top(
+    tmp_path: Path, tls: dict[str, Path]
+) -> None:
+    from coordinator.config import CoordinatorConfig
+
+    _java_file(tmp_path, tls["ca"])
+    toml = _toml(
+        tmp_path,
+        'client_config = "client.properties"\n'  # relative to the TOML file
+        '[kafka]\n"client.id" = "coord"\n"request.timeout.ms" = 20000\n'
+        '[extra_config]\n"session.timeout.ms" = 7000\n',
+    )
+
+    config = CoordinatorConfig.load(toml_path=toml, flags={"client_overrides": ("client.id=cli",)})
+
+    assert config.extra_config == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "admin",
+        "sasl.password": PASSWORD,
+        "ssl.ca.location": str(tls["ca"]),
+        "client.id": "cli",
+        "request.timeout.ms": 20000,
+        "session.timeout.ms": 7000,
+    }
+    assert config.client_config.bootstrap == "127.0.0.1:1,127.0.0.1:2"
+    assert PASSWORD not in repr(config)
+
+
+def test_command_config_and_its_variable_replace_the_tomls_file(tmp_path: Path, tls: dict[str, Path]) -> None:
+    from coordinator.config import CoordinatorConfig
+
+    flag_file = _java_file(tmp_path, tls["ca"], user="from-flag")
+    toml = _toml(
+        tmp_path, '[coordinator]\nclient_config = "/nowhere.properties"\n[kafka]\n"client.id" = "c"\n'
+    )
+
+    by_flag = CoordinatorConfig.load(toml_path=toml, flags={"command_config": str(flag_file)})
+    by_env = CoordinatorConfig.load(toml_path=toml, env={"TXBRIDGE_COMMAND_CONFIG": str(flag_file)})
+
+    for config in (by_flag, by_env):
+        assert config.extra_config["sasl.username"] == "from-flag"
+        assert config.extra_config["client.id"] == "c"  # [kafka] beside [coordinator] still applies
+
+
+def test_the_coordinators_bad_client_setting_names_the_toml_table(tmp_path: Path) -> None:
+    from coordinator.config import CoordinatorConfig
+
+    toml = _toml(tmp_path, '[kafka]\n"sasl.usernam" = "x"\n')
+
+    with pytest.raises(
+        ConfigurationError, match=rf"^unknown client setting sasl.usernam \(\[kafka\] of {toml}\)"
+    ):
+        CoordinatorConfig.load(toml_path=toml)

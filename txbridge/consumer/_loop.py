@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Generic, Self, TypedDict, TypeVar
 
 from txbridge import _kafka
+from txbridge.client_config import ClientConfig
 from txbridge.consumer.dlq import Forwarder
 from txbridge.consumer.model import ConcurrentContext, ConsumedMessage, OrderlyContext
 from txbridge.consumer.tags import Subscription, parse_subscription
@@ -72,13 +73,17 @@ class ConsumerOptions(TypedDict, total=False):
             consumer's retry topic).
         commit_interval_s: how often processed offsets are committed. Default 0.5.
         shutdown_timeout_s: how long close/revocation waits for running listeners. Default 30.
-        extra_config: librdkafka settings passed through (e.g. ``session.timeout.ms``).
+        client_config: the client settings of every client (security: ``--command-config``'s
+            file as a :class:`~txbridge.client_config.ClientConfig`, or a dict of Java or
+            librdkafka names).
+        extra_config: librdkafka settings passed through on top (e.g. ``session.timeout.ms``).
     """
 
     subscription: str
     namespace: str
     commit_interval_s: float
     shutdown_timeout_s: float
+    client_config: ClientConfig | Mapping[str, Any] | None
     extra_config: Mapping[str, Any] | None
 
 
@@ -113,6 +118,7 @@ class ConsumerLoop(Generic[ListenerT]):
         commit_interval_s: float = 0.5,
         poll_batch: int = 500,
         shutdown_timeout_s: float = 30.0,
+        client_config: ClientConfig | Mapping[str, Any] | None = None,
         extra_config: Mapping[str, Any] | None = None,
     ) -> None:
         if not group:
@@ -131,7 +137,7 @@ class ConsumerLoop(Generic[ListenerT]):
         self._commit_interval_s = commit_interval_s
         self._poll_batch = poll_batch
         self._shutdown_timeout_s = shutdown_timeout_s
-        self._extra = dict(extra_config or {})
+        self._extra = {**ClientConfig.coerce(client_config).librdkafka(), **(extra_config or {})}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._consumer: Any = None

@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,9 @@ from txbridge.consumer.model import (
     ConsumeOrderlyStatus,
 )
 from txbridge.wire import DEFAULT_NAMESPACE
+
+if TYPE_CHECKING:
+    from txbridge.client_config import ClientConfig
 
 
 def _text(data: bytes | None) -> str:
@@ -64,11 +67,12 @@ class _Printer:
 
 
 def _options(func: Callable[..., Any]) -> Callable[..., Any]:
-    from txbridge.cli import bootstrap_option
+    from txbridge.cli import bootstrap_option, client_options
 
     for option in reversed(
         [
             bootstrap_option,
+            client_options,
             click.option(
                 "--topic", "topics", multiple=True, required=True, help="Topic to read (repeatable)."
             ),
@@ -123,6 +127,7 @@ def _consume(
     kind: str,
     *,
     bootstrap: str | None,
+    client: ClientConfig,
     topics: tuple[str, ...],
     group: str,
     subscription: str,
@@ -136,7 +141,7 @@ def _consume(
     from txbridge.consumer.tags import parse_subscription
 
     parse_subscription(subscription)  # a typo fails before any connection
-    bootstrap = resolve_bootstrap(bootstrap)
+    bootstrap = resolve_bootstrap(bootstrap, client=client)
     printer = _Printer(threading.Event(), max_messages, idle_exit)
 
     def make(show: Callable[[ConsumedMessage], None]) -> Any:
@@ -153,6 +158,7 @@ def _consume(
                 orderly_listener,
                 subscription=subscription,
                 namespace=namespace,
+                client_config=client,
             )
 
         def concurrent_listener(message: ConsumedMessage, _context: Any) -> ConsumeConcurrentlyStatus:
@@ -166,6 +172,7 @@ def _consume(
             concurrent_listener,
             subscription=subscription,
             namespace=namespace,
+            client_config=client,
         )
 
     _run(make, printer)

@@ -61,7 +61,8 @@ class ConcurrentConsumer(ConsumerLoop[ConcurrentListener]):
         retry_hold_limit: retry records held in memory per retry partition before it is paused.
         **options: the settings both consumers take (:class:`ConsumerOptions`):
             ``subscription``, ``namespace``, ``commit_interval_s``, ``shutdown_timeout_s``
-            (how long close/revocation waits for running listeners), ``extra_config``.
+            (how long close/revocation waits for running listeners), ``client_config``,
+            ``extra_config``.
 
     Raises:
         ConfigurationError: a bad subscription expression, group, topic, listener or bound.

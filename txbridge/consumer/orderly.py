@@ -162,7 +162,8 @@ class OrderlyConsumer(ConsumerLoop[OrderlyListener]):
         max_backlog: fetched messages a partition may queue before it is paused.
         **options: the settings both consumers take (:class:`ConsumerOptions`):
             ``subscription``, ``namespace``, ``commit_interval_s``, ``shutdown_timeout_s``
-            (how long close/revocation waits for a running listener), ``extra_config``.
+            (how long close/revocation waits for a running listener), ``client_config``,
+            ``extra_config``.
 
     Raises:
         ConfigurationError: a bad subscription expression, group, topic, listener or bound.
