@@ -184,7 +184,7 @@ def restore(
     )
     entries: dict[int, dict[str, PendingTx]] = {}
     try:
-        consumer.assign([_kafka.partition_at(topic, p, _kafka.OFFSET_BEGINNING) for p in partitions])
+        consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in partitions])
         pending = set(partitions)
         deadline = time.monotonic() + timeout
         while pending:
@@ -192,7 +192,7 @@ def restore(
                 raise KafkaOperationError(
                     f"restoring {topic} {sorted(pending)}: the end was not reached in time"
                 )
-            for msg in consumer.consume(1000, 0.5):
+            for msg in _kafka.consume_available(consumer, 1000, 0.1):  # consume() waits out its timeout
                 err = msg.error()
                 if err is not None:
                     if not _kafka.is_partition_eof(err):

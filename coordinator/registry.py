@@ -83,7 +83,7 @@ class ProducerRegistry:
             self._extra,
             enable_partition_eof=True,
         )
-        self._consumer.assign([_kafka.partition_at(self._topic, 0, _kafka.OFFSET_BEGINNING)])
+        self._consumer.assign([_kafka.partition_at(self._topic, 0, _kafka.FROM_START)])
 
     def poll(self, timeout: float = 0.0) -> None:
         for msg in _kafka.consume_available(self._consumer, 500, timeout):

@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 _BATCH = 1000  # records per consume() call
 _SCHEDULE_INTERVAL_S = 0.05  # how often due back-checks are looked for
 _RETURNS_INTERVAL_S = 1.0  # how often groups that came back are looked for (expiry resume)
+_REGISTRY_WAIT_S = 10.0  # checks wait at most this long after start for the registry to be read
 #: Ready messages wait at most this share of commit_interval_ms after the previous commit
 #: (measured at 1,500 msgs/s on 2 cores: p50 40 ms with 1.0, 28 ms with 0.25, 48 ms with 0).
 _EAGER = 0.25
@@ -118,6 +119,7 @@ class Coordinator:
         self._writer: TransactionWriter = TransactionWriter(None)
         self._consumed_since_commit = 0
         self._fatal: KafkaOperationError | None = None  # set once the producer is fenced or broken
+        self._started = 0.0  # monotonic time _start() began reading the registry
         self.running = threading.Event()  # set once partitions may be served (tests wait on it)
 
     # ------------------------------------------------------------------ lifecycle
@@ -156,15 +158,17 @@ class Coordinator:
             allow_auto_create_topics=False,
         )
         self._writer = TransactionWriter(self._producer)
-        try:
-            self._producer.init_transactions(30)
-        except Exception as exc:
-            raise _kafka.to_error(exc, "initialising the coordinator's transactional producer") from exc
+        # The registry catches up in the loop: checks wait for it (_schedule_checks), publishing does not.
         self._registry = ProducerRegistry(
             cfg.bootstrap, self.topics.producers, cfg.producer_liveness_s, extra
         )
         self._registry.start()
-        self._registry.wait_caught_up()
+        self._started = time.monotonic()
+        try:
+            # Also fences this instance's previous incarnation: its open transaction is aborted.
+            _kafka.init_transactions(self._producer, 30)
+        except Exception as exc:
+            raise _kafka.to_error(exc, "initialising the coordinator's transactional producer") from exc
         self._checker = Checker(cfg, self._transport)
         self._checker.start()
         if cfg.resume_expired:
@@ -241,8 +245,9 @@ class Coordinator:
             if now >= next_schedule:  # check times are seconds apart: no need to look per record
                 self._schedule_checks()
                 next_schedule = now + _SCHEDULE_INTERVAL_S
-            if now >= next_returns and self._resumer is not None and self.partitions:
-                self._look_for_returns(self._resumer)
+            resumer = self._resumer
+            if now >= next_returns and resumer is not None and self.partitions and self._registry_read():
+                self._look_for_returns(resumer)
                 next_returns = now + _RETURNS_INTERVAL_S
             # Ready messages go out at once unless a commit ended less than a quarter interval ago;
             # anything else (offsets, state entries) waits for the interval.
@@ -313,7 +318,7 @@ class Coordinator:
                 self.config.bootstrap, self.config.extra_config, transactional_id=owner
             )
             try:
-                fence.init_transactions(30)  # aborts the owner's open transaction, bumps its epoch
+                _kafka.init_transactions(fence, 30)  # aborts the owner's open transaction, bumps its epoch
             except Exception as exc:
                 logger.warning("fencing %s: %s (its transaction times out instead)", owner, exc)
                 continue
@@ -473,6 +478,8 @@ class Coordinator:
     def _schedule_checks(self) -> None:
         assert self._checker is not None
         assert self._registry is not None
+        if not self._registry_read():
+            return  # every check would find no live instance yet
         now = _now_ms()
         in_flight = self._checker.in_flight_txs
         # One request asks about up to check_batch_size transactions of one group and writer.
@@ -520,6 +527,11 @@ class Coordinator:
         resumer.observe(view.live(now), lambda group: tuple(view.targets(group, "", now)))
         for name in resumer.events():
             self.stats[name] += 1
+
+    def _registry_read(self) -> bool:
+        """The producer registry was read to its end (or 10 s went by trying: checks go ahead)."""
+        assert self._registry is not None
+        return self._registry.caught_up or time.monotonic() > self._started + _REGISTRY_WAIT_S
 
     def _ops_caught_up(self) -> list[int]:
         """Owned partitions whose op partition is read past where it ended at the previous look.

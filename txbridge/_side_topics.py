@@ -45,7 +45,7 @@ def read_committed(
     consumer = _kafka.consumer(bootstrap, _group(), extra)
     try:
         wanted = {p: end for p, (low, end) in ends.items() if end > low}
-        consumer.assign([_kafka.partition_at(topic, p, _kafka.OFFSET_BEGINNING) for p in wanted])
+        consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in wanted])
         records: list[Any] = []
         deadline = time.monotonic() + timeout
         while wanted:
