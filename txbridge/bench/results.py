@@ -82,6 +82,9 @@ _UNITS = {
     "txn_p99_ms": "txn p99 ms",
     "broker_cpu_us_per_msg": "broker CPU µs/msg",
     "coordinator_cpu_us_per_msg": "coordinator CPU µs/msg",
+    "seconds_to_first_republish": "s from the kill to the first republish",
+    "survivor_partitions_max_visible_s": "max commit-to-visible s on the partitions that stayed",
+    "unseen": "committed but not seen (must be 0)",
 }
 
 

@@ -46,6 +46,7 @@ STEPS = (
     "checks",
     "memory",
     "failover",
+    "restart",
 )
 
 
@@ -170,6 +171,8 @@ class BenchRun:
             figure = tb.memory(self.env, size=size, pending=m.pending, cache_bytes=16 * 2**20)
         elif name == "failover":
             figure = tb.failover(self.env, size=size)
+        elif name == "restart":
+            figure = tb.restart(self.env, size=size)
         else:
             raise ValueError(f"unknown benchmark step {name!r}; known: {STEPS}")
         self.figures.append(figure)

@@ -417,8 +417,15 @@ def memory(env: Env, *, size: int, pending: int, cache_bytes: int) -> Figure:
     return Figure("coordinator memory", pending, 0.0, values, {"size": size, "pending": pending})
 
 
-def failover(env: Env, *, size: int, rate: float = 50.0) -> Figure:
-    """Two coordinators; SIGKILL the first; time until the survivor republishes one of its partitions."""
+def failover(env: Env, *, size: int, rate: float = 100.0, after_s: float = 12.0) -> Figure:
+    """Two coordinators; SIGKILL the first under a steady load on every partition.
+
+    Figures: kill -> the first message of the dead one's partitions republished by the survivor
+    (the takeover), and the worst commit-to-visible latency, for a read_committed consumer of
+    the real topic, of the transactions on the survivor's own partitions committed after the
+    kill (what a dead coordinator's open Kafka transaction and the rebalance cost consumers
+    of partitions that never moved).
+    """
     ns = env.namespace("failover")
     topic = env.topic("failover")
     first = env.coordinator(ns, "failover-a").start()
@@ -428,37 +435,114 @@ def failover(env: Env, *, size: int, rate: float = 50.0) -> Figure:
         second.wait_ready()
         first.wait_ready(marks=2)  # the rebalance gave `first` its share again
         owned = _last_assignment(first.log_path)
-        keys = [k for k in (str(i).encode() for i in range(10_000)) if half_partition(k, PARTITIONS) in owned]
-        if not keys:
+        keys = [str(i).encode() for i in range(200)]
+        moved = {k for k in keys if half_partition(k, PARTITIONS) in owned}
+        if not moved or len(moved) == len(keys):
             raise BenchError(f"could not tell which partitions the first coordinator owned: {owned}")
         watcher = Watcher(env.bootstrap, topic).start()
-        value = payload(size)
-        killed = [0.0]
-
-        async def main() -> None:
-            async with env.producer(ns, "bench-failover", lambda _t: TxState.COMMIT) as producer:
-                first.kill()
-                killed[0] = time.time()
-                for i in range(int(rate * 30)):
-                    await producer.send_in_transaction(
-                        Message(topic, value, key=keys[i % len(keys)]), _always(TxState.COMMIT)
-                    )
-                    if watcher.seen:
-                        return
-                    await asyncio.sleep(1 / rate)
-
         try:
-            asyncio.run(main())
-            watcher.wait(1, 60)
-            if not watcher.seen:
-                raise BenchError("the surviving coordinator republished nothing within 90 s of the kill")
-            took = min(watcher.seen.values()) - killed[0]
+            committed, killed = _steady_load(
+                env, ns, topic, keys, size=size, rate=rate, after_s=after_s, kill=first.kill
+            )
+            watcher.wait(len(committed), 60)
         finally:
             watcher.close()
     finally:
         first.kill()
         second.stop()
-    return Figure("failover", 1, took, {"seconds_to_first_republish": took}, {"partitions": PARTITIONS})
+    dead = [
+        watcher.seen[tx]
+        for tx, (key, at) in committed.items()
+        if key in moved and at >= killed and tx in watcher.seen
+    ]
+    if not dead:
+        raise BenchError("the surviving coordinator republished nothing of the dead one's partitions")
+    kept = [
+        watcher.seen[tx] - at
+        for tx, (key, at) in committed.items()
+        if key not in moved and at >= killed and tx in watcher.seen
+    ]
+    values = {
+        "seconds_to_first_republish": min(dead) - killed,
+        "survivor_partitions_max_visible_s": max(kept, default=0.0),
+        "unseen": float(len(committed) - len(watcher.seen)),
+    }
+    return Figure("failover", len(committed), values["seconds_to_first_republish"], values, {"rate": rate})
+
+
+def restart(env: Env, *, size: int, rate: float = 100.0, after_s: float = 8.0) -> Figure:
+    """One coordinator SIGKILLed and started again at once with the same instance id (a process
+    supervisor's restart): kill -> the first message republished after it."""
+    ns = env.namespace("restart")
+    topic = env.topic("restart")
+    coordinator = env.coordinator(ns, "restart-a").start()
+    try:
+        coordinator.wait_ready()
+        watcher = Watcher(env.bootstrap, topic).start()
+        try:
+
+            def kill_and_restart() -> None:
+                coordinator.kill()
+                coordinator.start()
+
+            committed, killed = _steady_load(
+                env,
+                ns,
+                topic,
+                [str(i).encode() for i in range(200)],
+                size=size,
+                rate=rate,
+                after_s=after_s,
+                kill=kill_and_restart,
+            )
+            watcher.wait(len(committed), 60)
+        finally:
+            watcher.close()
+    finally:
+        coordinator.stop()
+    after = [watcher.seen[tx] for tx, (_key, at) in committed.items() if at >= killed and tx in watcher.seen]
+    if not after:
+        raise BenchError("the restarted coordinator republished nothing")
+    values = {
+        "seconds_to_first_republish": min(after) - killed,
+        "unseen": float(len(committed) - len(watcher.seen)),
+    }
+    return Figure("restart", len(committed), values["seconds_to_first_republish"], values, {"rate": rate})
+
+
+def _steady_load(
+    env: Env,
+    ns: str,
+    topic: str,
+    keys: list[bytes],
+    *,
+    size: int,
+    rate: float,
+    after_s: float,
+    kill: Callable[[], None],
+) -> tuple[dict[str, tuple[bytes, float]], float]:
+    """Commit transactions round-robin over ``keys`` at ``rate`` for 2 s, ``kill()``, go on for
+    ``after_s``. Returns {tx id: (key, wall time it committed)} and the kill's wall time."""
+    value = payload(size)
+    committed: dict[str, tuple[bytes, float]] = {}
+    killed = [0.0]
+
+    async def main() -> None:
+        async with env.producer(ns, "bench-failover", lambda _t: TxState.COMMIT) as producer:
+            started = time.monotonic()
+            for i in range(int(rate * (2 + after_s))):
+                if not killed[0] and time.monotonic() - started >= 2:
+                    await asyncio.to_thread(kill)
+                    killed[0] = time.time()
+                key = keys[i % len(keys)]
+                message = Message(topic, value, key=key)
+                result = await producer.send_in_transaction(message, _always(TxState.COMMIT))
+                if result.state is TxState.COMMIT:
+                    committed[result.tx_id] = (key, time.time())
+                await asyncio.sleep(1 / rate)
+
+    asyncio.run(main())
+    return committed, killed[0]
 
 
 def _last_assignment(log: Path) -> set[int]:
