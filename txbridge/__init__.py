@@ -5,7 +5,13 @@ from txbridge.barrier import SqlAlchemyBarrier, SqliteBarrier
 from txbridge.errors import TxBridgeError
 from txbridge.producer import TransactionProducer
 from txbridge.serializers import AvroSerializer, BytesSerializer, StringSerializer
-from txbridge.transaction import LocalTransaction, Message, TransactionListener, TransactionResult
+from txbridge.transaction import (
+    LocalTransaction,
+    Message,
+    TransactionListener,
+    TransactionResult,
+    decisive,
+)
 from txbridge.wire import TxState
 
 __version__ = "0.1.0"
@@ -25,4 +31,5 @@ __all__ = [
     "TxBridgeError",
     "TxState",
     "__version__",
+    "decisive",
 ]

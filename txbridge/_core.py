@@ -13,9 +13,12 @@ written: committed, it would only be quarantined. The producers keep the
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +42,7 @@ from txbridge.transaction import (
     TransactionResult,
     TxPhase,
     coerce_state,
+    is_decisive,
     phase_of,
     serialize_key,
 )
@@ -72,6 +76,7 @@ class ProducerSettings:
     key_serializer: Serializer = field(default_factory=BytesSerializer)
     heartbeat_interval_s: float = 3.0
     max_message_bytes: int = limits.DEFAULT_MAX_MESSAGE_BYTES
+    settle_unknown: bool | None = None
     extra_config: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -484,3 +489,49 @@ class TransactionBlock(Generic[H]):
             state, error, reason = half_failure(self._tx)
             return state, error, reason, self._tx.half_error
         return self._outcome, None, "", None
+
+
+#: After a local transaction ends UNKNOWN, a producer whose check is decisive asks it at once,
+#: then after these waits, before it leaves the outcome to the coordinator's back-check.
+SETTLE_WAITS_S = (0.0, 0.05, 0.25)
+SETTLED_REASON = "UNKNOWN settled by the producer's own decisive check"
+
+
+def settles_unknown(settings: ProducerSettings, check: Callable[..., Any]) -> bool:
+    """Whether the producer asks ``check`` itself after an UNKNOWN: ``settle_unknown`` when set,
+    else only for a check marked :func:`~txbridge.transaction.decisive` (the barrier's)."""
+    return settings.settle_unknown if settings.settle_unknown is not None else is_decisive(check)
+
+
+def settle_unknown(check: Callable[..., Any], txn: LocalTransaction) -> TxState:
+    """Ask ``check`` until it decides (see :data:`SETTLE_WAITS_S`); UNKNOWN when it never does."""
+    for wait in SETTLE_WAITS_S:
+        time.sleep(wait)
+        try:
+            state = coerce_state(check(txn))
+        except Exception as exc:  # a failing check leaves it to the back-check, like an UNKNOWN
+            logger.warning("own check of %s raised %s", txn.tx_id, type(exc).__name__)
+            continue
+        if state is not TxState.UNKNOWN:
+            return state
+    return TxState.UNKNOWN
+
+
+async def settle_unknown_async(check: Callable[..., Any], txn: LocalTransaction) -> TxState:
+    """:func:`settle_unknown` for the asyncio producer: a plain check runs in a worker thread."""
+    for wait in SETTLE_WAITS_S:
+        await asyncio.sleep(wait)
+        try:
+            if inspect.iscoroutinefunction(check):
+                answer = await check(txn)
+            else:
+                answer = await asyncio.to_thread(check, txn)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+            state = coerce_state(answer)
+        except Exception as exc:
+            logger.warning("own check of %s raised %s", txn.tx_id, type(exc).__name__)
+            continue
+        if state is not TxState.UNKNOWN:
+            return state
+    return TxState.UNKNOWN

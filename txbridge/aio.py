@@ -30,6 +30,7 @@ from typing import Any
 from starlette.applications import Starlette
 
 from txbridge._core import (
+    SETTLED_REASON,
     OpenTransaction,
     ProducerSettings,
     TransactionBlock,
@@ -39,6 +40,7 @@ from txbridge._core import (
     local_failure,
     normalise_messages,
     op_outcome,
+    settle_unknown_async,
 )
 from txbridge.delivery import DeliveryPump, delivery_error
 from txbridge.errors import KafkaOperationError
@@ -276,6 +278,10 @@ class AsyncTransactionProducer:
         *,
         reason: str = "",
     ) -> TransactionResult:
+        if state is TxState.UNKNOWN and self._sync.settles_unknown and tx.partition is not None:
+            settled = await settle_unknown_async(self._sync.check, tx.local_view())
+            if settled is not TxState.UNKNOWN:
+                state, reason = settled, SETTLED_REASON
         ack = tx.decide(state, reason=reason)
         if ack is None:
             return op_outcome(tx, state, error, ())

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from txbridge.errors import BarrierConflictError, ConfigurationError
+from txbridge.transaction import decisive
 from txbridge.wire import TxState
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ class SqliteBarrier:
         finally:
             conn.close()
 
+    @decisive  # the producer may ask it itself when its local transaction ends UNKNOWN
     def check(self, txn: Any) -> TxState:
         """The decisive answer to a back-check: COMMIT or ROLLBACK.
 
@@ -254,6 +256,7 @@ class SqlAlchemyBarrier:
                 ) from exc
             raise
 
+    @decisive  # the producer may ask it itself when its local transaction ends UNKNOWN
     def check(self, txn: Any) -> TxState:
         """The decisive answer to a back-check: COMMIT or ROLLBACK."""
         from sqlalchemy import select

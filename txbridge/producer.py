@@ -36,6 +36,7 @@ from starlette.applications import Starlette
 
 from txbridge import _kafka
 from txbridge._core import (
+    SETTLED_REASON,
     H,
     OpenTransaction,
     ProducerSettings,
@@ -48,6 +49,8 @@ from txbridge._core import (
     normalise_messages,
     op_outcome,
     order_key_bytes,
+    settle_unknown,
+    settles_unknown,
 )
 from txbridge.checkback import CHECK_PATH, CheckServer, build_check_app
 from txbridge.client_config import ClientConfig
@@ -93,6 +96,12 @@ class TransactionProducer:
         max_message_bytes: must match the coordinator's ``max_message_bytes`` (default 1 MiB):
             a larger message (as :func:`txbridge.limits.record_size` counts it republished) is
             refused before its half record is written, instead of quarantined once committed.
+        settle_unknown: when the local transaction ends UNKNOWN (or raises), ask the check
+            function at once (then after 50 and 250 ms) and write its COMMIT or ROLLBACK
+            instead of leaving the outcome to a back-check seconds later. Default (None): only
+            when the check is marked :func:`~txbridge.decisive` (the barrier's ``check`` is):
+            an ordinary check asked too early could answer ROLLBACK for a commit still on its
+            way, which is what the coordinator's check delay guards against.
         client_config: the cluster's client settings (security), shared by every part: a
             :class:`~txbridge.client_config.ClientConfig` (e.g. ``ClientConfig.load("client.properties")``)
             or a dict of Java or librdkafka names.
@@ -122,6 +131,7 @@ class TransactionProducer:
         key_serializer: Serializer | None = None,
         heartbeat_interval_s: float = 3.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        settle_unknown: bool | None = None,
         client_config: ClientConfig | Mapping[str, Any] | None = None,
         extra_config: dict[str, Any] | None = None,
     ) -> None:
@@ -140,6 +150,7 @@ class TransactionProducer:
             key_serializer=key_serializer or BytesSerializer(),
             heartbeat_interval_s=heartbeat_interval_s,
             max_message_bytes=max_message_bytes,
+            settle_unknown=settle_unknown,
             extra_config={**ClientConfig.coerce(client_config).librdkafka(), **(extra_config or {})},
         )
         if listener is not None and check is not None:
@@ -152,6 +163,11 @@ class TransactionProducer:
                 "or check= (e.g. barrier.check)"
             )
         self.listener = listener
+        #: The check function (the back-check's answer; also asked after an UNKNOWN, see
+        #: ``settle_unknown``).
+        self.check = check
+        #: Whether this producer settles an UNKNOWN local transaction with :attr:`check` itself.
+        self.settles_unknown = settles_unknown(self.settings, check)
         #: The ASGI app answering back-checks (``POST /txbridge/check``), to mount when
         #: ``serve_checks=False``.
         self.check_app: Starlette = build_check_app(self.settings.group, self.settings.secret, check)
@@ -388,6 +404,10 @@ class TransactionProducer:
         *,
         reason: str = "",
     ) -> TransactionResult:
+        if state is TxState.UNKNOWN and self.settles_unknown and tx.partition is not None:
+            settled = settle_unknown(self.check, tx.local_view())
+            if settled is not TxState.UNKNOWN:
+                state, reason = settled, SETTLED_REASON
         future = tx.decide(state, reason=reason)
         return op_outcome(tx, state, error, wait_all([future], self.ack_timeout_s) if future else [])
 

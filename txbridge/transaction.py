@@ -298,3 +298,23 @@ def local_transaction_from_check(request: wire.CheckRequest) -> LocalTransaction
 def _user_headers(headers: Sequence[tuple[str, bytes]]) -> tuple[tuple[str, bytes], ...]:
     # A check request may carry protocol headers too; the callback sees the user's only.
     return tuple((n, v) for n, v in headers if n not in wire.PROTOCOL_HEADERS and n != wire.H_TX)
+
+
+def decisive(check: Any) -> Any:
+    """Mark a check function as decisive: it answers COMMIT or ROLLBACK, never UNKNOWN, and a
+    local transaction can no longer commit after it answered ROLLBACK (the database barrier's
+    ``check`` is one). The producer may then ask it itself as soon as its own local
+    transaction ends UNKNOWN, instead of leaving the outcome to a back-check seconds later.
+
+    Use it as a decorator, or ``decisive(my_check)``; returns ``check``.
+    """
+    try:
+        check.txbridge_decisive = True
+    except AttributeError:  # a bound method: mark the function behind it
+        check.__func__.txbridge_decisive = True
+    return check
+
+
+def is_decisive(check: Any) -> bool:
+    """True when ``check`` was marked with :func:`decisive`."""
+    return bool(getattr(check, "txbridge_decisive", False))

@@ -21,6 +21,7 @@ def test_all_is_pinned_and_sorted() -> None:
         "TxBridgeError",
         "TxState",
         "__version__",
+        "decisive",
     ]
     assert txbridge.__all__ == sorted(txbridge.__all__)
     for name in txbridge.__all__:
