@@ -344,6 +344,7 @@ def demo(
 _PLUGINS = (
     ("coordinator.cli", "coordinator"),
     ("txbridge.admin", "admin"),
+    ("txbridge.acls_cli", "acls"),
     ("txbridge.consumer.cli", "consume"),
     ("spark_pipelines.cli", "demo"),
     ("spark_pipelines.cli", "report"),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBindingFilter,
@@ -34,6 +35,7 @@ from coordinator.service import Coordinator
 from tests.secure.conftest import SecureKafka
 from txbridge import Message, TransactionProducer, TxState, _kafka
 from txbridge.acls import Acl, apply_acls, role_acls
+from txbridge.cli import main
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics
 
@@ -320,15 +322,40 @@ def test_the_consumer_principal_cannot_forge_an_op_record(roles: Roles) -> None:
     assert refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def test_applying_acls_needs_a_principal_allowed_to_alter_them(roles: Roles) -> None:
-    from txbridge.errors import KafkaOperationError
+def test_txbridge_acls_apply_creates_them_with_the_admins_properties_file(roles: Roles) -> None:
+    group = f"cli-{uuid.uuid4().hex[:6]}"
+    args = ["acls", "--role", "consumer", "--principal", "User:consumer", "--namespace", roles.namespace,
+            "--topic", roles.topic, "--group", group, "--plain-consumer"]  # fmt: skip
+    before = _consume(roles, "consumer", group, [roles.topic], 5)
 
-    acls = role_acls(
-        "consumer", "User:consumer", namespace=roles.namespace, topics=[roles.topic], groups=["g"]
+    result = CliRunner().invoke(
+        main, [*args, "--apply", "--command-config", str(roles.kafka.properties_file)]
     )
 
-    with pytest.raises(KafkaOperationError) as refused:
-        apply_acls(roles.kafka.bootstrap, acls, roles.config("coordinator"))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == f"created 2 ACLs for User:consumer at {roles.kafka.bootstrap}"
+    assert f"--command-config {roles.kafka.properties_file} --add" in result.output
+    assert roles.kafka.cluster.password() not in result.output
+    assert (None, KafkaError.GROUP_AUTHORIZATION_FAILED) in _errors(before)
+    granted = role_acls(
+        "consumer", "User:consumer", namespace=roles.namespace, topics=[roles.topic], groups=[group],
+        plain_consumer=True,
+    )  # fmt: skip
+    _wait_granted(roles.kafka, granted)
+    assert _errors(_consume(roles, "consumer", group, [roles.topic], 5)) == set()
 
-    assert "CLUSTER_AUTHORIZATION_FAILED" in str(refused.value)
-    assert "a super user" in str(refused.value)
+
+def test_txbridge_acls_apply_as_a_role_principal_is_refused_with_what_to_do(roles: Roles) -> None:
+    config = str(roles.kafka.cluster.client_properties_file("coordinator"))
+    args = ["acls", "--role", "consumer", "--principal", "User:consumer", "--namespace", roles.namespace,
+            "--topic", roles.topic, "--group", "g", "--apply", "--command-config", config]  # fmt: skip
+
+    result = CliRunner().invoke(main, args)
+
+    assert result.exit_code == 2
+    error = result.output.splitlines()[-1]
+    assert error.startswith("error: creating the ACL User:consumer may ")
+    assert "(CLUSTER_AUTHORIZATION_FAILED)" in error
+    assert error.endswith("apply ACLs as a principal allowed to alter the cluster's ACLs (a super user): "
+                          "pass its --command-config")  # fmt: skip
+    assert roles.kafka.cluster.password("coordinator") not in result.output

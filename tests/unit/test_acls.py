@@ -158,3 +158,42 @@ def test_commands_without_a_bootstrap_name_a_variable() -> None:
     first = render_commands(acls).splitlines()[0]
 
     assert first.startswith("kafka-acls.sh --bootstrap-server $BOOTSTRAP --add --allow-principal User:p ")
+
+
+# ------------------------------------------------------------------ the command
+
+
+def test_the_command_prints_the_table_and_the_kafka_acls_lines_without_contacting_kafka() -> None:
+    from click.testing import CliRunner
+
+    from txbridge.cli import main
+
+    result = CliRunner().invoke(
+        main,
+        ["acls", "--role", "consumer", "--principal", "User:billing", "--namespace", "ns",
+         "--topic", "orders", "--group", "billing", "--plain-consumer", "--bootstrap", "nowhere:1"],
+    )  # fmt: skip
+
+    kafka_acls = "kafka-acls.sh --bootstrap-server nowhere:1 --add --allow-principal User:billing"
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "# ACLs of the consumer role for User:billing (namespace ns)",
+        "resource  pattern  name     operations  why",
+        "topic     literal  orders   Read        reads committed messages",
+        "group     literal  billing  Read        its consumer group",
+        "",
+        "# the same with Kafka's CLI:",
+        f"{kafka_acls} --operation Read --topic orders",
+        f"{kafka_acls} --operation Read --group billing",
+    ]
+
+
+def test_the_command_reports_bad_input_in_one_line() -> None:
+    from click.testing import CliRunner
+
+    from txbridge.cli import main
+
+    result = CliRunner().invoke(main, ["acls", "--role", "consumer", "--principal", "User:b", "--topic", "t"])
+
+    assert result.exit_code == 2
+    assert result.output == "error: a consumer reads in a consumer group: pass --group NAME (repeatable)\n"
