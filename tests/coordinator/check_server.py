@@ -1,9 +1,15 @@
-"""A tiny signed back-check endpoint for tests: verifies ``Txbridge-Signature``, answers as scripted."""
+"""A tiny signed back-check endpoint for tests: verifies ``Txbridge-Signature``, answers as scripted.
+
+Besides verdicts it misbehaves on demand, request by request (see :class:`Misbehaviour`):
+slow answers, timeouts, error statuses, garbage bodies, dropped connections; and a
+script may leave a transaction out of a batch answer (a partial answer).
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -20,8 +26,32 @@ from txbridge.wire import (
     verify,
 )
 
-#: What the script returns: a verdict, or a raw ``(status, body)`` answer.
-Answer = TxState | tuple[int, bytes]
+#: What the script returns for one transaction: a verdict; ``None`` to leave it out of a
+#: batch answer (a single check answers UNKNOWN); or a raw ``(status, body)`` answer.
+Answer = TxState | tuple[int, bytes] | None
+
+
+@dataclass(frozen=True)
+class Misbehaviour:
+    """How one whole request is answered, whatever its transactions' verdicts.
+
+    Attributes:
+        delay_s: sleep this long before answering (longer than the coordinator's
+            ``check_timeout_s``: a timeout; a little shorter: a slow answer).
+        status: answer this HTTP status with ``body`` instead of the verdicts (None: the verdicts).
+        body: the body of that answer (garbage, a wrong shape, ...).
+        drop: close the connection without answering anything.
+    """
+
+    delay_s: float = 0.0
+    status: int | None = None
+    body: bytes = b""
+    drop: bool = False
+
+
+#: ``misbehave(number, checks)``: the request's 1-based number among the verified, well-formed
+#: ones and the transactions it asks about; returns how to misbehave, or None to answer properly.
+MisbehaveScript = Callable[[int, Sequence[CheckRequest]], Misbehaviour | None]
 
 
 @dataclass
@@ -31,16 +61,20 @@ class CheckServer:
     A batch is answered transaction by transaction, unless the script gives a raw answer for
     one of them: that raw answer is then the whole response. ``batches=False`` plays a
     producer that predates batches (a batch body is a 400), ``posts`` counts HTTP requests.
+    ``misbehave`` runs first, per request (see :data:`MisbehaveScript`).
     """
 
     secret: bytes
     script: Callable[[CheckRequest], Answer] = lambda _req: TxState.UNKNOWN
     batches: bool = True
+    misbehave: MisbehaveScript = lambda _number, _checks: None
     calls: list[CheckRequest] = field(default_factory=list)
     rejected: int = 0
     posts: int = 0
+    requests: int = 0  # verified, well-formed requests: the numbers misbehave() sees
     batch_sizes: list[int] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def url(self) -> str:
@@ -53,38 +87,65 @@ class CheckServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                owner.posts += 1
+                with owner._lock:
+                    owner.posts += 1
                 try:
                     verify(owner.secret, self.headers.get(SIGNATURE_HEADER), body)
                 except SignatureError:
-                    owner.rejected += 1
+                    with owner._lock:
+                        owner.rejected += 1
                     self._answer(401, b'{"error":"bad signature"}')
                     return
                 try:
                     parsed = decode_check_body(body) if owner.batches else decode_check_request(body)
                 except WireFormatError:
-                    owner.rejected += 1
+                    with owner._lock:
+                        owner.rejected += 1
                     self._answer(400, b'{"error":"not a check request"}')
                     return
                 requests = parsed.checks if isinstance(parsed, CheckBatch) else (parsed,)
-                owner.batch_sizes.append(len(requests))
-                owner.calls.extend(requests)
+                with owner._lock:
+                    owner.requests += 1
+                    number = owner.requests
+                    owner.batch_sizes.append(len(requests))
+                    owner.calls.extend(requests)
+                odd = owner.misbehave(number, requests)
+                if odd is not None and self._misbehave(odd):
+                    return
                 answers = [owner.script(r) for r in requests]
-                raw = [a for a in answers if not isinstance(a, TxState)]
+                raw = [a for a in answers if isinstance(a, tuple)]
                 if raw:
                     self._answer(*raw[0])
                 elif isinstance(parsed, CheckBatch):
-                    states = {r.tx_id: a for r, a in zip(requests, answers, strict=True)}
-                    self._answer(200, encode_check_batch_answer(states))  # type: ignore[arg-type]
+                    states = {
+                        r.tx_id: a for r, a in zip(requests, answers, strict=True) if isinstance(a, TxState)
+                    }
+                    self._answer(200, encode_check_batch_answer(states))
                 else:
-                    self._answer(200, encode_check_answer(answers[0]))  # type: ignore[arg-type]
+                    verdict = answers[0] if isinstance(answers[0], TxState) else TxState.UNKNOWN
+                    self._answer(200, encode_check_answer(verdict))
+
+            def _misbehave(self, odd: Misbehaviour) -> bool:
+                """Act out ``odd``; True when that was the whole answer."""
+                if odd.delay_s:
+                    time.sleep(odd.delay_s)
+                if odd.drop:
+                    self.close_connection = True
+                    return True
+                if odd.status is not None:
+                    self._answer(odd.status, odd.body)
+                    return True
+                return False
 
             def _answer(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the coordinator gave up waiting (its timeout): nobody reads this answer
 
             def log_message(self, *_args: object) -> None:
                 pass
@@ -100,4 +161,5 @@ class CheckServer:
             self._server = None
 
     def calls_for(self, tx_id: str) -> list[CheckRequest]:
-        return [c for c in self.calls if c.tx_id == tx_id]
+        with self._lock:
+            return [c for c in self.calls if c.tx_id == tx_id]
