@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
+from txbridge.cli import _one_line_errors, bootstrap_option, client_options, resolve_bootstrap
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from spark_pipelines.runner import WorkloadResult
     from spark_pipelines.streaming import CustomerCounts
     from spark_pipelines.workload import RunConfig
+    from txbridge.client_config import ClientConfig
 
 
 def _broker_was_running() -> bool:
@@ -31,6 +32,7 @@ def _broker_was_running() -> bool:
 
 @click.command()
 @bootstrap_option
+@client_options
 @click.option("--orders", default=600, show_default=True, help="Orders per path.")
 @click.option("--customers", default=20, show_default=True, help="Distinct customers (message keys).")
 @click.option("--seed", default=42, show_default=True, help="Seed of the fault plan (same seed, same plan).")
@@ -58,6 +60,7 @@ def _broker_was_running() -> bool:
 def demo(  # noqa: PLR0915 - the demo's steps read best in one place
     *,
     bootstrap: str | None,
+    client: ClientConfig,
     orders: int,
     customers: int,
     seed: int,
@@ -73,7 +76,10 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
     keep_broker: bool,
 ) -> None:
     """Run the same faulty order workload through txbridge, native Kafka transactions and plain
-    produce, compare them in Spark, print the table and write the report."""
+    produce, compare them in Spark, print the table and write the report.
+
+    With --command-config (a secured cluster), every path, the coordinator, the watchers and
+    Spark's Kafka source connect with the same client settings."""
     from rich.console import Console
     from rich.progress import Progress
 
@@ -88,8 +94,9 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
     except ValueError as exc:
         raise ConfigurationError(f"fault rates: {exc}; lower --*-rate") from exc
     console = Console(width=max(Console().width, 150))  # the table has 13 columns
-    started_broker = not bootstrap and not _broker_was_running()
-    bootstrap = resolve_bootstrap(bootstrap, start_local=True)
+    started_broker = not (bootstrap or client.bootstrap) and not _broker_was_running()
+    bootstrap = resolve_bootstrap(bootstrap, start_local=True, client=client)
+    client.java()  # Spark's Kafka source takes them too: a setting it cannot take fails before the run
     run_id = new_run_id()
     run_dir = Path(out).resolve() / run_id
     config = RunConfig.create(run_id, bootstrap, run_dir, db_url=db_url, check_after=check_delay)
@@ -102,11 +109,11 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
         kill_coordinator=not no_coordinator_kill,
     )
     secret = secrets.token_hex(16)
-    coordinator = coordinator_process(config, secret, check_delay=check_delay)
+    coordinator = coordinator_process(config, secret, check_delay=check_delay, client=client)
     stream = None
     began = time.monotonic()
     try:
-        prepare(config)
+        prepare(config, client=client)
         coordinator.start()
         console.print(f"run {run_id}: {orders} orders x 3 paths, seed {seed}, Kafka {bootstrap}")
         spark = None
@@ -116,7 +123,9 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
 
             spark = build_session("txbridge-demo", master=master)
             spark.sparkContext.setLogLevel("ERROR")  # spark-avro warns per batch about nullability
-            stream = CustomerCounts(spark, bootstrap, config.topics["txbridge"], run_dir / "stream")
+            stream = CustomerCounts(
+                spark, bootstrap, config.topics["txbridge"], run_dir / "stream", client=client
+            )
             stream.start()
         coordinator.wait_ready()  # a coordinator that cannot start fails the run here, with its log
         with Progress(console=console, transient=False) as progress:
@@ -128,9 +137,13 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
                 if stream is not None and path == "txbridge" and index == restart_at:
                     stream.restart()
 
-            result = run_workload(config, plan, secret=secret, coordinator=coordinator, on_order=on_order)
+            result = run_workload(
+                config, plan, secret=secret, coordinator=coordinator, on_order=on_order, client=client
+            )
         console.print(f"workload done in {time.monotonic() - began:.0f}s; Spark comparison ...")
-        report = _compare_and_report(config, plan, result, stream, master=master, console=console)
+        report = _compare_and_report(
+            config, plan, result, stream, master=master, console=console, client=client
+        )
         console.print(f"report: {report}")
     finally:
         if stream is not None:
@@ -150,6 +163,7 @@ def _compare_and_report(
     *,
     master: str | None,
     console: Console,
+    client: ClientConfig,
 ) -> Path:
     from spark_pipelines.compare import compare
     from spark_pipelines.faults import Fault
@@ -161,7 +175,9 @@ def _compare_and_report(
     spark.sparkContext.setLogLevel("ERROR")
     truth = {p: config.store(p).committed() for p in config.topics}
     visibility = {key: load_visibility(file) for key, file in result.visibility.items()}
-    metrics, samples = compare(spark, config.bootstrap, config.topics, truth, visibility=visibility)
+    metrics, samples = compare(
+        spark, config.bootstrap, config.topics, truth, visibility=visibility, client=client
+    )
     info: dict[str, object] = {
         "run_id": config.run_id,
         "orders": len(plan.orders),

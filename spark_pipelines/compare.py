@@ -21,6 +21,8 @@ from spark_pipelines.store import CommittedOrder
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from txbridge.client_config import ClientConfig
+
 logger = logging.getLogger(__name__)
 
 ISOLATIONS = ("read_committed", "read_uncommitted")
@@ -49,14 +51,22 @@ class PathMetrics:
         return asdict(self)
 
 
-def read_events(spark: SparkSession, bootstrap: str, topic: str, isolation: str) -> DataFrame:
+def read_events(
+    spark: SparkSession, bootstrap: str, topic: str, isolation: str, client: ClientConfig | None = None
+) -> DataFrame:
     """``partition, offset, event`` of every record; ``event`` is null when the value is not an
-    ``OrderCreated`` Avro record."""
+    ``OrderCreated`` Avro record.
+
+    Args:
+        client: the cluster's client settings (security), given to the Kafka source as its
+            ``kafka.``-prefixed Java client options.
+    """
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro, to_avro
 
     raw = (
         spark.read.format("kafka")
+        .options(**(client.spark_options() if client is not None else {}))
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
@@ -114,11 +124,12 @@ def measure(
     isolation: str,
     truth: DataFrame,
     visibility: Mapping[str, int] | None = None,
+    client: ClientConfig | None = None,
 ) -> tuple[PathMetrics, list[int]]:
     """The metrics of one topic under one isolation level, and the latency samples (ms)."""
     from pyspark.sql import functions as F
 
-    read = read_events(spark, bootstrap, topic, isolation).cache()
+    read = read_events(spark, bootstrap, topic, isolation, client).cache()
     try:
         records = read.count()
         undecodable = read.where(F.col("event").isNull()).count()
@@ -183,6 +194,7 @@ def compare(
     *,
     visibility: Mapping[tuple[str, str], Mapping[str, int]] | None = None,
     isolations: Sequence[str] = ISOLATIONS,
+    client: ClientConfig | None = None,
 ) -> tuple[list[PathMetrics], dict[tuple[str, str], list[int]]]:
     """Measure every path under every isolation level.
 
@@ -193,6 +205,7 @@ def compare(
         ground_truth: ``{path: committed orders}`` read from each path's database.
         visibility: ``{(path, isolation): {order_id: first_seen_ms}}`` from the watchers.
         isolations: which isolation levels to read with.
+        client: the cluster's client settings (security).
 
     Returns:
         The metrics, and the latency samples per ``(path, isolation)``.
@@ -205,7 +218,14 @@ def compare(
             for isolation in isolations:
                 seen = (visibility or {}).get((path, isolation))
                 metrics, latencies = measure(
-                    spark, bootstrap, path, topic, isolation=isolation, truth=truth, visibility=seen
+                    spark,
+                    bootstrap,
+                    path,
+                    topic,
+                    isolation=isolation,
+                    truth=truth,
+                    visibility=seen,
+                    client=client,
                 )
                 results.append(metrics)
                 samples[(path, isolation)] = latencies

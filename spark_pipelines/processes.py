@@ -17,12 +17,15 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from coordinator.process import CoordinatorProcess
 from spark_pipelines.faults import FaultPlan
 from spark_pipelines.workload import SECRET_ENV, RunConfig
 from txbridge.errors import TxBridgeError
+
+if TYPE_CHECKING:
+    from txbridge.client_config import ClientConfig
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,7 @@ class ProducerRunner:
         plan: the fault plan (already saved to ``config.plan_file``).
         secret: the check secret (txbridge), passed in the environment.
         on_order: called with ``(path, index, outcome)`` after each order.
+        client: the cluster's client settings, passed on the command line as the parent got them.
     """
 
     def __init__(
@@ -67,8 +71,10 @@ class ProducerRunner:
         *,
         secret: str | None = None,
         on_order: Callable[[str, int, str], None] | None = None,
+        client: ClientConfig | None = None,
     ) -> None:
         self.config = config
+        self._client_args = client.cli_args() if client is not None else []
         self.path = path
         self.plan = plan
         self._secret = secret
@@ -86,7 +92,15 @@ class ProducerRunner:
         log = (self._logs / f"{self.path}-{self.result.processes}.log").open("w")
         try:
             return subprocess.Popen(
-                [sys.executable, "-m", "spark_pipelines.worker", self.config.run_dir, self.path, str(start)],
+                [
+                    sys.executable,
+                    "-m",
+                    "spark_pipelines.worker",
+                    self.config.run_dir,
+                    self.path,
+                    str(start),
+                    *self._client_args,
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
@@ -170,18 +184,22 @@ class ProducerRunner:
         self._idle = None
 
 
-def coordinator_process(config: RunConfig, secret: str, *, check_delay: float = 2.0) -> CoordinatorProcess:
+def coordinator_process(
+    config: RunConfig, secret: str, *, check_delay: float = 2.0, client: ClientConfig | None = None
+) -> CoordinatorProcess:
     """The run's coordinator on its namespace; its log is ``logs/coordinator.log`` of the run.
 
     Args:
         config: the run.
         secret: the default check secret (passed in the child's environment).
         check_delay: seconds before the first back-check.
+        client: the cluster's client settings (``--command-config`` / ``-X`` of the child).
     """
+    client_args = client.cli_args() if client is not None else []
     return CoordinatorProcess(
         config.bootstrap,
         config.namespace,
         secret=secret,
         log_path=Path(config.run_dir) / "logs" / "coordinator.log",
-        args=("--check-delay", str(check_delay)),
+        args=("--check-delay", str(check_delay), *client_args),
     )

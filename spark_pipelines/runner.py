@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coordinator.process import CoordinatorProcess
 from spark_pipelines.faults import FaultPlan
@@ -17,6 +18,9 @@ from spark_pipelines.processes import PathResult, ProducerRunner
 from spark_pipelines.watcher import VisibilityWatcher
 from spark_pipelines.workload import RunConfig
 from txbridge import _kafka
+
+if TYPE_CHECKING:
+    from txbridge.client_config import ClientConfig
 
 logger = logging.getLogger(__name__)
 
@@ -34,16 +38,16 @@ class WorkloadResult:
     coordinator_kills: int = 0
 
 
-def prepare(config: RunConfig, paths: Sequence[str] = PATHS) -> None:
-    """Create the run's folders, topics and tables (idempotent)."""
+def prepare(config: RunConfig, paths: Sequence[str] = PATHS, *, client: ClientConfig | None = None) -> None:
+    """Create the run's folders, topics and tables (idempotent); ``client``: the cluster's settings."""
     run_dir = Path(config.run_dir)
     (run_dir / "db").mkdir(parents=True, exist_ok=True)
     specs = [_kafka.TopicSpec(config.topics[p], config.partitions) for p in paths]
-    _kafka.ensure_topics(config.bootstrap, specs)
+    _kafka.ensure_topics(config.bootstrap, specs, extra=client.librdkafka() if client is not None else None)
     if "txbridge" in paths:
         from txbridge.topics import init_topics
 
-        init_topics(config.bootstrap, config.namespace, config.partitions)
+        init_topics(config.bootstrap, config.namespace, config.partitions, client_config=client)
     for path in paths:
         store = config.store(path)
         store.create()
@@ -60,6 +64,7 @@ def run_workload(
     paths: Sequence[str] = PATHS,
     settle_timeout: float = 90.0,
     on_order: Callable[[str, int, str], None] | None = None,
+    client: ClientConfig | None = None,
 ) -> WorkloadResult:
     """Run ``plan`` through ``paths`` concurrently, one producer process chain per path.
 
@@ -68,13 +73,17 @@ def run_workload(
     ``settle_timeout`` seconds for txbridge's back-checks to publish every
     committed order, then stops the producers and watchers.
 
+    ``client`` holds the cluster's client settings: every producer process, watcher and
+    topic creation uses them.
+
     Raises:
         PipelineError: a producer process failed outside the plan.
     """
-    prepare(config, paths)
+    prepare(config, paths, client=client)
     config.plan_file.write_text(plan.to_json())
+    settings = client.librdkafka() if client is not None else None
     watchers = {
-        (p, iso): VisibilityWatcher(config.bootstrap, config.topics[p], iso)
+        (p, iso): VisibilityWatcher(config.bootstrap, config.topics[p], iso, settings)
         for p in paths
         for iso in ISOLATIONS
     }
@@ -90,7 +99,9 @@ def run_workload(
         if on_order:
             on_order(path, index, outcome)
 
-    runners = {p: ProducerRunner(config, p, plan, secret=secret, on_order=observe) for p in paths}
+    runners = {
+        p: ProducerRunner(config, p, plan, secret=secret, on_order=observe, client=client) for p in paths
+    }
     result = WorkloadResult()
     try:
         with ThreadPoolExecutor(len(runners)) as pool:

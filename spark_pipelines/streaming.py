@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from txbridge.client_config import ClientConfig
+
 logger = logging.getLogger(__name__)
 
 
@@ -69,13 +71,22 @@ class CustomerCounts:
         topic: the topic to count (txbridge's committed topic).
         workdir: holds ``checkpoint/`` and ``counts.sqlite``.
         trigger: the micro-batch interval.
+        client: the cluster's client settings (security), as ``kafka.``-prefixed Java client options.
     """
 
     def __init__(
-        self, spark: SparkSession, bootstrap: str, topic: str, workdir: Path, *, trigger: str = "2 seconds"
+        self,
+        spark: SparkSession,
+        bootstrap: str,
+        topic: str,
+        workdir: Path,
+        *,
+        trigger: str = "2 seconds",
+        client: ClientConfig | None = None,
     ) -> None:
         self.spark = spark
         self.bootstrap = bootstrap
+        self._options = client.spark_options() if client is not None else {}
         self.topic = topic
         self.checkpoint = workdir / "checkpoint"
         self.sink = CountSink(workdir / "counts.sqlite")
@@ -89,6 +100,7 @@ class CustomerCounts:
 
         source = (
             self.spark.readStream.format("kafka")
+            .options(**self._options)
             .option("kafka.bootstrap.servers", self.bootstrap)
             .option("subscribe", self.topic)
             .option("startingOffsets", "earliest")

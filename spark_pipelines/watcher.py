@@ -15,7 +15,9 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from spark_pipelines import schema
 from txbridge import _kafka
@@ -26,8 +28,11 @@ logger = logging.getLogger(__name__)
 class VisibilityWatcher:
     """Record the first-seen wall time (ms) of every order id on ``topic``."""
 
-    def __init__(self, bootstrap: str, topic: str, isolation: str) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, isolation: str, extra: Mapping[str, Any] | None = None
+    ) -> None:
         self.bootstrap = bootstrap
+        self.extra = dict(extra or {})
         self.topic = topic
         self.isolation = isolation
         self.first_seen: dict[str, int] = {}
@@ -57,6 +62,7 @@ class VisibilityWatcher:
         consumer = _kafka.consumer(
             self.bootstrap,
             f"watcher-{uuid.uuid4().hex[:8]}",
+            self.extra,
             isolation_level=self.isolation,
             fetch_wait_max_ms=10,
             topic_metadata_refresh_interval_ms=1000,

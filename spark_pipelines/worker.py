@@ -4,11 +4,13 @@ It handles the plan's orders from index START and reports each on stdout as a
 JSON line (``{"order": i, "outcome": ...}``). At a planned crash point it says
 ``{"crash": i, "stage": ...}`` and waits to be SIGKILLed by the runner. After
 the last order it says ``{"done": true}`` and stays up (a txbridge producer
-answers back-checks) until its stdin closes.
+answers back-checks) until its stdin closes. ``--command-config FILE`` and
+``-X KEY=VALUE`` give it the cluster's client settings, as the parent got them.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -18,6 +20,7 @@ from typing import NoReturn
 
 from spark_pipelines.faults import FaultPlan
 from spark_pipelines.workload import RunConfig, make_path
+from txbridge.client_config import ClientConfig
 
 logger = logging.getLogger(__name__)
 
@@ -27,10 +30,10 @@ def _say(**message: object) -> None:
     sys.stdout.flush()
 
 
-def run(run_dir: Path, path_name: str, start: int) -> None:
+def run(run_dir: Path, path_name: str, start: int, client: ClientConfig | None = None) -> None:
     config = RunConfig.load(run_dir)
     plan = FaultPlan.from_json(config.plan_file.read_text())
-    path = make_path(config, path_name)
+    path = make_path(config, path_name, client=client)
     path.start()
     current = start
 
@@ -52,8 +55,15 @@ def run(run_dir: Path, path_name: str, start: int) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
-    run_dir, path_name, start = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    run(Path(run_dir), path_name, start)
+    parser = argparse.ArgumentParser(prog="python -m spark_pipelines.worker")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("path")
+    parser.add_argument("start", type=int)
+    parser.add_argument("--command-config", default=None)
+    parser.add_argument("-X", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    client = ClientConfig.load(args.command_config, args.overrides)
+    run(args.run_dir, args.path, args.start, client)
 
 
 if __name__ == "__main__":

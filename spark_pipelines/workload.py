@@ -14,10 +14,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spark_pipelines.paths import PATHS, OrderPath
 from spark_pipelines.store import OrderStore
 from txbridge.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from txbridge.client_config import ClientConfig
 
 SECRET_ENV = "TXBRIDGE_DEMO_SECRET"  # noqa: S105 - the name of the variable, not a secret
 
@@ -86,18 +90,23 @@ class RunConfig:
         return cls(**json.loads((run_dir / "run.json").read_text()))
 
 
-def make_path(config: RunConfig, path: str, *, secret: str | None = None) -> OrderPath:
-    """The path object ``path`` of a run (not started)."""
+def make_path(
+    config: RunConfig, path: str, *, secret: str | None = None, client: ClientConfig | None = None
+) -> OrderPath:
+    """The path object ``path`` of a run (not started); ``client`` holds the cluster's client settings."""
     store = config.store(path)
     topic = config.topics[path]
+    settings = client.librdkafka() if client is not None else {}
     if path == "native":
         from spark_pipelines.paths.native import NativePath
 
-        return NativePath(config.bootstrap, topic, store, transactional_id=f"{config.group}-native")
+        return NativePath(
+            config.bootstrap, topic, store, transactional_id=f"{config.group}-native", extra=settings
+        )
     if path == "plain":
         from spark_pipelines.paths.plain import PlainPath
 
-        return PlainPath(config.bootstrap, topic, store)
+        return PlainPath(config.bootstrap, topic, store, extra=settings)
     if path == "txbridge":
         from spark_pipelines.paths.txbridge_path import TxbridgePath
 
@@ -113,5 +122,6 @@ def make_path(config: RunConfig, path: str, *, secret: str | None = None) -> Ord
             namespace=config.namespace,
             partitions=config.partitions,
             check_after=config.check_after,
+            client_config=settings,
         )
     raise ConfigurationError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")

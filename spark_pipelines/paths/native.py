@@ -9,6 +9,7 @@ so ``init_transactions`` fences the killed one and aborts its open transaction.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from spark_pipelines import schema
@@ -27,8 +28,16 @@ class NativePath:
 
     name = "native"
 
-    def __init__(self, bootstrap: str, topic: str, store: OrderStore, transactional_id: str) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        store: OrderStore,
+        transactional_id: str,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
         self.bootstrap = bootstrap
+        self.extra = dict(extra or {})
         self.topic = topic
         self.store = store
         self.transactional_id = transactional_id
@@ -36,7 +45,7 @@ class NativePath:
 
     def start(self) -> None:
         self._producer = _kafka.producer(
-            self.bootstrap, transactional_id=self.transactional_id, transaction_timeout_ms=60_000
+            self.bootstrap, self.extra, transactional_id=self.transactional_id, transaction_timeout_ms=60_000
         )
         self._producer.init_transactions(_TIMEOUT_S)
 

@@ -11,6 +11,7 @@ services do.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from spark_pipelines import schema
@@ -30,14 +31,19 @@ class PlainPath:
 
     name = "plain"
 
-    def __init__(self, bootstrap: str, topic: str, store: OrderStore) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, store: OrderStore, extra: Mapping[str, Any] | None = None
+    ) -> None:
         self.bootstrap = bootstrap
+        self.extra = dict(extra or {})
         self.topic = topic
         self.store = store
         self._producer: Any = None
 
     def start(self) -> None:
-        self._producer = _kafka.producer(self.bootstrap, enable_idempotence=False, acks="all", linger_ms=0)
+        self._producer = _kafka.producer(
+            self.bootstrap, self.extra, enable_idempotence=False, acks="all", linger_ms=0
+        )
 
     def handle(self, order: PlannedOrder, crash: CrashPoint) -> str:
         if order.fault is Fault.CRASH_AFTER_BEGIN:

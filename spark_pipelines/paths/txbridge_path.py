@@ -10,6 +10,7 @@ of a killed one.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from spark_pipelines import schema
@@ -36,8 +37,10 @@ class TxbridgePath:
         namespace: str,
         partitions: int,
         check_after: float | None = None,
+        client_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.client_config = dict(client_config or {})
         self.topic = topic
         self.store = store
         self.group = group
@@ -60,6 +63,7 @@ class TxbridgePath:
             namespace=self.namespace,
             partitions=self.partitions,
             value_serializer=AvroSerializer(schema.ORDER_CREATED),
+            client_config=self.client_config,
         )
         self._producer.__enter__()
 
