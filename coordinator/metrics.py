@@ -32,6 +32,7 @@ COUNTERS = {
     "expired_rechecked": "expired transactions asked about again when their group came back",
     "expired_resumed": "expired transactions published after their group answered COMMIT",
     "expired_rolled_back": "expired transactions their returning group answered ROLLBACK",
+    "checks_expedited": "open transactions of a silent or departed writer checked before the check delay",
     "owners_fenced": "dead previous owners of assigned partitions fenced (their open transaction aborted)",
     "conflicting_ops": "late ops contradicting the first decision (ignored)",
     "duplicate_ops": "ops repeating the decision already taken",

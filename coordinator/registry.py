@@ -21,10 +21,18 @@ from txbridge.wire import ProducerInstance, decode_producer
 logger = logging.getLogger(__name__)
 
 
+#: An instance that said its heartbeat interval and was not heard for this many intervals is
+#: *silent*: most likely gone (a SIGKILL writes no tombstone), though still live until
+#: ``liveness_s`` runs out.
+SILENT_INTERVALS = 2.5
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     url: str
     seen_ms: int  # broker append time (coordinator clock when the topic keeps CreateTime)
+    interval_ms: int = 0  # the interval the instance said it beats at (0: not said)
+    decisive: bool = False  # its check function is decisive
 
 
 class RegistryView:
@@ -33,27 +41,52 @@ class RegistryView:
     def __init__(self, liveness_s: float) -> None:
         self.liveness_ms = int(liveness_s * 1000)
         self._instances: dict[tuple[str, str], Heartbeat] = {}
+        #: Instances with a decisive check that left with a tombstone since the caller took them.
+        self.left: set[tuple[str, str]] = set()
 
     def apply(self, key: bytes | None, value: bytes | None, seen_ms: int) -> None:
         """One registry record. Raises WireFormatError for a value that is not a heartbeat."""
         if value is None:
             group, _, instance = (key or b"").decode("utf-8", "replace").partition("/")
-            self._instances.pop((group, instance), None)
+            gone = self._instances.pop((group, instance), None)
+            if gone is not None and gone.decisive:
+                self.left.add((group, instance))
             return
         beat: ProducerInstance = decode_producer(value)
         current = self._instances.get((beat.group, beat.instance))
         if current is None or current.seen_ms <= seen_ms:
-            self._instances[(beat.group, beat.instance)] = Heartbeat(beat.url, seen_ms)
+            self._instances[(beat.group, beat.instance)] = Heartbeat(
+                beat.url, seen_ms, int(beat.interval_s * 1000), beat.decisive
+            )
+
+    def _silent(self, beat: Heartbeat, now_ms: int) -> bool:
+        return beat.interval_ms > 0 and now_ms - beat.seen_ms > SILENT_INTERVALS * beat.interval_ms
 
     def targets(self, group: str, instance: str, now_ms: int) -> list[str]:
-        """Check URLs to try: the originating instance first if live, then the group's other live ones."""
+        """Check URLs to try: the originating instance first if live, then the group's other live
+        ones; silent instances (see :data:`SILENT_INTERVALS`) after all the others."""
         live = {
-            inst: beat.url
+            inst: beat
             for (grp, inst), beat in self._instances.items()
             if grp == group and now_ms - beat.seen_ms <= self.liveness_ms
         }
-        first = [live.pop(instance)] if instance in live else []
-        return first + [live[name] for name in sorted(live)]
+        order = sorted(live, key=lambda inst: (self._silent(live[inst], now_ms), inst != instance, inst))
+        return [live[inst].url for inst in order]
+
+    def silent(self, now_ms: int) -> set[tuple[str, str]]:
+        """Instances not heard for :data:`SILENT_INTERVALS` of their heartbeat interval."""
+        return {key for key, beat in self._instances.items() if self._silent(beat, now_ms)}
+
+    def decisive_elsewhere(self, group: str, instance: str, now_ms: int) -> bool:
+        """Another instance of ``group`` is live, heard from lately, and its check is decisive."""
+        return any(
+            grp == group
+            and inst != instance
+            and beat.decisive
+            and now_ms - beat.seen_ms <= self.liveness_ms
+            and not self._silent(beat, now_ms)
+            for (grp, inst), beat in self._instances.items()
+        )
 
     def live(self, now_ms: int) -> set[tuple[str, str]]:
         """The (group, instance) pairs live at ``now_ms``."""

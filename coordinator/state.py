@@ -684,6 +684,26 @@ class PartitionState:
             self.check_invariants()
         return Due(check, expire)
 
+    def expedite(self, group: str, instance: str, now_ms: int) -> int:
+        """Make the OPEN transactions written by ``instance`` of ``group`` due now (its writer is
+        gone and another instance answers decisively). Returns how many. A scan: called when a
+        writer goes silent or leaves, not per record."""
+        count = 0
+        for tx in self.pending.values():
+            if (
+                tx._phase is Phase.OPEN
+                and tx._halves is not None
+                and tx.group == group
+                and tx.instance == instance
+                and (tx._next_check_ms is None or tx._next_check_ms > now_ms)
+            ):
+                tx.next_check_ms = now_ms  # pushes a heap entry due now (a first-check entry goes stale)
+                tx.dirty = True
+                count += 1
+        if self.debug:
+            self.check_invariants()
+        return count
+
     def has_work(self) -> bool:
         """Something for the next commit boundary: a tombstone, a dirty or READY tx, an end offset to
         read, a COMMIT whose wait for halves is over."""

@@ -74,7 +74,7 @@ class ProducerSettings:
     advertised_url: str | None = None
     value_serializer: Serializer = field(default_factory=BytesSerializer)
     key_serializer: Serializer = field(default_factory=BytesSerializer)
-    heartbeat_interval_s: float = 3.0
+    heartbeat_interval_s: float = 1.0
     max_message_bytes: int = limits.DEFAULT_MAX_MESSAGE_BYTES
     settle_unknown: bool | None = None
     extra_config: dict[str, Any] = field(default_factory=dict)
@@ -133,7 +133,7 @@ def _check_numbers(options: Mapping[str, Any]) -> None:
     partitions = options.get("partitions", wire.DEFAULT_PARTITIONS)
     if not isinstance(partitions, int) or partitions < 1:
         raise ConfigurationError(f"partitions must be a positive integer, got {partitions!r}")
-    if options.get("heartbeat_interval_s", 3.0) <= 0:
+    if options.get("heartbeat_interval_s", 1.0) <= 0:
         raise ConfigurationError("heartbeat_interval_s must be positive")
     max_bytes = options.get("max_message_bytes", limits.DEFAULT_MAX_MESSAGE_BYTES)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:

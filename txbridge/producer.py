@@ -59,7 +59,13 @@ from txbridge.errors import ConfigurationError, KafkaOperationError, Transaction
 from txbridge.limits import DEFAULT_MAX_MESSAGE_BYTES
 from txbridge.registry import Heartbeat
 from txbridge.serializers import BytesSerializer, Serializer
-from txbridge.transaction import LocalTransaction, Message, TransactionListener, TransactionResult
+from txbridge.transaction import (
+    LocalTransaction,
+    Message,
+    TransactionListener,
+    TransactionResult,
+    is_decisive,
+)
 from txbridge.wire import DEFAULT_NAMESPACE, DEFAULT_PARTITIONS, TxState
 
 logger = logging.getLogger(__name__)
@@ -92,7 +98,9 @@ class TransactionProducer:
         advertised_url: the check URL put in the registry (default from host and port).
         value_serializer: turns message values into bytes (default: bytes as they are).
         key_serializer: turns message keys into bytes.
-        heartbeat_interval_s: seconds between registry heartbeats.
+        heartbeat_interval_s: seconds between registry heartbeats (each says it, so a coordinator
+            that hears none for 2.5 intervals asks another live instance about this one's
+            transactions at once when the check is decisive, instead of after the check delay).
         max_message_bytes: must match the coordinator's ``max_message_bytes`` (default 1 MiB):
             a larger message (as :func:`txbridge.limits.record_size` counts it republished) is
             refused before its half record is written, instead of quarantined once committed.
@@ -129,7 +137,7 @@ class TransactionProducer:
         advertised_url: str | None = None,
         value_serializer: Serializer | None = None,
         key_serializer: Serializer | None = None,
-        heartbeat_interval_s: float = 3.0,
+        heartbeat_interval_s: float = 1.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         settle_unknown: bool | None = None,
         client_config: ClientConfig | Mapping[str, Any] | None = None,
@@ -227,6 +235,7 @@ class TransactionProducer:
                     instance=settings.instance_id,
                     url=self.check_url,
                     interval_s=settings.heartbeat_interval_s,
+                    decisive=is_decisive(self.check) or settings.settle_unknown is True,
                 )
                 self._heartbeat.start()
             except BaseException:

@@ -27,17 +27,28 @@ class Heartbeat:
         group: the producer group.
         instance: this instance's id.
         url: the check URL to advertise.
-        interval_s: seconds between heartbeats.
+        interval_s: seconds between heartbeats (said in each, so a coordinator notices a stop).
+        decisive: the instance's check function is decisive (said in each heartbeat).
     """
 
     def __init__(
-        self, pump: DeliveryPump, topic: str, *, group: str, instance: str, url: str, interval_s: float
+        self,
+        pump: DeliveryPump,
+        topic: str,
+        *,
+        group: str,
+        instance: str,
+        url: str,
+        interval_s: float,
+        decisive: bool = False,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("heartbeat interval must be positive")
         self._pump = pump
         self.topic = topic
-        self.record = ProducerInstance(group=group, instance=instance, url=url)
+        self.record = ProducerInstance(
+            group=group, instance=instance, url=url, interval_s=interval_s, decisive=decisive
+        )
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

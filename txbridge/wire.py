@@ -401,21 +401,28 @@ class ProducerInstance:
     instance: str
     url: str
     timestamp_ms: int = 0
+    #: seconds between this instance's heartbeats (0: not said): a coordinator that sees none
+    #: for a few intervals treats the instance as gone before its liveness runs out
+    interval_s: float = 0.0
+    #: its check function is decisive (the barrier's): safe to ask early once the writer is gone
+    decisive: bool = False
 
     def key(self) -> bytes:
         return f"{self.group}/{self.instance}".encode()
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "v": VERSION,
-                "group": self.group,
-                "instance": self.instance,
-                "url": self.url,
-                "ts": self.timestamp_ms or int(time.time() * 1000),
-            },
-            separators=(",", ":"),
-        ).encode()
+        body: dict[str, Any] = {
+            "v": VERSION,
+            "group": self.group,
+            "instance": self.instance,
+            "url": self.url,
+            "ts": self.timestamp_ms or int(time.time() * 1000),
+        }
+        if self.interval_s:
+            body["interval"] = self.interval_s
+        if self.decisive:
+            body["decisive"] = True
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 def decode_producer(value: bytes) -> ProducerInstance:
@@ -431,6 +438,8 @@ def decode_producer(value: bytes) -> ProducerInstance:
             instance=str(body["instance"]),
             url=str(body["url"]),
             timestamp_ms=int(body.get("ts", 0)),
+            interval_s=float(body.get("interval", 0.0)),
+            decisive=body.get("decisive") is True,
         )
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise WireFormatError(f"producer registry record is not valid: {exc}") from None

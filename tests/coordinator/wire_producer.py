@@ -111,8 +111,18 @@ class WireProducer:
         self._producer.produce(topic, key=key, value=value, headers=headers or [], partition=partition)
         self.flush()
 
-    def heartbeat(self, url: str, *, instance: str | None = None, group: str | None = None) -> None:
-        beat = ProducerInstance(group or self.group, instance or self.instance, url)
+    def heartbeat(
+        self,
+        url: str,
+        *,
+        instance: str | None = None,
+        group: str | None = None,
+        interval_s: float = 0.0,
+        decisive: bool = False,
+    ) -> None:
+        beat = ProducerInstance(
+            group or self.group, instance or self.instance, url, interval_s=interval_s, decisive=decisive
+        )
         self._producer.produce(self.topics.producers, key=beat.key(), value=beat.encode(), partition=0)
         self.flush()
 
