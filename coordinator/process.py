@@ -75,6 +75,9 @@ class CoordinatorProcess:
         self.starts = 0
         #: Children SIGKILLed so far.
         self.kills = 0
+        #: (wall time of the SIGKILL, wall time the restarted child was assigned partitions) per
+        #: :meth:`crash_and_restart`: the coordinator's downtime.
+        self.outages: list[tuple[float, float]] = []
 
     @property
     def pid(self) -> int | None:
@@ -130,7 +133,7 @@ class CoordinatorProcess:
         """The last ``lines`` lines the current child logged."""
         return "\n".join(self._current_log().splitlines()[-lines:])
 
-    def wait_ready(self, timeout: float = 60.0, *, marks: int = 1) -> None:
+    def wait_ready(self, timeout: float = 60.0, *, marks: int = 1, poll_s: float = 0.1) -> None:
         """Wait until the current child has logged ``marks`` partition assignments.
 
         Raises:
@@ -143,7 +146,7 @@ class CoordinatorProcess:
                 raise CoordinatorProcessError(f"the coordinator exited (code {code}):\n{self.log_tail()}")
             if self._current_log().count(READY_MARK) >= marks:
                 return
-            time.sleep(0.1)
+            time.sleep(poll_s)
         raise CoordinatorProcessError(f"the coordinator was not assigned partitions within {timeout:.0f}s")
 
     def kill(self) -> None:
@@ -170,14 +173,17 @@ class CoordinatorProcess:
         with self._lock:
             if self._stopped:
                 return
+            killed = time.time()
             self._kill()
             time.sleep(downtime)
             self._start()
         try:
-            self.wait_ready(ready_timeout)
+            self.wait_ready(ready_timeout, poll_s=0.02)
         except CoordinatorProcessError:
             if not self._stopped:
                 raise
+            return
+        self.outages.append((killed, time.time()))
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM and wait (SIGKILL after ``timeout``). Returns the exit code."""

@@ -188,6 +188,15 @@ def _compare_and_report(
         "txbridge_settled": result.settled,
         "settle_s": round(result.settle_s, 1),
     }
+    if result.coordinator_outages:
+        # The restarted coordinator's downtime (SIGKILL -> partitions assigned again; the demo waits
+        # 1 s before restarting, as a supervisor would) and the txbridge orders committed meanwhile.
+        outages = result.coordinator_outages
+        committed_ms = [order.committed_ms for order in truth.get("txbridge", [])]
+        info["coordinator_downtime_s"] = [round(ready - killed, 2) for killed, ready in outages]
+        info["orders_committed_while_coordinator_down"] = sum(
+            any(killed * 1000 <= ms <= ready * 1000 for killed, ready in outages) for ms in committed_ms
+        )
     if stream is not None:
         stream.catch_up()
         counts = stream.counts()

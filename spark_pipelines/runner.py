@@ -36,6 +36,8 @@ class WorkloadResult:
     settle_s: float = 0.0
     settled: bool = True
     coordinator_kills: int = 0
+    #: (SIGKILL, ready again) wall times of each coordinator restart
+    coordinator_outages: list[tuple[float, float]] = field(default_factory=list)
 
 
 def prepare(config: RunConfig, paths: Sequence[str] = PATHS, *, client: ClientConfig | None = None) -> None:
@@ -120,6 +122,7 @@ def run_workload(
     for (path, iso), watcher in watchers.items():
         result.visibility[(path, iso)] = watcher.save(Path(config.run_dir) / f"visible-{path}-{iso}.csv")
     result.coordinator_kills = coordinator.kills if coordinator else 0
+    result.coordinator_outages = list(coordinator.outages) if coordinator else []
     return result
 
 
