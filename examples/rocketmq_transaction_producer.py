@@ -28,7 +28,7 @@ args.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS
 args.add_argument("--topic", default="TopicTest")
 args.add_argument("--topic-partitions", type=int, default=4, help="partitions of --topic if it is created")
 args.add_argument("--namespace", default="__txbridge")
-args.add_argument("--partitions", type=int, default=12, help="as given to `txbridge init --partitions`")
+args.add_argument("--partitions", type=int, default=None, help="default: the half topic's count")
 args.add_argument("--check-after", type=float, default=2.0, help="seconds before TAGC is back-checked")
 args.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the back-check")
 opts = args.parse_args()

@@ -66,7 +66,7 @@ class ProducerSettings:
     group: str
     secret: bytes = field(repr=False)
     namespace: str = wire.DEFAULT_NAMESPACE
-    partitions: int = wire.DEFAULT_PARTITIONS
+    partitions: int | None = None  # None until start() reads the half topic's count
     instance_id: str = ""
     check_host: str = "127.0.0.1"
     check_port: int = 0
@@ -130,8 +130,8 @@ class ProducerSettings:
 
 
 def _check_numbers(options: Mapping[str, Any]) -> None:
-    partitions = options.get("partitions", wire.DEFAULT_PARTITIONS)
-    if not isinstance(partitions, int) or partitions < 1:
+    partitions = options.get("partitions")
+    if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
         raise ConfigurationError(f"partitions must be a positive integer, got {partitions!r}")
     if options.get("heartbeat_interval_s", 1.0) <= 0:
         raise ConfigurationError("heartbeat_interval_s must be positive")
@@ -329,6 +329,8 @@ class OpenTransaction(Generic[H]):
         partition = self.partition
         if partition is None:
             order_key = self._order_key or halves[0].message_key or halves[0].key
+            if factory.partitions is None:  # start() reads it before any transaction opens
+                raise TransactionStateError("the half topic's partition count is unknown: start() first")
             partition = self.partition = _half_partition(order_key, factory.partitions)
         self.lifecycle.advance(TxPhase.SENDING)
         self.messages.extend(messages)

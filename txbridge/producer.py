@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from enum import StrEnum
 from types import TracebackType
 from typing import Any
@@ -66,7 +67,7 @@ from txbridge.transaction import (
     TransactionResult,
     is_decisive,
 )
-from txbridge.wire import DEFAULT_NAMESPACE, DEFAULT_PARTITIONS, TxState
+from txbridge.wire import DEFAULT_NAMESPACE, TxState
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,9 @@ class TransactionProducer:
         listener: a :class:`TransactionListener` (execute + check), or:
         check: a check function ``check(txn) -> TxState`` (e.g. ``barrier.check``).
         namespace: the txbridge topic prefix (as given to ``txbridge init``).
-        partitions: partitions of ``<ns>_half``/``<ns>_op`` (as given to ``txbridge init``).
+        partitions: partitions of ``<ns>_half``/``<ns>_op``; default: their count, read at start.
+            A value that disagrees with the topics is refused at start, and so is a count that
+            changes under a running producer (its keys would move to other half partitions).
         instance_id: this instance's id (default ``host-pid-random``).
         check_host: interface of the built-in check server.
         check_port: its port; 0 picks a free one.
@@ -129,7 +132,7 @@ class TransactionProducer:
         listener: TransactionListener | None = None,
         check: CheckFunction | None = None,
         namespace: str = DEFAULT_NAMESPACE,
-        partitions: int = DEFAULT_PARTITIONS,
+        partitions: int | None = None,
         instance_id: str | None = None,
         check_host: str = "127.0.0.1",
         check_port: int = 0,
@@ -260,15 +263,34 @@ class TransactionProducer:
         if missing:
             raise ConfigurationError(
                 f"txbridge topics {', '.join(missing)} do not exist at {settings.bootstrap}: run "
-                f"`txbridge init --namespace {settings.namespace} --partitions {settings.partitions}`"
+                f"`txbridge init --namespace {settings.namespace}`"
             )
-        for topic in (topics.half, topics.op):
-            if counts[topic] != settings.partitions:
-                raise ConfigurationError(
-                    f"{topic} has {counts[topic]} partitions but this producer has partitions="
-                    f"{settings.partitions}: pass partitions={counts[topic]} (the value given to "
-                    f"`txbridge init --partitions N`)"
-                )
+        if counts[topics.half] != counts[topics.op]:
+            raise ConfigurationError(
+                f"{topics.half} has {counts[topics.half]} partitions but {topics.op} has "
+                f"{counts[topics.op]}: they must be co-partitioned; recreate them with `txbridge init`"
+            )
+        found = counts[topics.half]
+        if settings.partitions is not None and settings.partitions != found:
+            raise ConfigurationError(
+                f"{topics.half} has {found} partitions but this producer has partitions="
+                f"{settings.partitions}: pass partitions={found}, or leave partitions out (the producer "
+                f"then takes the topic's count)"
+            )
+        # The half partition of a key depends on the count: it is fixed for this producer's life.
+        self.settings = replace(settings, partitions=found)
+        self._transactions.partitions = found
+
+    def _check_partition_count(self, counts: Mapping[str, int | None]) -> None:
+        """Refuse to go on when ``<ns>_half`` changed its partition count under this producer."""
+        half = self.settings.topics.half
+        now = counts.get(half)
+        if now is not None and now != self.settings.partitions:
+            raise ConfigurationError(
+                f"{half} now has {now} partitions, not the {self.settings.partitions} this producer "
+                f"started with: keys would move to other half partitions and lose their order. "
+                f"Restart every producer and coordinator of namespace {self.settings.namespace!r}"
+            )
 
     def close(self) -> None:
         """Deregister (tombstone), stop the check server, deliver what is queued. Idempotent."""
@@ -345,6 +367,7 @@ class TransactionProducer:
                 catalog.keep(time.monotonic())
                 return
             catalog.update(counts, listed_at)
+            self._check_partition_count(counts)
 
     def resolve_execute(self, execute: ExecuteFunction | None) -> ExecuteFunction:
         if execute is not None:

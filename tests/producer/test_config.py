@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
 
-from txbridge import TransactionProducer, TxState
+from txbridge import Message, TransactionProducer, TxState
 from txbridge.errors import ConfigurationError, KafkaUnavailableError, TransactionStateError
 from txbridge.local.broker import free_port
+from txbridge.wire import Topics, half_partition
 
 from .conftest import PARTITIONS, SECRET
 
@@ -65,10 +68,43 @@ def test_partition_mismatch_says_what_to_pass(kafka_bootstrap: str, namespace: s
     producer = TransactionProducer(
         kafka_bootstrap, "orders", secret=SECRET, check=check, namespace=namespace, partitions=12
     )
-    with pytest.raises(
-        ConfigurationError, match=rf"pass partitions={PARTITIONS}.*txbridge init --partitions"
-    ):
+    with pytest.raises(ConfigurationError, match=rf"pass partitions={PARTITIONS}, or leave partitions out"):
         producer.start()
+
+
+@pytest.mark.integration
+def test_without_partitions_the_producer_takes_the_half_topics_count(
+    kafka_bootstrap: str, namespace: str, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    with TransactionProducer(kafka_bootstrap, "orders", secret=SECRET, check=check, namespace=namespace) as p:
+        assert p.settings.partitions == PARTITIONS
+        result = p.send_in_transaction(Message(topic, b"v", key=b"customer-7"), lambda _t, _a: TxState.COMMIT)
+    assert result.partition == half_partition(b"customer-7", PARTITIONS)
+
+
+@pytest.mark.integration
+def test_a_partition_count_that_changes_under_a_running_producer_is_refused(
+    kafka_bootstrap: str, namespace: str, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = topic_factory()
+    with TransactionProducer(kafka_bootstrap, "orders", secret=SECRET, check=check, namespace=namespace) as p:
+        p.send_in_transaction(Message(topic, b"v"), lambda _t, _a: TxState.COMMIT)
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        grow = NewPartitions(Topics(namespace).half, PARTITIONS + 2)
+        for future in admin.create_partitions([grow]).values():
+            future.result(30)
+        refused: ConfigurationError | None = None
+        deadline = time.monotonic() + 30  # until the new count reaches the producer's metadata
+        while refused is None and time.monotonic() < deadline:
+            monkeypatch.setattr(p.catalog, "_trusted_until", float("-inf"))  # the next send lists again
+            try:
+                p.send_in_transaction(Message(topic, b"v"), lambda _t, _a: TxState.COMMIT)
+            except ConfigurationError as exc:
+                refused = exc
+            time.sleep(0.5)
+    assert refused is not None
+    assert "now has 6 partitions, not the 4 this producer started with" in str(refused)
 
 
 @pytest.mark.integration
