@@ -329,7 +329,15 @@ def test_txbridge_acls_apply_creates_them_with_the_admins_properties_file(roles:
     before = _consume(roles, "consumer", group, [roles.topic], 5)
 
     result = CliRunner().invoke(
-        main, [*args, "--apply", "--command-config", str(roles.kafka.properties_file)]
+        main,
+        [
+            *args,
+            "--apply",
+            "--bootstrap",
+            roles.kafka.bootstrap,
+            "--command-config",
+            str(roles.kafka.properties_file),
+        ],
     )
 
     assert result.exit_code == 0, result.output
@@ -348,7 +356,8 @@ def test_txbridge_acls_apply_creates_them_with_the_admins_properties_file(roles:
 def test_txbridge_acls_apply_as_a_role_principal_is_refused_with_what_to_do(roles: Roles) -> None:
     config = str(roles.kafka.cluster.client_properties_file("coordinator"))
     args = ["acls", "--role", "consumer", "--principal", "User:consumer", "--namespace", roles.namespace,
-            "--topic", roles.topic, "--group", "g", "--apply", "--command-config", config]  # fmt: skip
+            "--topic", roles.topic, "--group", "g", "--apply", "--bootstrap", roles.kafka.bootstrap,
+            "--command-config", config]  # fmt: skip
 
     result = CliRunner().invoke(main, args)
 
