@@ -198,6 +198,7 @@ class Coordinator:
             # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            client_id=cfg.instance_id,  # members are told apart by it (see _member_ids)
             **({"group_instance_id": cfg.instance_id} if cfg.static_membership else {}),
             fetch_wait_max_ms=FETCH_WAIT_MS,
             fetch_min_bytes=FETCH_MIN_BYTES,
@@ -315,7 +316,13 @@ class Coordinator:
             for tp in committed
             if tp.metadata and tp.metadata.startswith(OWNER_PREFIX)
         } - {self.config.transactional_id}
+        members = self._member_ids()
         for owner in sorted(owners):
+            if owner.removeprefix(f"{self.config.group_id}-") in members:
+                # Still in the group (a slow commit, a loaded machine): fencing would kill a live
+                # coordinator; its transaction ends by itself (commit, or transaction_timeout_ms).
+                logger.info("the previous owner %s is still a group member: not fenced", owner)
+                continue
             started = time.monotonic()
             fence = _kafka.producer(
                 self.config.bootstrap, self.config.extra_config, transactional_id=owner
@@ -334,6 +341,19 @@ class Coordinator:
                 sorted(tp.partition for tp in ops),
                 time.monotonic() - started,
             )
+
+    def _member_ids(self) -> set[str]:
+        """The instance ids (client ids) of the group's current members; empty when unknown."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(_kafka.client_config(self.config.bootstrap, self.config.extra_config))
+        try:
+            group = self.config.group_id
+            described = admin.describe_consumer_groups([group])[group].result(10)
+        except Exception as exc:  # unknown membership: fence as before (a dead owner is the likely case)
+            logger.debug("describing group %s: %s", self.config.group_id, exc)
+            return set()
+        return {m.group_instance_id or m.client_id for m in described.members}
 
     def _take_committed(self, committed: list[Any]) -> dict[int, list[int]]:
         """Positions from the committed offsets; returns the light halves' offsets per partition."""

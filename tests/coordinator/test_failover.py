@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from coordinator.process import CoordinatorProcess
-from coordinator.service import OWNER_PREFIX, SESSION_TIMEOUT_MS
+from coordinator.service import OWNER_PREFIX
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
@@ -19,6 +19,8 @@ from txbridge import _kafka
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration
+
+SESSION_S = 30
 
 
 def test_a_dead_owners_open_transaction_is_fenced_at_takeover(
@@ -71,7 +73,14 @@ def test_a_restarted_coordinator_keeps_its_partitions_without_waiting_for_its_se
         env.namespace,
         secret=SECRET,
         log_path=tmp_path / "coordinator.log",
-        args=("--group-id", f"proc-{uuid.uuid4().hex[:8]}", "--check-invariants"),
+        # A long session: without static membership the restart would wait it out (30 s).
+        args=(
+            "--group-id",
+            f"proc-{uuid.uuid4().hex[:8]}",
+            "--check-invariants",
+            "--kafka-config",
+            f"session.timeout.ms={SESSION_S * 1000}",
+        ),
         instance_id="restarted",
     )
     proc.start()
@@ -88,8 +97,8 @@ def test_a_restarted_coordinator_keeps_its_partitions_without_waiting_for_its_se
         took = time.monotonic() - killed
 
         assert [s.headers["txb.tx"] for s in seen] == [first.encode(), second.encode()]
-        # Published before the killed member's session could even have expired: no rebalance wait.
-        assert took < SESSION_TIMEOUT_MS / 1000, f"{took:.1f}s"
+        # Published long before the killed member's session could have expired: no rebalance wait.
+        assert took < SESSION_S * 2 / 3, f"{took:.1f}s"
         assert eventually(lambda: "assigned partitions" in proc.log_tail(50))
     finally:
         proc.stop()
