@@ -221,6 +221,7 @@ def test_the_topic_catalog_trusts_a_listing_for_the_topics_it_showed_only() -> N
 
 
 def _factory(catalog: TopicCatalog, written: list[Any], **options: Any) -> TransactionFactory[None]:
+    options.setdefault("partitions", 12)  # a started producer has read it from <ns>_half
     settings = ProducerSettings.build("broker:9092", "g", b"secret", **options)
     return TransactionFactory(settings, lambda *record: written.append(record), catalog)
 
