@@ -342,6 +342,10 @@ class ClientConfig:
             f"ClientConfig is immutable: build another (merged, load) instead of setting {name}"
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as what it was built from: a spawned process gets the same settings.
+        return (_rebuild, (self.settings, self.file))
+
     # ------------------------------------------------------------------ building
 
     @classmethod
@@ -743,6 +747,10 @@ class ClientConfig:
             "ssl.keystore.key": str(key.value),
             "ssl.keystore.certificate.chain": str(cert.value),
         }
+
+
+def _rebuild(settings: tuple[Setting, ...], file: Path | None) -> ClientConfig:
+    return ClientConfig(settings, file=file)
 
 
 def _order(item: _Canonical) -> int:

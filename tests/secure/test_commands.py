@@ -380,3 +380,21 @@ def test_the_demo_runs_side_by_side_on_the_secured_cluster(secure_kafka: SecureK
     for file in run_dir.rglob("*"):
         if file.is_file():
             assert password not in file.read_text(errors="replace"), file
+
+
+# ------------------------------------------------------------------ the bench, quick
+
+
+def test_the_bench_measures_the_secured_cluster(secure_kafka: SecureKafka, tmp_path: Path) -> None:
+    only = ["--only", "raw", "--only", "e2e"]  # e2e: the coordinator child and spawned producer processes
+
+    result = _run(
+        secure_kafka, "bench", *_secured(secure_kafka), "--quick", *only, "--out", str(tmp_path), timeout=600
+    )
+
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (written,) = tmp_path.glob("bench-quick-*.json")
+    figures = {f["name"]: f for f in json.loads(written.read_text())["figures"]}
+    assert figures["txbridge end to end"]["values"]["msgs_per_s"] > 0
+    assert figures["raw produce"]["values"]["msgs_per_s"] > 0
+    assert secure_kafka.cluster.password() not in written.read_text()

@@ -278,6 +278,18 @@ def test_coerce_takes_a_config_a_dict_or_none() -> None:
         ClientConfig.coerce(["client.id=a"])  # type: ignore[arg-type]
 
 
+def test_a_spawned_process_gets_the_same_settings(tmp_path: Path, tls: dict[str, Path]) -> None:
+    import pickle
+
+    config = ClientConfig.load(_java_file(tmp_path, tls["ca"]), ["client.id=x"])
+
+    again = pickle.loads(pickle.dumps(config))  # noqa: S301 - our own object
+
+    assert again == config
+    assert again.librdkafka() == config.librdkafka()
+    assert again.file == config.file
+
+
 def test_it_cannot_be_changed() -> None:
     config = ClientConfig.from_mapping({"client.id": "a"})
 

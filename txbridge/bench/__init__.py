@@ -9,13 +9,15 @@ import click
 
 from txbridge.bench.kafka_native import Figure
 from txbridge.bench.runner import MODES, STEPS, BenchRun
-from txbridge.cli import _one_line_errors, bootstrap_option, resolve_bootstrap
+from txbridge.cli import _one_line_errors, bootstrap_option, client_options, resolve_bootstrap
+from txbridge.client_config import ClientConfig
 
 __all__ = ["Figure", "bench"]
 
 
 @click.command()
 @bootstrap_option
+@client_options
 @click.option("--quick", is_flag=True, help="About a minute: smaller counts, shorter runs.")
 @click.option("--size", default=512, show_default=True, help="Message size in bytes.")
 @click.option("--concurrency", default=8, show_default=True, help="Native transactional producers.")
@@ -36,7 +38,8 @@ def bench(**options: object) -> None:
     from txbridge.local.broker import LocalKafka
 
     local = LocalKafka.from_home()
-    started_broker = not options["bootstrap"] and not local.status().running
+    client: ClientConfig = options["client"]  # type: ignore[assignment]
+    started_broker = not (options["bootstrap"] or client.bootstrap) and not local.status().running
     try:
         _run(options)
     finally:
@@ -51,7 +54,8 @@ def _run(options: dict[str, object]) -> None:
 
     console = Console()
     mode = "quick" if options["quick"] else "full"
-    bootstrap = resolve_bootstrap(options["bootstrap"], start_local=True)  # type: ignore[arg-type]
+    client: ClientConfig = options["client"]  # type: ignore[assignment]
+    bootstrap = resolve_bootstrap(options["bootstrap"], start_local=True, client=client)  # type: ignore[arg-type]
     run = BenchRun(
         bootstrap,
         MODES[mode],
@@ -59,6 +63,7 @@ def _run(options: dict[str, object]) -> None:
         concurrency=int(options["concurrency"]),  # type: ignore[call-overload]
         in_flight=int(options["in_flight"]),  # type: ignore[call-overload]
         keep_topics=bool(options["keep_topics"]),
+        client=client,
     )
     if options["producers"] is not None:
         run.env.producers = int(options["producers"])  # type: ignore[call-overload]

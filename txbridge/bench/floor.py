@@ -19,7 +19,7 @@ import multiprocessing
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,9 @@ from txbridge import _kafka
 from txbridge.bench.kafka_native import NO_METER, CpuMeter, Figure, latency_figure, payload
 from txbridge.errors import TxBridgeError
 from txbridge.wire import H_TX
+
+#: The cluster's client settings (librdkafka names), as ``txbridge bench --command-config`` gives them.
+Extra = Mapping[str, Any] | None
 
 if TYPE_CHECKING:
     from txbridge.bench.txbridge_runs import Watcher
@@ -43,14 +46,14 @@ COORDINATOR_COMMIT_GAP_S = 0.005
 
 
 def produce_side(
-    bootstrap: str, half: str, op: str, *, size: int, count: int, in_flight: int
+    bootstrap: str, half: str, op: str, *, size: int, count: int, in_flight: int, extra: Extra = None
 ) -> tuple[float, float]:
     """Half, its ack, then op, for ``count`` messages with ``in_flight`` in flight.
 
     One thread, callbacks only (no futures, no event loop): the Python floor of the
     producer side. Returns ``(seconds, process CPU seconds)``.
     """
-    producer = _kafka.producer(bootstrap)
+    producer = _kafka.producer(bootstrap, extra)
     value = payload(size)
     state = {"sent": 0, "acked": 0, "done": 0}
 
@@ -76,7 +79,13 @@ def produce_side(
 
 
 def _republish(
-    bootstrap: str, topics: tuple[str, str, str], ready: Any, stop: Any, commit_gap_s: float = 0.0
+    bootstrap: str,
+    topics: tuple[str, str, str],
+    ready: Any,
+    stop: Any,
+    commit_gap_s: float = 0.0,
+    *,
+    extra: Extra = None,
 ) -> None:
     """Consume half and op records; publish each committed message to ``real`` in a Kafka transaction.
 
@@ -88,11 +97,14 @@ def _republish(
     consumer = _kafka.consumer(
         bootstrap,
         f"floor-{uuid.uuid4().hex[:8]}",
+        extra,
         fetch_wait_max_ms=FETCH_WAIT_MS,
         fetch_min_bytes=FETCH_MIN_BYTES,
     )
     consumer.assign([TopicPartition(t, p, 0) for t in (half, op) for p in range(PARTITIONS)])
-    producer = _kafka.producer(bootstrap, transactional_id=f"floor-{uuid.uuid4().hex[:8]}", linger_ms=5)
+    producer = _kafka.producer(
+        bootstrap, extra, transactional_id=f"floor-{uuid.uuid4().hex[:8]}", linger_ms=5
+    )
     producer.init_transactions(30)
     halves: dict[bytes | None, bytes | None] = {}
     early_ops: set[bytes | None] = set()
@@ -126,7 +138,9 @@ def _republish(
 
 
 @contextmanager
-def _running_floor(bootstrap: str, commit_gap_s: float) -> Iterator[tuple[str, str, Watcher]]:
+def _running_floor(
+    bootstrap: str, commit_gap_s: float, extra: Extra = None
+) -> Iterator[tuple[str, str, Watcher]]:
     """Fresh half/op/real topics, a republisher and a watcher of ``real``, both running.
 
     Yields ``(half, op, watcher)``; stops both and deletes the topics on exit.
@@ -138,13 +152,17 @@ def _running_floor(bootstrap: str, commit_gap_s: float) -> Iterator[tuple[str, s
     _kafka.ensure_topics(
         bootstrap,
         [_kafka.TopicSpec(half, PARTITIONS), _kafka.TopicSpec(op, PARTITIONS), _kafka.TopicSpec(real, 6)],
+        extra=extra,
     )
     ctx = multiprocessing.get_context("spawn")
     ready, stop = ctx.Event(), ctx.Event()
     republisher = ctx.Process(
-        target=_republish, args=(bootstrap, (half, op, real), ready, stop, commit_gap_s), daemon=True
+        target=_republish,
+        args=(bootstrap, (half, op, real), ready, stop, commit_gap_s),
+        kwargs={"extra": dict(extra or {})},
+        daemon=True,
     )
-    watcher = Watcher(bootstrap, real).start()
+    watcher = Watcher(bootstrap, real, extra).start()
     republisher.start()
     try:
         if not ready.wait(60):
@@ -157,19 +175,30 @@ def _running_floor(bootstrap: str, commit_gap_s: float) -> Iterator[tuple[str, s
         if republisher.is_alive():
             republisher.kill()
         try:
-            _kafka.delete_topics_with_prefix(bootstrap, prefix)
+            _kafka.delete_topics_with_prefix(bootstrap, prefix, extra=extra)
         except TxBridgeError as error:  # the figures stand; say what is left behind
             logger.warning("could not delete the floor's topics %s*: %s", prefix, error)
 
 
 def floor(
-    bootstrap: str, *, size: int, count: int, in_flight: int, meter: CpuMeter = NO_METER
+    bootstrap: str,
+    *,
+    size: int,
+    count: int,
+    in_flight: int,
+    meter: CpuMeter = NO_METER,
+    extra: Extra = None,
 ) -> tuple[Figure, Figure]:
-    """``(producer side only, end to end)`` figures of the floor, on fresh topics."""
-    with _running_floor(bootstrap, commit_gap_s=0.0) as (half, op, watcher):
+    """``(producer side only, end to end)`` figures of the floor, on fresh topics.
+
+    ``extra``: the cluster's client settings (librdkafka names), for every client of the floor.
+    """
+    with _running_floor(bootstrap, commit_gap_s=0.0, extra=extra) as (half, op, watcher):
         meter.start()
         started = time.time()
-        seconds, cpu = produce_side(bootstrap, half, op, size=size, count=count, in_flight=in_flight)
+        seconds, cpu = produce_side(
+            bootstrap, half, op, size=size, count=count, in_flight=in_flight, extra=extra
+        )
         if not watcher.wait(count, timeout=120):
             raise RuntimeError(f"only {len(watcher.seen)} of {count} floor messages became visible")
         used = meter.per_message(count)
@@ -188,13 +217,13 @@ def floor(
 
 
 def produce_open_loop(
-    bootstrap: str, half: str, op: str, *, size: int, rate: float, count: int
+    bootstrap: str, half: str, op: str, *, size: int, rate: float, count: int, extra: Extra = None
 ) -> dict[str, float]:
     """Half, its ack, then op, for one message every ``1/rate`` s whatever the others do.
 
     Returns the wall time of each op's acknowledgement (the commit), by tx id.
     """
-    producer = _kafka.producer(bootstrap)
+    producer = _kafka.producer(bootstrap, extra)
     value = payload(size)
     committed: dict[str, float] = {}
 
@@ -226,7 +255,9 @@ def produce_open_loop(
     return committed
 
 
-def floor_latency(bootstrap: str, *, size: int, rate: float, duration_s: float) -> Figure:
+def floor_latency(
+    bootstrap: str, *, size: int, rate: float, duration_s: float, extra: Extra = None
+) -> Figure:
     """Open-loop commit-to-visible latency of the floor, comparable with txbridge's at the same rate.
 
     The clock starts when the op record is acknowledged and stops when a read_committed
@@ -237,8 +268,8 @@ def floor_latency(bootstrap: str, *, size: int, rate: float, duration_s: float) 
         BenchError: some committed messages never became visible.
     """
     total = max(1, int(rate * duration_s))
-    with _running_floor(bootstrap, commit_gap_s=COORDINATOR_COMMIT_GAP_S) as (half, op, watcher):
-        committed = produce_open_loop(bootstrap, half, op, size=size, rate=rate, count=total)
+    with _running_floor(bootstrap, commit_gap_s=COORDINATOR_COMMIT_GAP_S, extra=extra) as (half, op, watcher):
+        committed = produce_open_loop(bootstrap, half, op, size=size, rate=rate, count=total, extra=extra)
         watcher.wait(total, timeout=60)
         seen = dict(watcher.seen)
     return latency_figure(

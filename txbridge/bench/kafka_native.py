@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -87,9 +88,20 @@ def payload(size: int) -> bytes:
     return os.urandom(size)
 
 
-def raw_produce(bootstrap: str, topic: str, *, size: int, count: int, meter: CpuMeter = NO_METER) -> Figure:
-    """Idempotent, acks=all producer at full speed: the ceiling of this broker and machine."""
-    producer = _kafka.producer(bootstrap, linger_ms=5, batch_num_messages=10000)
+def raw_produce(
+    bootstrap: str,
+    topic: str,
+    *,
+    size: int,
+    count: int,
+    meter: CpuMeter = NO_METER,
+    extra: Mapping[str, Any] | None = None,
+) -> Figure:
+    """Idempotent, acks=all producer at full speed: the ceiling of this broker and machine.
+
+    ``extra``: the cluster's client settings (librdkafka names), as every bench client takes them.
+    """
+    producer = _kafka.producer(bootstrap, extra, linger_ms=5, batch_num_messages=10000)
     value = payload(size)
     failures: list[str] = []
 
@@ -132,6 +144,7 @@ def native_transactions(
     duration_s: float,
     concurrency: int,
     meter: CpuMeter = NO_METER,
+    extra: Mapping[str, Any] | None = None,
 ) -> Figure:
     """``concurrency`` transactional producers, each looping begin / produce ``per_txn`` / commit."""
     value = payload(size)
@@ -150,7 +163,7 @@ def native_transactions(
     def worker(index: int) -> None:
         try:
             producer = _kafka.producer(
-                bootstrap, transactional_id=f"bench-{uuid.uuid4().hex[:8]}-{index}", linger_ms=0
+                bootstrap, extra, transactional_id=f"bench-{uuid.uuid4().hex[:8]}-{index}", linger_ms=0
             )
             producer.init_transactions(30)
         except BaseException as exc:

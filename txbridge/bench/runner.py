@@ -12,6 +12,7 @@ from coordinator.process import CoordinatorProcess
 from txbridge.bench import txbridge_runs as tb
 from txbridge.bench.floor import floor, floor_latency
 from txbridge.bench.kafka_native import CpuMeter, Figure, native_transactions, raw_produce
+from txbridge.client_config import ClientConfig
 from txbridge.errors import TxBridgeError
 
 logger = logging.getLogger(__name__)
@@ -62,15 +63,19 @@ class BenchRun:
         concurrency: int,
         in_flight: int,
         keep_topics: bool = False,
+        client: ClientConfig | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.client = client or ClientConfig()
+        self.extra = self.client.librdkafka()
         self.keep_topics = keep_topics
         self.mode = mode
         self.size = size
         self.concurrency = concurrency
         self.in_flight = in_flight
         run_id = uuid.uuid4().hex[:8]
-        self.env = tb.Env(bootstrap, run_id, Path(tempfile.mkdtemp(prefix=f"txbridge-bench-{run_id}-")))
+        work = Path(tempfile.mkdtemp(prefix=f"txbridge-bench-{run_id}-"))
+        self.env = tb.Env(bootstrap, run_id, work, client=self.client)
         self.figures: list[Figure] = []
         self._ns: str | None = None
         self._coordinator: CoordinatorProcess | None = None
@@ -123,7 +128,12 @@ class BenchRun:
         m, size = self.mode, self.size
         if name == "raw":
             figure = raw_produce(
-                self.bootstrap, self._topic("raw"), size=size, count=m.raw_count, meter=self._meter()
+                self.bootstrap,
+                self._topic("raw"),
+                size=size,
+                count=m.raw_count,
+                meter=self._meter(),
+                extra=self.extra,
             )
         elif name in ("native1", "native100"):
             per_txn = 1 if name == "native1" else 100
@@ -135,6 +145,7 @@ class BenchRun:
                 duration_s=m.native_s,
                 concurrency=self.concurrency if per_txn == 1 else 2,
                 meter=self._meter(),
+                extra=self.extra,
             )
         elif name == "e2e":
             ns = self._shared_namespace()  # starts the coordinator, whose CPU the meter reads
@@ -150,7 +161,12 @@ class BenchRun:
             # The same Kafka I/O as txbridge end to end with no txbridge logic: the best any
             # Python implementation of the protocol reaches here (what the ratios are up against).
             _producer_side, figure = floor(
-                self.bootstrap, size=size, count=m.e2e_count, in_flight=self.in_flight, meter=self._meter()
+                self.bootstrap,
+                size=size,
+                count=m.e2e_count,
+                in_flight=self.in_flight,
+                meter=self._meter(),
+                extra=self.extra,
             )
         elif name == "latency":
             figure = tb.latency(
@@ -163,7 +179,11 @@ class BenchRun:
         elif name == "floor_latency":
             # The floor's Kafka I/O at txbridge's latency rate: the two latency rows compare directly.
             figure = floor_latency(
-                self.bootstrap, size=size, rate=self._half_of_saturated(), duration_s=m.latency_s
+                self.bootstrap,
+                size=size,
+                rate=self._half_of_saturated(),
+                duration_s=m.latency_s,
+                extra=self.extra,
             )
         elif name == "checks":
             figure = tb.backcheck_drain(self.env, size=size, count=m.checks, concurrency=self.in_flight)

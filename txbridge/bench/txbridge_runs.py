@@ -10,7 +10,7 @@ import re
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from txbridge import _kafka
 from txbridge.aio import AsyncTransactionProducer
 from txbridge.barrier import SqliteBarrier
 from txbridge.bench.kafka_native import NO_METER, BenchError, CpuMeter, Figure, latency_figure, payload
+from txbridge.client_config import ClientConfig
 from txbridge.local.broker import free_port
 from txbridge.topics import init_topics
 from txbridge.transaction import LocalTransaction, Message
@@ -50,6 +51,13 @@ class Env:
     secret: str = field(default_factory=lambda: os.urandom(16).hex())
     #: Producer processes of the end-to-end run (``txbridge bench --producers``).
     producers: int = field(default_factory=default_producers)
+    #: The cluster's client settings (``txbridge bench --command-config``), for every client.
+    client: ClientConfig = field(default_factory=ClientConfig)
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """:attr:`client` as librdkafka settings."""
+        return self.client.librdkafka()
 
     @property
     def topic_prefixes(self) -> tuple[str, str]:
@@ -58,12 +66,12 @@ class Env:
 
     def namespace(self, name: str) -> str:
         ns = f"{self.topic_prefixes[0]}{name}"
-        init_topics(self.bootstrap, ns, PARTITIONS)
+        init_topics(self.bootstrap, ns, PARTITIONS, client_config=self.client)
         return ns
 
     def topic(self, name: str, partitions: int = 6) -> str:
         topic = f"{self.topic_prefixes[1]}{name}"
-        _kafka.ensure_topics(self.bootstrap, [_kafka.TopicSpec(topic, partitions)])
+        _kafka.ensure_topics(self.bootstrap, [_kafka.TopicSpec(topic, partitions)], extra=self.extra)
         return topic
 
     def delete_topics(self) -> list[str]:
@@ -71,19 +79,29 @@ class Env:
         return [
             name
             for prefix in self.topic_prefixes
-            for name in _kafka.delete_topics_with_prefix(self.bootstrap, prefix)
+            for name in _kafka.delete_topics_with_prefix(self.bootstrap, prefix, extra=self.extra)
         ]
 
     def coordinator(self, ns: str, name: str, *args: str) -> CoordinatorProcess:
         return CoordinatorProcess(
-            self.bootstrap, ns, secret=self.secret, log_path=self.work / f"{name}.log", args=args
+            self.bootstrap,
+            ns,
+            secret=self.secret,
+            log_path=self.work / f"{name}.log",
+            args=(*args, *self.client.cli_args()),
         )
 
     def producer(
         self, ns: str, group: str, check: Callable[[LocalTransaction], TxState]
     ) -> AsyncTransactionProducer:
         return AsyncTransactionProducer(
-            self.bootstrap, group, secret=self.secret, check=check, namespace=ns, partitions=PARTITIONS
+            self.bootstrap,
+            group,
+            secret=self.secret,
+            check=check,
+            namespace=ns,
+            partitions=PARTITIONS,
+            client_config=self.client,
         )
 
 
@@ -94,13 +112,17 @@ class Watcher:
     producer's GIL out of the visibility timestamps.
     """
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, extra: Mapping[str, Any] | None = None) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.seen: dict[str, float] = {}
         self._queue: Any = ctx.Queue()
         self._stop = ctx.Event()
         self._ready = ctx.Event()
-        self._proc = ctx.Process(target=_watch, args=(bootstrap, topic, self._queue, self._stop, self._ready))
+        self._proc = ctx.Process(
+            target=_watch,
+            args=(bootstrap, topic, self._queue, self._stop, self._ready),
+            kwargs={"extra": dict(extra or {})},
+        )
         self._drain = threading.Thread(target=self._collect, daemon=True)
 
     def start(self) -> Watcher:
@@ -132,8 +154,10 @@ class Watcher:
             self._proc.kill()
 
 
-def _watch(bootstrap: str, topic: str, out: Any, stop: Any, ready: Any) -> None:
-    consumer = _kafka.consumer(bootstrap, f"bench-watch-{os.urandom(4).hex()}", fetch_wait_max_ms=10)
+def _watch(
+    bootstrap: str, topic: str, out: Any, stop: Any, ready: Any, *, extra: Mapping[str, Any] | None = None
+) -> None:
+    consumer = _kafka.consumer(bootstrap, f"bench-watch-{os.urandom(4).hex()}", extra, fetch_wait_max_ms=10)
     parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in parts])
     consumer.consume(1, 0.5)  # resolves OFFSET_END before anything is produced
@@ -192,7 +216,7 @@ def end_to_end(
     """
     topic = env.topic("e2e")
     producers = max(1, min(env.producers, count))
-    watcher = Watcher(env.bootstrap, topic).start()
+    watcher = Watcher(env.bootstrap, topic, env.extra).start()
     ctx = multiprocessing.get_context("spawn")
     go = ctx.Event()
     ready: Any = ctx.Queue()
@@ -273,7 +297,7 @@ def latency(env: Env, ns: str, *, size: int, rate: float, duration_s: float) -> 
     """Open-loop: a transaction starts every 1/rate s whatever the others do; commit-to-visible."""
     topic = env.topic("latency")
     value = payload(size)
-    watcher = Watcher(env.bootstrap, topic).start()
+    watcher = Watcher(env.bootstrap, topic, env.extra).start()
     committed: dict[str, float] = {}
     total = max(1, int(rate * duration_s))
 
@@ -337,7 +361,7 @@ def backcheck_drain(env: Env, *, size: int, count: int, concurrency: int) -> Fig
         return TxState.UNKNOWN
 
     value = payload(size)
-    watcher = Watcher(env.bootstrap, topic).start()
+    watcher = Watcher(env.bootstrap, topic, env.extra).start()
     coordinator = env.coordinator(ns, "checks-coordinator")
 
     async def main() -> float:
@@ -439,7 +463,7 @@ def failover(env: Env, *, size: int, rate: float = 100.0, after_s: float = 12.0)
         moved = {k for k in keys if half_partition(k, PARTITIONS) in owned}
         if not moved or len(moved) == len(keys):
             raise BenchError(f"could not tell which partitions the first coordinator owned: {owned}")
-        watcher = Watcher(env.bootstrap, topic).start()
+        watcher = Watcher(env.bootstrap, topic, env.extra).start()
         try:
             committed, killed = _steady_load(
                 env, ns, topic, keys, size=size, rate=rate, after_s=after_s, kill=first.kill
@@ -478,7 +502,7 @@ def restart(env: Env, *, size: int, rate: float = 100.0, after_s: float = 8.0) -
     coordinator = env.coordinator(ns, "restart-a").start()
     try:
         coordinator.wait_ready()
-        watcher = Watcher(env.bootstrap, topic).start()
+        watcher = Watcher(env.bootstrap, topic, env.extra).start()
         try:
 
             def kill_and_restart() -> None:
