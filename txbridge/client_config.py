@@ -55,7 +55,16 @@ from typing import Any
 from txbridge._java_client_names import JAVA_CLIENT_NAMES
 from txbridge.errors import ConfigurationError
 
-__all__ = ["COMMAND_CONFIG_ENV", "ClientConfig", "Setting", "is_secret", "parse_properties"]
+__all__ = [
+    "COMMAND_CONFIG_ENV",
+    "MASK",
+    "PLAIN_LOGIN",
+    "SCRAM_LOGIN",
+    "ClientConfig",
+    "Setting",
+    "is_secret",
+    "parse_properties",
+]
 
 #: The environment variable naming the properties file when ``--command-config`` is not given.
 COMMAND_CONFIG_ENV = "TXBRIDGE_COMMAND_CONFIG"
