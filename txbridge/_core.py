@@ -77,7 +77,8 @@ class ProducerSettings:
     heartbeat_interval_s: float = 1.0
     max_message_bytes: int = limits.DEFAULT_MAX_MESSAGE_BYTES
     settle_unknown: bool | None = None
-    extra_config: dict[str, Any] = field(default_factory=dict)
+    # Not in repr: it holds the client settings, sasl.password and ssl.key.password among them.
+    extra_config: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(

@@ -570,3 +570,38 @@ def test_the_coordinators_bad_client_setting_names_the_toml_table(tmp_path: Path
         ConfigurationError, match=rf"^unknown client setting sasl.usernam \(\[kafka\] of {toml}\)"
     ):
         CoordinatorConfig.load(toml_path=toml)
+
+
+# ------------------------------------------------------------------ the SDK's argument
+
+
+def test_the_producer_takes_the_settings_and_never_shows_the_password(
+    tmp_path: Path, tls: dict[str, Path]
+) -> None:
+    from txbridge import TransactionProducer
+
+    producer = TransactionProducer(
+        "127.0.0.1:1",
+        "orders-svc",
+        secret="s",  # noqa: S106 - a test-only HMAC secret
+        check=lambda _txn: None,
+        client_config=ClientConfig.load(_java_file(tmp_path, tls["ca"])),
+        extra_config={"linger.ms": 1},
+    )
+
+    assert producer.settings.extra_config == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "admin",
+        "sasl.password": PASSWORD,
+        "ssl.ca.location": str(tls["ca"]),
+        "linger.ms": 1,
+    }
+    assert PASSWORD not in repr(producer.settings)
+
+
+def test_a_consumer_refuses_a_misspelt_setting_in_its_constructor() -> None:
+    from txbridge.consumer import OrderlyConsumer
+
+    with pytest.raises(ConfigurationError, match=r"^unknown client setting sasl.pasword \(client_config\)"):
+        OrderlyConsumer("127.0.0.1:1", "g", "t", lambda _m, _c: None, client_config={"sasl.pasword": "x"})
