@@ -23,6 +23,7 @@ KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"
 # Must equal the pinned pyspark version (pyproject.toml).
 SPARK_VERSION = "4.0.0"
+ROCKETMQ_VERSION = "5.3.3"
 DEPENDENCY_PLUGIN_VERSION = "3.8.1"
 MIN_JAVA = 17
 
@@ -62,6 +63,17 @@ SPARK_KAFKA = JarSet(
     (
         f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",
         f"org.apache.spark:spark-avro_2.13:{SPARK_VERSION}",
+    ),
+)
+
+
+# The name server, the proxy with its embedded broker (``-pm local``) and the admin
+# tools (topics, groups, cluster list): one classpath runs all three.
+ROCKETMQ = JarSet(
+    f"rocketmq-{ROCKETMQ_VERSION}",
+    tuple(
+        f"org.apache.rocketmq:rocketmq-{part}:{ROCKETMQ_VERSION}"
+        for part in ("namesrv", "proxy", "broker", "tools")
     ),
 )
 
@@ -188,6 +200,11 @@ def kafka_classpath(root: Path | None = None) -> str:
 
 
 _ARTIFACT = re.compile(r"^(?P<artifact>.+?)-\d[^-]*(?:-[A-Za-z0-9.]+)*\.jar$")
+
+
+def rocketmq_classpath(root: Path | None = None) -> str:
+    """The classpath (``dir/*``) of the RocketMQ jars, fetching them if needed."""
+    return str(ensure_jars(ROCKETMQ, root=root) / "*")
 
 
 def _artifact_name(jar: Path) -> str:
