@@ -10,15 +10,19 @@ settings and the admin's Java client properties file.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
+from coordinator.config import CoordinatorConfig
+from coordinator.service import Coordinator
 from txbridge import _kafka
 from txbridge.local.cluster import LocalCluster
 
@@ -97,3 +101,30 @@ def read_committed(
         return seen
     finally:
         consumer.close()
+
+
+@contextmanager
+def running_coordinator(config: CoordinatorConfig) -> Iterator[Coordinator]:
+    """A coordinator in a thread, once it has partitions; stopped (and its error re-raised) on exit."""
+    service = Coordinator(config)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except BaseException as exc:  # re-raised below, in the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="secure-coordinator", daemon=True)
+    thread.start()
+    try:
+        ready = service.running.wait(90)
+        if errors:
+            raise errors[0]
+        assert ready, "the coordinator got no partitions within 90s"
+        yield service
+    finally:
+        service.stop()
+        thread.join(60)
+    if errors:
+        raise errors[0]

@@ -10,12 +10,10 @@ with the error a user sees.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +29,7 @@ from confluent_kafka.admin import (
 )
 
 from coordinator.config import CoordinatorConfig, Secrets
-from coordinator.service import Coordinator
-from tests.secure.conftest import SecureKafka
+from tests.secure.conftest import SecureKafka, running_coordinator
 from txbridge import Message, TransactionProducer, TxState, _kafka
 from txbridge.acls import Acl, apply_acls, role_acls
 from txbridge.cli import main
@@ -125,32 +122,6 @@ def roles(secure_kafka: SecureKafka) -> Roles:
     return Roles(kafka, namespace, topic, open_topic, coordinator_group, consumer_group, tuple(acls))
 
 
-@contextmanager
-def _coordinator(config: CoordinatorConfig) -> Iterator[Coordinator]:
-    service = Coordinator(config)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            service.run()
-        except BaseException as exc:  # re-raised below, in the test's thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="acl-coordinator", daemon=True)
-    thread.start()
-    try:
-        ready = service.running.wait(90)
-        if errors:
-            raise errors[0]
-        assert ready, "the coordinator got no partitions within 90s"
-        yield service
-    finally:
-        service.stop()
-        thread.join(60)
-    if errors:
-        raise errors[0]
-
-
 def _eventually(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -219,7 +190,7 @@ def test_the_transaction_path_works_with_exactly_the_roles_acls(
             extra_config=roles.config("producer"),
         )
 
-    with _coordinator(config) as service, producer("p-1") as first:
+    with running_coordinator(config) as service, producer("p-1") as first:
         committed = first.send_in_transaction(
             Message(roles.topic, b"paid", key=b"o-1"), lambda _t, _a: TxState.COMMIT
         )

@@ -11,12 +11,10 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +23,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource
 
 from coordinator.config import CoordinatorConfig, Secrets
-from coordinator.service import Coordinator
-from tests.secure.conftest import SecureKafka, read_committed
+from tests.secure.conftest import SecureKafka, read_committed, running_coordinator
 from txbridge import Message, TransactionProducer, TxState, _kafka
 from txbridge.errors import BrokerError
 from txbridge.local.cluster import LocalCluster
@@ -174,32 +171,6 @@ def test_cli_status_names_every_node_and_the_properties_file(secure_kafka: Secur
 # ------------------------------------------------------------------ (c) the txbridge path over SASL_SSL
 
 
-@contextmanager
-def _coordinator(config: CoordinatorConfig) -> Iterator[Coordinator]:
-    service = Coordinator(config)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            service.run()
-        except BaseException as exc:  # re-raised below, in the test's thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="secure-coordinator", daemon=True)
-    thread.start()
-    try:
-        ready = service.running.wait(90)
-        if errors:
-            raise errors[0]
-        assert ready, "the coordinator got no partitions within 90s"
-        yield service
-    finally:
-        service.stop()
-        thread.join(60)
-    if errors:
-        raise errors[0]
-
-
 def test_a_committed_transaction_reaches_a_read_committed_consumer_once_over_sasl_ssl(
     secure_kafka: SecureKafka, secure_topic: Callable[..., str]
 ) -> None:
@@ -220,7 +191,7 @@ def test_a_committed_transaction_reaches_a_read_committed_consumer_once_over_sas
     )
 
     with (
-        _coordinator(config) as service,
+        running_coordinator(config) as service,
         TransactionProducer(
             secure_kafka.bootstrap,
             "orders-svc",
