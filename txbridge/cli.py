@@ -349,6 +349,7 @@ _PLUGINS = (
     ("spark_pipelines.cli", "demo"),
     ("spark_pipelines.cli", "report"),
     ("txbridge.bench", "bench"),
+    ("txbridge.local.rocketmq_cli", "rocketmq"),
 )
 
 
