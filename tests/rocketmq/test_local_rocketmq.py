@@ -130,6 +130,19 @@ def test_taken_port_is_a_one_line_error(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("**/*.pid"))
 
 
+def test_a_process_that_dies_in_start_up_is_an_error_naming_the_cause(tmp_path: Path) -> None:
+    rocketmq = LocalRocketMQ.on_free_ports(tmp_path)
+    rocketmq.namesrv_heap = "12m"  # below the JVM's initial heap: it refuses to start
+    with pytest.raises(BrokerError) as caught:
+        rocketmq.start(timeout=60)
+    first_line = str(caught.value).splitlines()[0]
+    assert first_line.startswith("the RocketMQ namesrv exited with code 1 during start-up: ")
+    assert "Initial heap size set to a larger value than the maximum heap size" in first_line
+    assert f"logs in {tmp_path / 'logs'}" in first_line
+    assert not rocketmq.status().namesrv_pid
+    assert not list(tmp_path.glob("*.pid"))
+
+
 def test_cli_status_then_stop_leaves_no_process(session: SessionRocketMQ) -> None:
     # Last in this module: it stops the session's instance (the fixture's stop is then a no-op).
     runner = CliRunner()

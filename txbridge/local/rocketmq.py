@@ -366,7 +366,11 @@ class LocalRocketMQ:
                 return
             code = process.poll()
             if code is not None:
-                raise self._fail(f"the RocketMQ {name} exited with code {code} during start-up")
+                cause = _cause(out)
+                raise self._fail(
+                    f"the RocketMQ {name} exited with code {code} during start-up"
+                    + (f": {cause}" if cause else "")
+                )
             if time.monotonic() > deadline:
                 raise self._fail(f"the RocketMQ {name} did not start within {timeout:.0f}s")
             time.sleep(0.3)
@@ -453,6 +457,20 @@ class LocalRocketMQ:
             process.wait(timeout=5)
         self._processes.clear()
         return stopped
+
+
+def _cause(out: Path) -> str | None:
+    """The line of a process's stdout that says why it exited: its last exception or JVM error.
+
+    Stack frames and "... N more" lines are skipped, so a ``Caused by: java.net.BindException``
+    or the JVM's "Initial heap size set to a larger value ..." is what remains.
+    """
+    try:
+        lines = out.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    causes = [line.strip() for line in lines if line.strip() and not line[:1].isspace()]
+    return causes[-1] if causes else None
 
 
 def _terminate(pid: int, timeout: float) -> None:
