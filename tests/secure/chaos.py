@@ -1,0 +1,397 @@
+"""The pieces of the broker-chaos test (``test_broker_chaos.py``): where Kafka puts things, the
+processes under test, the reader that times what it sees, and the tally of what it saw.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from coordinator.process import CoordinatorProcess
+from tests.secure import chaos_producer
+from tests.secure.conftest import SecureKafka
+from txbridge import _kafka
+from txbridge.topics import internal_topics
+from txbridge.wire import Topics
+
+ROOT = Path(__file__).resolve().parents[2]
+TRANSACTION_LOG = "__transaction_state"
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+# ------------------------------------------------------------------ where Kafka puts things
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()``: 31-based over UTF-16 code units, as a signed 32-bit int."""
+    units = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(name: str, partitions: int) -> int:
+    """The internal-topic partition of a transactional id or a group: ``Utils.abs(hashCode) % n``.
+
+    Kafka's ``TransactionStateManager.partitionFor`` and ``GroupMetadataManager.partitionFor``;
+    ``Utils.abs`` maps ``Integer.MIN_VALUE`` to 0.
+    """
+    h = java_string_hash(name)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def leaders(admin: AdminClient, topic: str) -> dict[int, int]:
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    return {number: int(meta.leader) for number, meta in partitions.items()}
+
+
+def coordinator_node(admin: AdminClient, internal_topic: str, name: str) -> int:
+    """The broker coordinating ``name`` (a transactional id in ``__transaction_state``, a group in
+    ``__consumer_offsets``): the leader of its partition there."""
+    log = leaders(admin, internal_topic)
+    return log[partition_for(name, len(log))]
+
+
+def ensure_transaction_log(kafka: SecureKafka) -> None:
+    """The broker creates ``__transaction_state`` at the first transactional producer's request."""
+    warm_id = f"warm-{uuid.uuid4().hex[:8]}"
+    producer = _kafka.producer(kafka.bootstrap, kafka.config, transactional_id=warm_id)
+    _kafka.init_transactions(producer, 60)
+
+
+def out_of_sync(admin: AdminClient, topics: Sequence[str]) -> list[str]:
+    """The partitions of ``topics`` with a replica out of sync, or no leader."""
+    metadata = admin.list_topics(timeout=10).topics
+    return [
+        f"{topic}/{number}"
+        for topic in topics
+        for number, meta in metadata[topic].partitions.items()
+        if len(meta.isrs) < len(meta.replicas) or meta.leader < 0
+    ]
+
+
+def wait_in_sync(admin: AdminClient, topics: Sequence[str], timeout: float) -> float:
+    """Wait until every replica of ``topics`` is in sync; returns how long it took."""
+    started = time.monotonic()
+    behind = out_of_sync(admin, topics)
+    while behind:
+        assert time.monotonic() - started < timeout, f"not in sync within {timeout:.0f}s: {behind}"
+        time.sleep(0.5)
+        behind = out_of_sync(admin, topics)
+    return time.monotonic() - started
+
+
+def create_led_by(kafka: SecureKafka, namespace: str, partitions: int, leader: int) -> None:
+    """The internal topics, RF 3, with ``leader`` the preferred leader of every half and op partition."""
+    names = Topics(namespace)
+    specs = internal_topics(namespace, partitions, 3)
+    others = [n for n in kafka.cluster.node_ids if n != leader]
+    assignment = [[leader, *others[p % 2 :], *others[: p % 2]] for p in range(partitions)]
+    led = [
+        NewTopic(s.name, partitions, replica_assignment=assignment, config=dict(s.config))
+        for s in specs
+        if s.name in (names.half, names.op)
+    ]
+    admin = _kafka.admin(kafka.bootstrap, kafka.config)
+    for future in admin.create_topics(led, operation_timeout=30).values():
+        future.result(timeout=30)
+    _kafka.ensure_topics(kafka.bootstrap, specs, extra=kafka.config)
+
+
+def instances_sharing_a_transaction_coordinator(
+    admin: AdminClient, group_id: str, avoid: int, count: int = 2
+) -> tuple[list[str], int]:
+    """``count`` coordinator instance ids whose transactional ids (``<group_id>-<instance>``) have
+    one transaction coordinator, on a broker other than ``avoid``."""
+    by_node: dict[int, list[str]] = defaultdict(list)
+    for i in range(200):
+        node = coordinator_node(admin, TRANSACTION_LOG, f"{group_id}-c{i}")
+        if node != avoid:
+            by_node[node].append(f"c{i}")
+            if len(by_node[node]) == count:
+                return by_node[node], node
+    raise AssertionError(f"no {count} instance ids share a transaction coordinator: {dict(by_node)}")
+
+
+def roles(
+    admin: AdminClient, node: int, *, half: str, topic: str, group_id: str, instances: list[str]
+) -> str:
+    """What ``node`` is to the run right now (said in the summary of a kill)."""
+    said = [
+        f"leads {sum(n == node for n in leaders(admin, half).values())}/{len(leaders(admin, half))} half",
+        f"{sum(n == node for n in leaders(admin, topic).values())} of the topic's partitions",
+    ]
+    hosted = [i for i in instances if coordinator_node(admin, TRANSACTION_LOG, f"{group_id}-{i}") == node]
+    if hosted:
+        said.append(f"transaction coordinator of {', '.join(hosted)}")
+    if coordinator_node(admin, OFFSETS_TOPIC, group_id) == node:
+        said.append("the coordinators' group coordinator")
+    return "; ".join(said)
+
+
+# ------------------------------------------------------------------ the processes
+
+
+class Supervisor:
+    """Restarts a coordinator child that exits, as a deployment's supervisor does
+    (``restart: unless-stopped`` in compose/); each exit is on record with the log's last lines."""
+
+    def __init__(self, coordinators: list[CoordinatorProcess]) -> None:
+        self.coordinators = coordinators
+        #: (wall time, the coordinator's log file name, its last log lines) per exit seen.
+        self.exits: list[tuple[float, str, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-supervisor", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            for coordinator in self.coordinators:
+                if not coordinator.alive():
+                    self.exits.append((time.time(), coordinator.log_path.name, coordinator.log_tail(4)))
+                    coordinator.start()
+
+
+@dataclass
+class Producers:
+    """The SDK producer processes (``chaos_producer``): their outcome files and barrier databases."""
+
+    kafka: SecureKafka
+    _: KW_ONLY
+    folder: Path
+    namespace: str
+    partitions: int
+    topic: str
+    secret: str
+    count: int
+    threads: int
+    per_thread: int
+    rate: float
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return self.count * self.threads * self.per_thread
+
+    def out(self, index: int) -> Path:
+        return self.folder / f"producer-{index}.jsonl"
+
+    def db(self, index: int) -> Path:
+        return self.folder / f"producer-{index}.db"
+
+    def log(self, index: int) -> Path:
+        return self.folder / f"producer-{index}.log"
+
+    def start(self) -> None:
+        env = {**os.environ, chaos_producer.SECRET_ENV: self.secret}
+        for index in range(self.count):
+            cmd = [sys.executable, "-m", "tests.secure.chaos_producer", "--bootstrap", self.kafka.bootstrap]
+            cmd += ["--command-config", str(self.kafka.properties_file), "--namespace", self.namespace]
+            cmd += ["--partitions", str(self.partitions), "--topic", self.topic, "--index", str(index)]
+            cmd += ["--threads", str(self.threads), "--transactions", str(self.per_thread)]
+            cmd += ["--rate", str(self.rate), "--db", str(self.db(index)), "--out", str(self.out(index))]
+            with self.log(index).open("wb") as log:
+                self.procs.append(
+                    subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=log, stderr=log)
+                )
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every line of every outcome file, with the producer's index."""
+        lines = []
+        for index in range(self.count):
+            path = self.out(index)
+            text = path.read_text() if path.exists() else ""
+            lines += [{**json.loads(line), "index": index} for line in text.splitlines() if line]
+        return lines
+
+    def progress(self) -> tuple[int, int]:
+        """(transactions done, producers done); raises if a producer died."""
+        for index, proc in enumerate(self.procs):
+            code = proc.poll()
+            if code is not None:
+                raise AssertionError(
+                    f"producer {index} exited with {code}:\n{self.log(index).read_text()[-3000:]}"
+                )
+        records = self.records()
+        return sum("seq" in r for r in records), sum("done" in r for r in records)
+
+    def barriers(self) -> dict[int, dict[str, str]]:
+        """Each producer's barrier rows: tx id -> 'committed' / 'rolled_back'."""
+        rows = {}
+        for index in range(self.count):
+            with sqlite3.connect(self.db(index)) as db:
+                rows[index] = dict(db.execute("SELECT tx_id, state FROM txbridge_barrier").fetchall())
+        return rows
+
+    def close(self) -> None:
+        """Close their stdin (they stop serving back-checks and exit); kill any that hangs."""
+        for proc in self.procs:
+            if proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.close()
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+# ------------------------------------------------------------------ what a reader sees during the run
+
+
+class Watcher:
+    """A read_committed consumer of the real topic for the whole run: when each value was first seen."""
+
+    def __init__(self, kafka: SecureKafka, topic: str) -> None:
+        self.kafka = kafka
+        self.topic = topic
+        self.first_seen: dict[bytes, float] = {}
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def seen(self) -> int:
+        if self.failure is not None:
+            raise AssertionError(f"the watching consumer failed: {self.failure!r}")
+        return len(self.first_seen)
+
+    def _run(self) -> None:
+        try:
+            consumer = _kafka.consumer(
+                self.kafka.bootstrap, f"watcher-{uuid.uuid4().hex[:8]}", self.kafka.config
+            )
+            try:
+                partitions = consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions
+                consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
+                while not self._stop.is_set():
+                    for msg in consumer.consume(500, 0.2):
+                        err = msg.error()
+                        if err is None:
+                            self.first_seen.setdefault(msg.value() or b"", time.time())
+                        elif err.fatal():
+                            raise RuntimeError(err.str())
+            finally:
+                consumer.close()
+        except BaseException as exc:  # the test's thread reports it (seen())
+            self.failure = exc
+
+    def times(self) -> list[float]:
+        return sorted(self.first_seen.values())
+
+
+def longest_gap(times: Sequence[float], start: float, end: float) -> float:
+    """The longest wait for a new message between ``start`` (a kill) and ``end`` (the next kill,
+    or the last transaction's end): between consecutive first sightings, from the last one
+    before ``start``, and from the last one to ``end``."""
+    before = [t for t in times if t <= start]
+    points = [before[-1] if before else start, *(t for t in times if start < t <= end), end]
+    return max(b - a for a, b in itertools.pairwise(points))
+
+
+# ------------------------------------------------------------------ the tally
+
+
+@dataclass
+class Figures:
+    """What the producers reported and their barriers hold, against what a reader saw."""
+
+    transactions: int = 0
+    reported: Counter[str] = field(default_factory=Counter)
+    op_unacknowledged: int = 0
+    sdk_against_barrier: list[str] = field(default_factory=list)
+    committed: int = 0
+    expected_messages: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    phantom: int = 0
+    order_violations: int = 0
+    examples: list[str] = field(default_factory=list)
+
+
+def tally(
+    records: list[dict[str, Any]], barriers: dict[int, dict[str, str]], seen: Sequence[bytes]
+) -> Figures:
+    """Compare the outcome records and barrier rows with the values a reader saw, in its order.
+
+    Committed means the barrier holds the transaction as committed (the SDK reported COMMIT, or
+    an UNKNOWN the check settles COMMIT); each of its messages must be seen once. A value of any
+    other transaction is a phantom. Per key, transactions must be seen in their sequence order
+    (a key's transactions are sent one after another by one thread).
+    """
+    figures = Figures()
+    committed: dict[tuple[int, int, int], int] = {}  # (producer, thread, seq) -> messages
+    for r in records:
+        if "seq" not in r:
+            continue
+        figures.transactions += 1
+        figures.reported[r["state"] or "RAISED"] += 1
+        figures.op_unacknowledged += r["tx"] is not None and not r["op_ack"]
+        verdict = barriers[r["index"]].get(r["tx"]) if r["tx"] else None
+        if r["state"] != "UNKNOWN" and (r["state"] == "COMMIT") != (verdict == "committed"):
+            figures.sdk_against_barrier.append(f"{r['tx']}: SDK {r['state']}, barrier {verdict}")
+        if verdict == "committed":
+            committed[(r["index"], r["thread"], r["seq"])] = r["messages"]
+    figures.committed = len(committed)
+    expected = {
+        chaos_producer.value_of(*sender, n).encode()
+        for sender, count in committed.items()
+        for n in range(count)
+    }
+    figures.expected_messages = len(expected)
+    delivered = Counter(seen)
+    lost = [v for v in expected if delivered[v] == 0]
+    phantoms = [v for v in delivered if v not in expected]
+    figures.lost = len(lost)
+    figures.duplicates = sum(n - 1 for v, n in delivered.items() if v in expected)
+    figures.phantom = sum(delivered[v] for v in phantoms)
+    figures.examples += [f"lost {v.decode()}" for v in lost[:5]] + [f"phantom {v!r}" for v in phantoms[:5]]
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for value in dict.fromkeys(v for v in seen if v in expected):  # first sightings, in order
+        producer, thread, seq, _n = (int(x) for x in value.decode().split("/"))
+        seqs = by_key[chaos_producer.key_of(producer, thread, seq)]
+        if not seqs or seqs[-1] != seq:
+            seqs.append(seq)
+    for key, seqs in by_key.items():
+        inversions = [(a, b) for a, b in itertools.pairwise(seqs) if b < a]
+        figures.order_violations += len(inversions)
+        figures.examples += [f"{key}: seq {a} seen before seq {b}" for a, b in inversions[:3]]
+    return figures
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, poll: float = 0.5) -> bool:
+    """Poll ``predicate`` until it holds (True) or ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+    return True
