@@ -48,7 +48,7 @@ BROKER_NAME = "txbridge-broker"
 TRANSACTION_SETTINGS = {
     "transactionTimeOut": 3000,  # an undecided half message is checked after 3 s
     "transactionCheckInterval": 1000,  # the check service looks every second
-    "transactionCheckMax": 5,  # then rolled back after 5 unanswered checks
+    "transactionCheckMax": 5,  # dropped (never delivered) after 5 unanswered checks
     "transactionOpBatchInterval": 200,
 }
 
