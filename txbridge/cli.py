@@ -40,7 +40,20 @@ def _one_line_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@click.group()
+class _Commands(click.Group):
+    """The CLI's group. Subcommands that live beside the part they drive (:data:`_PLUGINS`) load
+    when the command line or the help names them, so importing this module for its shared
+    options (the coordinator's own CLI does) loads neither the bench nor the Spark demo."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *(name for _module, name in _PLUGINS)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        _register_plugins(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Commands)
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 def main(verbose: int) -> None:
     """txbridge: RocketMQ-style transactional messages on an existing Kafka."""
@@ -353,10 +366,19 @@ _PLUGINS = (
 )
 
 
-def _register_plugins() -> None:
+_registered: set[str] = set()
+
+
+def _register_plugins(name: str) -> None:
+    """Add the subcommand ``name`` from the modules that provide it (once)."""
     import importlib
 
+    if name in _registered:
+        return
+    _registered.add(name)
     for module_name, attr in _PLUGINS:
+        if attr != name:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -367,8 +389,6 @@ def _register_plugins() -> None:
         if command is not None:
             main.add_command(command, attr)
 
-
-_register_plugins()
 
 
 if __name__ == "__main__":  # pragma: no cover

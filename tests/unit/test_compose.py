@@ -95,7 +95,8 @@ def command_of(service: Mapping[str, Any]) -> tuple[click.Command, dict[str, Any
     if argv[0] == "wait-for-kafka":
         argv = argv[1:]
     assert argv[0] == "txbridge", argv
-    command = main.commands[argv[1]]
+    command = main.get_command(click.Context(main), argv[1])
+    assert command is not None, f"txbridge has no command {argv[1]!r}"
     args = [on_host(service, a) for a in argv[2:]]
     env = {k: on_host(service, v) for k, v in service["environment"].items()}
     saved = dict(os.environ)
