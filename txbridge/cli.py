@@ -277,13 +277,16 @@ def kafka_status(bootstrap: str | None, client: ClientConfig) -> None:
 
 @main.command()
 @click.option("--spark/--no-spark", default=True, help="Also fetch Spark's Kafka source jars.")
+@click.option(
+    "--rocketmq/--no-rocketmq", default=True, help="Also fetch Apache RocketMQ's jars (91 MB)."
+)
 @_one_line_errors
-def setup(spark: bool) -> None:
+def setup(spark: bool, rocketmq: bool) -> None:
     """Check Java and Maven and fetch every jar txbridge runs locally (once)."""
     from txbridge.local import jars
 
     jars.check_prerequisites()
-    sets = [jars.KAFKA_BROKER] + ([jars.SPARK_KAFKA] if spark else [])
+    sets = [jars.KAFKA_BROKER] + ([jars.SPARK_KAFKA] if spark else []) + ([jars.ROCKETMQ] if rocketmq else [])
     for jar_set in sets:
         started = time.monotonic()
         folder = jars.ensure_jars(jar_set)
