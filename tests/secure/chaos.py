@@ -268,6 +268,8 @@ class Watcher:
         self.kafka = kafka
         self.topic = topic
         self.first_seen: dict[bytes, float] = {}
+        #: When the last new message was seen (monotonic).
+        self.last_new = time.monotonic()
         self.failure: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-watcher", daemon=True)
@@ -284,6 +286,10 @@ class Watcher:
             raise AssertionError(f"the watching consumer failed: {self.failure!r}")
         return len(self.first_seen)
 
+    def quiet_for(self) -> float:
+        """Seconds since a new message was last seen."""
+        return time.monotonic() - self.last_new
+
     def _run(self) -> None:
         try:
             consumer = _kafka.consumer(
@@ -295,10 +301,12 @@ class Watcher:
                 while not self._stop.is_set():
                     for msg in consumer.consume(500, 0.2):
                         err = msg.error()
-                        if err is None:
-                            self.first_seen.setdefault(msg.value() or b"", time.time())
-                        elif err.fatal():
+                        if err is not None and err.fatal():
                             raise RuntimeError(err.str())
+                        value = msg.value() or b""
+                        if err is None and value not in self.first_seen:
+                            self.first_seen[value] = time.time()
+                            self.last_new = time.monotonic()
             finally:
                 consumer.close()
         except BaseException as exc:  # the test's thread reports it (seen())
