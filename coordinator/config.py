@@ -121,7 +121,10 @@ class CoordinatorConfig:
     secrets: Secrets = field(default_factory=Secrets, repr=True)
     producer_liveness_s: float = 10.0
     commit_interval_ms: int = 20
-    transaction_timeout_ms: int = 10_000  # as Kafka Streams: bounds a crashed instance's takeover time
+    # librdkafka's default. Not 10 s any more: a new owner fences a dead one's transaction itself,
+    # and 10 s was shorter than a broker failover (its 9 s session plus the election), so the broker
+    # aborted live coordinators' transactions and they stopped (INVALID_TXN_STATE).
+    transaction_timeout_ms: int = 60_000
     payload_cache_bytes: int = 64 * 1024 * 1024
     max_message_bytes: int = 1024 * 1024
     offset_metadata_bytes: int = 1000  # about 200 halves; the broker allows 4096 by default

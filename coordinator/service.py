@@ -21,7 +21,7 @@ from collections import Counter
 from typing import Any
 
 import httpx
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from coordinator import changelog, metrics, scheduler
 from coordinator.checker import Checker, CheckJob, CheckResult
@@ -224,7 +224,10 @@ class Coordinator:
                 part.close()
         self._offsets = None
         if self._producer is not None and self._fatal is None:
-            self._producer.flush(10)  # a fenced/fatal producer has nothing left worth delivering
+            try:
+                self._producer.flush(10)  # a fenced/fatal producer has nothing left worth delivering
+            except Exception as exc:  # fatal after all (an abort that failed): nothing to deliver
+                logger.warning("flushing the coordinator's producer: %s", exc)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
         self.running.clear()
@@ -452,7 +455,13 @@ class Coordinator:
     def _on_record(self, msg: Any) -> None:
         err = msg.error()
         if err is not None:
-            if not _kafka.is_partition_eof(err):
+            if err.fatal() or err.code() == KafkaError._FATAL:  # e.g. its static membership fenced
+                # This consumer never fetches again: stop, so a supervisor starts a fresh one.
+                instance = self.config.instance_id
+                logger.error("coordinator %s must stop: its consumer failed: %s", instance, err)
+                self._fatal = _kafka.to_error(err, "consuming half and op")
+                self._stop.set()
+            elif not _kafka.is_partition_eof(err):
                 logger.warning("consume: %s", err)
             return
         topic, number = msg.topic(), msg.partition()

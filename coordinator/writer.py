@@ -13,6 +13,8 @@ import time
 from functools import partial
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+
 from coordinator.republisher import OutRecord
 from txbridge import _kafka
 from txbridge.errors import KafkaOperationError
@@ -20,6 +22,26 @@ from txbridge.errors import KafkaOperationError
 logger = logging.getLogger(__name__)
 
 _TOPIC_CACHE_S = 30.0
+#: Failures that are the record's own fault: sending it again cannot succeed, so its committed
+#: transaction is quarantined (and can be requeued once the cause is fixed). Anything else (a
+#: leader lost mid-transaction, a timeout, an abort's purge, fencing, a producer in an abortable
+#: state) aborts the Kafka transaction and the record goes out again in the next one. An allow
+#: list, not a deny list: a failure nobody foresaw must delay a committed transaction, never
+#: set it aside (a broker kill once quarantined committed transactions for "Message timed out").
+RECORD_FAULTS = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,  # the client's own check too
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG,
+        KafkaError.INVALID_TIMESTAMP,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    }
+)
+
+
+class RecordRefusedError(KafkaOperationError):
+    """The client or the broker refused a record for a fault of its own (:data:`RECORD_FAULTS`)."""
 _MISSING_CACHE_S = 1.0
 
 
@@ -52,6 +74,13 @@ class TransactionWriter:
                 self.producer.produce(record.topic, **kwargs)
             except BufferError:
                 self.producer.poll(0.1)  # the local queue is full: let deliveries drain
+            except KafkaException as exc:
+                kerr = exc.args[0] if exc.args else None
+                if isinstance(kerr, KafkaError) and kerr.code() in RECORD_FAULTS:
+                    raise RecordRefusedError(f"producing to {record.topic}: {kerr.str()}") from exc
+                error = _kafka.to_error(exc, f"producing to {record.topic}")
+                error.txn_requires_abort = True  # sent again in the next Kafka transaction
+                raise error from exc
             except Exception as exc:
                 raise _kafka.to_error(exc, f"producing to {record.topic}") from exc
             else:
@@ -61,15 +90,15 @@ class TransactionWriter:
         """Produce a committed transaction's records. Returns why not, when refused before any went out.
 
         Raises:
-            KafkaOperationError: refused after part of it was produced (``txn_requires_abort``);
-                the transaction is poisoned, so the retry quarantines it.
+            KafkaOperationError: a record refused for its own fault after part of the transaction
+                was produced (``txn_requires_abort``): it is poisoned, so the retry quarantines it.
+                Any other refusal propagates too, unpoisoned: the Kafka transaction is aborted and
+                the whole transaction goes out again in the next one.
         """
         for index, record in enumerate(records):
             try:
                 self.produce(record, tx_id=tx_id)
-            except KafkaOperationError as exc:
-                if exc.fatal:
-                    raise
+            except RecordRefusedError as exc:
                 reason = f"the producer refused a message to {record.topic}: {exc}"
                 if index == 0:
                     return reason
@@ -78,10 +107,14 @@ class TransactionWriter:
         return None
 
     def _delivered(self, tx_id: str, err: Any, msg: Any) -> None:
-        if err is not None:
-            reason = f"the broker rejected a message to {msg.topic()}: {err.str()}"
-            logger.warning("tx %s: %s", tx_id, reason)
-            self.poisoned[tx_id] = reason
+        if err is None:
+            return
+        if err.code() not in RECORD_FAULTS:  # the commit fails, the transaction is sent again
+            logger.info("tx %s: a message to %s failed (%s): sent again", tx_id, msg.topic(), err.str())
+            return
+        reason = f"the broker rejected a message to {msg.topic()}: {err.str()}"
+        logger.warning("tx %s: %s", tx_id, reason)
+        self.poisoned[tx_id] = reason
 
     def partitions_of(self, topic: str) -> int | None:
         """Partition count of ``topic`` (cached), None when it does not exist."""
