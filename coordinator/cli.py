@@ -6,6 +6,7 @@ logging and installs SIGTERM/SIGINT handlers; the library does none of that.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -93,6 +94,8 @@ def coordinator(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: where a stalled coordinator waits.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     service.run()
     sys.exit(0)
 
