@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AclBindingFilter,
     AclOperation,
@@ -119,7 +119,34 @@ def roles(secure_kafka: SecureKafka) -> Roles:
     ]  # fmt: skip
     apply_acls(kafka.bootstrap, acls, kafka.config)
     _wait_granted(kafka, acls)
-    return Roles(kafka, namespace, topic, open_topic, coordinator_group, consumer_group, tuple(acls))
+    roles = Roles(kafka, namespace, topic, open_topic, coordinator_group, consumer_group, tuple(acls))
+    t = Topics(namespace)
+    _wait_readable(roles, "coordinator", [t.half, t.op, t.state, t.producers, t.expired])
+    return roles
+
+
+def _wait_readable(roles: Roles, user: str, topics: list[str], timeout: float = 30.0) -> None:
+    """Until every partition leader lets ``user`` fetch ``topics``: the listing above comes from one
+    broker, and each broker applies the metadata log at its own pace (a CI run once saw the
+    coordinator's first fetch of ``<ns>_producers`` refused by the broker that lagged)."""
+    consumer = _kafka.consumer(
+        roles.kafka.bootstrap,
+        f"probe-{uuid.uuid4().hex[:8]}",
+        {**roles.config(user), "log_level": 0},
+        enable_partition_eof=True,
+    )
+    try:
+        metadata = consumer.list_topics(timeout=30).topics
+        pending = {(name, p) for name in topics for p in metadata[name].partitions}
+        consumer.assign([TopicPartition(name, p, _kafka.FROM_START) for name, p in sorted(pending)])
+        deadline = time.monotonic() + timeout
+        while pending:  # a refused fetch is retried by the client until the broker allows it
+            assert time.monotonic() < deadline, f"{user} still may not read {sorted(pending)}"
+            for msg in consumer.consume(100, 0.5):
+                if msg.error() is None or msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard((msg.topic(), msg.partition()))
+    finally:
+        consumer.close()
 
 
 def _eventually(predicate: Callable[[], bool], timeout: float, what: str) -> None:
