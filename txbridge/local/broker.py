@@ -180,23 +180,7 @@ class LocalKafka:
         return self.home / "server.properties"
 
     def _java(self, classpath: str, *args: str, server: bool = False) -> list[str]:
-        log4j = self.home / "log4j2.properties"
-        # The broker gets what kafka-server-start.sh gives it: a fixed heap and short G1 pauses
-        # (a growing 256 MB heap paused it for 20+ ms every few seconds under the benchmark).
-        return [
-            "java",
-            f"-Xmx{self.heap}",
-            f"-Xms{self.heap}" if server else "-Xms64m",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
-            "-XX:InitiatingHeapOccupancyPercent=35",
-            "-XX:+ExplicitGCInvokesConcurrent",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={log4j}",
-            "-cp",
-            classpath,
-            *args,
-        ]
+        return java_command(self.heap, self.home / "log4j2.properties", classpath, *args, server=server)
 
     def _format(self, classpath: str, config: Path) -> None:
         if (self.home / "data" / "meta.properties").is_file():
@@ -306,3 +290,27 @@ class LocalKafka:
             self._process.wait(timeout=5)
         self._pid_file.unlink(missing_ok=True)
         return True
+
+
+def java_command(
+    heap: str, log4j: Path, classpath: str, *args: str, server: bool = False, tool_heap: str = "64m"
+) -> list[str]:
+    """A Kafka JVM's command line; ``server``: a broker, else a tool (storage format, a CLI).
+
+    A broker gets what kafka-server-start.sh gives it: a fixed heap and short G1 pauses (a
+    growing 256 MB heap paused it for 20+ ms every few seconds under the benchmark).
+    """
+    return [
+        "java",
+        f"-Xmx{heap}",
+        f"-Xms{heap}" if server else f"-Xms{tool_heap}",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-XX:InitiatingHeapOccupancyPercent=35",
+        "-XX:+ExplicitGCInvokesConcurrent",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        classpath,
+        *args,
+    ]

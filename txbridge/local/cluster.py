@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from txbridge.errors import BrokerError, ConfigurationError
 from txbridge.local import jars
-from txbridge.local.broker import _cluster_id, _pid_alive, free_port, port_in_use
+from txbridge.local.broker import _cluster_id, _pid_alive, free_port, java_command, port_in_use
 
 if TYPE_CHECKING:
     from txbridge.local import certs
@@ -403,20 +403,7 @@ class LocalCluster:
 
     def _java(self, node_id: int, classpath: str, *args: str, server: bool = False) -> list[str]:
         log4j = self._node_dir(node_id) / "log4j2.properties"
-        return [
-            "java",
-            f"-Xmx{self.heap}",
-            f"-Xms{self.heap}" if server else "-Xms32m",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
-            "-XX:InitiatingHeapOccupancyPercent=35",
-            "-XX:+ExplicitGCInvokesConcurrent",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={log4j}",
-            "-cp",
-            classpath,
-            *args,
-        ]
+        return java_command(self.heap, log4j, classpath, *args, server=server, tool_heap="32m")
 
     def _is_formatted(self, node_id: int) -> bool:
         return (self._node_dir(node_id) / "data" / "meta.properties").is_file()
