@@ -86,7 +86,7 @@ def coordinator(
     config = config.replace(
         bootstrap=resolve_bootstrap(config.bootstrap or None, client=config.client_config)
     )
-    service = Coordinator(config)
+    service = Coordinator(config, on_wedged=_end_wedged_process)
 
     def on_signal(signum: int, _frame: Any) -> None:
         logging.getLogger(__name__).info("signal %d: stopping", signum)
@@ -98,6 +98,17 @@ def coordinator(
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     service.run()
     sys.exit(0)
+
+
+def _end_wedged_process(wedged: Any) -> None:
+    """A Kafka call outlived its timeout (coordinator/watchdog.py): end the process, so that a
+    supervisor starts it again (compose: restart: unless-stopped). It cannot be interrupted."""
+    from coordinator.watchdog import EXIT_WEDGED
+
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    faulthandler.dump_traceback(all_threads=True)
+    os._exit(EXIT_WEDGED)
 
 
 def _bootstrap_from(config_path: str | None) -> str | None:

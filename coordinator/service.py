@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -33,6 +34,7 @@ from coordinator.republisher import Batch, quarantine_raw
 from coordinator.resume import ExpiryResumer
 from coordinator.scheduler import CheckPolicy
 from coordinator.state import PartitionState, PendingTx, Phase
+from coordinator.watchdog import Watchdog, Wedged
 from coordinator.writer import TransactionWriter
 from txbridge import _kafka
 from txbridge.errors import KafkaOperationError, ProducerFencedError, WireFormatError
@@ -72,6 +74,12 @@ HEARTBEAT_INTERVAL_MS = 2_000
 _STABLE_WAIT_S = 2.0
 #: Metadata of the op partitions' committed offsets: which transactional.id committed them.
 OWNER_PREFIX = "txb-owner:"
+#: Timeout of each call that ends a commit boundary's Kafka transaction (send_offsets, commit,
+#: abort). A broker failover takes seconds; a call that times out is retried (commit) or its
+#: transaction aborted and the work done again. Every such call runs under the watchdog.
+TXN_CALL_TIMEOUT_S = 15.0
+#: How long commit_transaction is retried while it fails retriably (an abort is not allowed then).
+COMMIT_RETRY_S = 60.0
 
 
 def _now_ms() -> int:
@@ -84,9 +92,18 @@ class Coordinator:
     Args:
         config: the settings.
         transport: an httpx transport for back-checks (tests); None = real HTTP.
+        on_wedged: called (from the watchdog's thread) when a blocking Kafka call outlives its
+            timeout (see :mod:`coordinator.watchdog`); the CLI ends the process there. The
+            coordinator itself only logs it: a stuck call cannot be interrupted in-process.
     """
 
-    def __init__(self, config: CoordinatorConfig, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        transport: httpx.BaseTransport | None = None,
+        *,
+        on_wedged: Callable[[Wedged], None] | None = None,
+    ) -> None:
         self.config = config
         self.topics = Topics(config.namespace)
         self.policy = CheckPolicy(
@@ -123,6 +140,8 @@ class Coordinator:
         self._fatal: KafkaOperationError | None = None  # set once the producer is fenced or broken
         self._started = 0.0  # monotonic time _start() began reading the registry
         self.running = threading.Event()  # set once partitions may be served (tests wait on it)
+        self._on_wedged_hook = on_wedged
+        self._watchdog = Watchdog(self._on_wedged)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -148,6 +167,7 @@ class Coordinator:
 
     def _start(self) -> None:
         cfg = self.config
+        self._watchdog.start()
         extra = dict(cfg.extra_config)
         self._producer = _kafka.producer(
             cfg.bootstrap,
@@ -168,7 +188,8 @@ class Coordinator:
         self._started = time.monotonic()
         try:
             # Also fences this instance's previous incarnation: its open transaction is aborted.
-            _kafka.init_transactions(self._producer, 30)
+            with self._watchdog.deadline("init_transactions", 60):  # a metadata request, then the call
+                _kafka.init_transactions(self._producer, 30)
         except Exception as exc:
             raise _kafka.to_error(exc, "initialising the coordinator's transactional producer") from exc
         self._checker = Checker(cfg, self._transport)
@@ -216,7 +237,8 @@ class Coordinator:
     def _shutdown(self) -> None:
         if self._consumer is not None:
             try:
-                self._consumer.close()  # leaves the group: partitions move at once
+                with self._watchdog.deadline("closing the consumer", 30):
+                    self._consumer.close()  # leaves the group: partitions move at once
             except Exception:
                 logger.exception("closing the consumer")
         for part in (self._resumer, self._checker, self._registry, self._reader, self._offsets):
@@ -225,12 +247,14 @@ class Coordinator:
         self._offsets = None
         if self._producer is not None and self._fatal is None:
             try:
-                self._producer.flush(10)  # a fenced/fatal producer has nothing left worth delivering
+                with self._watchdog.deadline("flushing the producer", 10):
+                    self._producer.flush(10)  # a fenced/fatal producer has nothing left worth delivering
             except Exception as exc:  # fatal after all (an abort that failed): nothing to deliver
                 logger.warning("flushing the coordinator's producer: %s", exc)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
         self.running.clear()
+        self._watchdog.close()
         logger.info("coordinator %s stopped: %s", self.config.instance_id, dict(self.stats))
 
     def _loop(self) -> None:
@@ -293,11 +317,13 @@ class Coordinator:
         transactional id aborts its transaction and fences it at once.
         """
         try:
-            return list(consumer.committed(partitions, timeout=_STABLE_WAIT_S))
+            with self._watchdog.deadline("reading the committed offsets", _STABLE_WAIT_S):
+                return list(consumer.committed(partitions, timeout=_STABLE_WAIT_S))
         except Exception as exc:  # a timeout here means "not stable yet"
             logger.info("committed offsets unstable after %.0fs (%s): fencing the owner", _STABLE_WAIT_S, exc)
         self._fence_previous_owners(partitions)
-        return list(consumer.committed(partitions, timeout=30))
+        with self._watchdog.deadline("reading the committed offsets", 30):
+            return list(consumer.committed(partitions, timeout=30))
 
     def _fence_previous_owners(self, partitions: list[Any]) -> None:
         ops = [_kafka.partition_at(tp.topic, tp.partition) for tp in partitions if tp.topic == self.topics.op]
@@ -308,7 +334,8 @@ class Coordinator:
             isolation_level="read_uncommitted",  # the last stable commit, without waiting for the open one
         )
         try:
-            committed = reader.committed(ops, timeout=10)
+            with self._watchdog.deadline("reading the previous owners", 10):
+                committed = reader.committed(ops, timeout=10)
         except Exception as exc:  # the offset fetch waits out the owner's transaction instead
             logger.warning("reading the previous owners of %d partitions: %s", len(ops), exc)
             return
@@ -327,11 +354,12 @@ class Coordinator:
                 logger.info("the previous owner %s is still a group member: not fenced", owner)
                 continue
             started = time.monotonic()
-            fence = _kafka.producer(
-                self.config.bootstrap, self.config.extra_config, transactional_id=owner
-            )
+            fence = _kafka.producer(self.config.bootstrap, self.config.extra_config, transactional_id=owner)
             try:
-                _kafka.init_transactions(fence, 30)  # aborts the owner's open transaction, bumps its epoch
+                with self._watchdog.deadline(f"fencing {owner}", 60):
+                    _kafka.init_transactions(
+                        fence, 30
+                    )  # aborts the owner's open transaction, bumps its epoch
             except Exception as exc:
                 logger.warning("fencing %s: %s (its transaction times out instead)", owner, exc)
                 continue
@@ -380,9 +408,10 @@ class Coordinator:
         for number in numbers:
             start = self._positions.get((self.topics.half, number))
             if start is None:
-                low, _high = self._consumer.get_watermark_offsets(
-                    _kafka.partition_at(self.topics.half, number), timeout=10
-                )
+                with self._watchdog.deadline("reading a half partition's offsets", 10):
+                    low, _high = self._consumer.get_watermark_offsets(
+                        _kafka.partition_at(self.topics.half, number), timeout=10
+                    )
                 start = max(low, 0)
             state = PartitionState(number, self.stats, half_position=start)
             if self.config.check_invariants:
@@ -670,8 +699,10 @@ class Coordinator:
         self._apply_answer(state, tx, result)
         if self.config.check_invariants:
             # Every way a check can end leaves the transaction decided or due again, never neither.
-            assert tx.phase is not Phase.OPEN or tx.tx_id in self._expiring or (
-                tx.next_check_ms is not None and tx.next_check_ms > _now_ms() - 1000
+            assert (
+                tx.phase is not Phase.OPEN
+                or tx.tx_id in self._expiring
+                or (tx.next_check_ms is not None and tx.next_check_ms > _now_ms() - 1000)
             ), f"check of {tx!r} ended ({result.detail}) with no decision and no next check"
 
     def _apply_answer(self, state: PartitionState, tx: PendingTx, result: CheckResult) -> None:
@@ -740,10 +771,12 @@ class Coordinator:
                 for (t, p), off in self._positions.items()
             ]
             if offsets:
-                self._producer.send_offsets_to_transaction(
-                    offsets, self._consumer.consumer_group_metadata(), 30
-                )
-            self._producer.commit_transaction(30)
+                # librdkafka#5511: this call can wait forever after the group coordinator's broker died.
+                with self._watchdog.deadline("send_offsets_to_transaction", TXN_CALL_TIMEOUT_S):
+                    self._producer.send_offsets_to_transaction(
+                        offsets, self._consumer.consumer_group_metadata(), TXN_CALL_TIMEOUT_S
+                    )
+            self._commit_transaction()
         except Exception as exc:
             self._on_transaction_error(exc)
             return
@@ -763,9 +796,10 @@ class Coordinator:
                 try:
                     # A client of its own: on the group consumer's connection this request would
                     # queue behind a parked fetch (fetch.wait.max.ms, 500 ms) every time.
-                    _low, high = self._offsets_client().get_watermark_offsets(
-                        _kafka.partition_at(self.topics.half, state.partition), timeout=10
-                    )
+                    with self._watchdog.deadline("reading a half partition's end offset", 10):
+                        _low, high = self._offsets_client().get_watermark_offsets(
+                            _kafka.partition_at(self.topics.half, state.partition), timeout=10
+                        )
                 except Exception as exc:  # transient: the waiting COMMITs just wait one more interval
                     logger.warning("end offset of %s/%d: %s", self.topics.half, state.partition, exc)
                     continue
@@ -788,10 +822,45 @@ class Coordinator:
         logger.warning("Kafka transaction aborted, rewinding to the committed offsets: %s", error)
         self.stats["kafka_aborts"] += 1
         try:
-            self._producer.abort_transaction(30)
+            with self._watchdog.deadline("abort_transaction", TXN_CALL_TIMEOUT_S):
+                self._producer.abort_transaction(TXN_CALL_TIMEOUT_S)
         except Exception as abort_exc:
-            raise _kafka.to_error(abort_exc, "aborting the coordinator's transaction") from abort_exc
+            # The producer is in no state to go on (a commit that never ended, a broken client):
+            # stop, and let nothing (a revocation, the shutdown) try another transaction on it.
+            fatal = _kafka.to_error(abort_exc, "aborting the coordinator's transaction")
+            logger.error(  # noqa: TRY400 - the cause is in the message; no traceback wanted
+                "coordinator %s must stop: %s (after: %s)", self.config.instance_id, fatal, error
+            )
+            self._fatal = fatal
+            self._stop.set()
+            raise fatal from abort_exc
         self._rewind()
+
+    def _commit_transaction(self) -> None:
+        """``commit_transaction``, resumed while it fails retriably (a timeout during a failover).
+
+        librdkafka's contract: a commit that failed retriably is still in progress and may be
+        called again; aborting it is not allowed. Retried for up to :data:`COMMIT_RETRY_S`.
+        """
+        assert self._producer is not None
+        give_up = time.monotonic() + COMMIT_RETRY_S
+        while True:
+            try:
+                with self._watchdog.deadline("commit_transaction", TXN_CALL_TIMEOUT_S):
+                    self._producer.commit_transaction(TXN_CALL_TIMEOUT_S)
+            except Exception as exc:
+                error = _kafka.to_error(exc, "committing the Kafka transaction")
+                if (
+                    not error.retriable
+                    or error.txn_requires_abort
+                    or error.fatal
+                    or time.monotonic() > give_up
+                ):
+                    raise
+                logger.warning("%s; resuming the commit", error)
+                self.stats["commit_retries"] += 1
+            else:
+                return
 
     def _rewind(self) -> None:
         """Forget uncommitted work: state from ``<ns>_state``, consumer back to the committed offsets."""
@@ -800,13 +869,28 @@ class Coordinator:
         self._incomplete.clear()
         numbers = sorted(self.partitions)
         pairs = [(t, p) for p in numbers for t in (self.topics.half, self.topics.op)]
-        committed = self._consumer.committed([_kafka.partition_at(t, p) for t, p in pairs], timeout=30)
+        with self._watchdog.deadline("reading the committed offsets", 30):
+            committed = self._consumer.committed([_kafka.partition_at(t, p) for t, p in pairs], timeout=30)
         self._positions.clear()
         light = self._take_committed(committed)
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else _kafka.OFFSET_BEGINNING
             self._consumer.seek(_kafka.partition_at(tp.topic, tp.partition, offset))
         self._restore(numbers, light)
+
+    def _on_wedged(self, wedged: Wedged) -> None:
+        self.stats["wedged_calls"] += 1
+        logger.critical(
+            "coordinator %s is stuck: %s. librdkafka cannot interrupt it; %s\n%s",
+            self.config.instance_id,
+            wedged,
+            "ending the process so that it starts again"
+            if self._on_wedged_hook is not None
+            else "restart this coordinator (its partitions are not served meanwhile)",
+            wedged.stack,
+        )
+        if self._on_wedged_hook is not None:
+            self._on_wedged_hook(wedged)
 
     # ------------------------------------------------------------------ observability
 
