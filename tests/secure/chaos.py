@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -28,6 +29,9 @@ from tests.secure.conftest import SecureKafka
 from txbridge import _kafka
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics
+
+#: A coordinator whose log is silent this long (it logs its counts every 5 s) gets SIGUSR1.
+STALL_DUMP_S = 20.0
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSACTION_LOG = "__transaction_state"
@@ -156,6 +160,8 @@ class Supervisor:
         self.coordinators = coordinators
         #: (wall time, the coordinator's log file name, its last log lines) per exit seen.
         self.exits: list[tuple[float, str, str]] = []
+        #: (wall time, the coordinator's log file name) per stack dump of a silent coordinator.
+        self.stall_dumps: list[tuple[float, str]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-supervisor", daemon=True)
 
@@ -167,11 +173,21 @@ class Supervisor:
         self._thread.join(30)
 
     def _run(self) -> None:
+        dumped: dict[str, float] = {}
         while not self._stop.wait(0.2):
             for coordinator in self.coordinators:
                 if not coordinator.alive():
                     self.exits.append((time.time(), coordinator.log_path.name, coordinator.log_tail(4)))
                     coordinator.start()
+                    continue
+                # A loop that logs nothing for STALL_DUMP_S is stuck somewhere: SIGUSR1 makes the
+                # coordinator write every thread's stack to its log (coordinator/cli.py).
+                name = coordinator.log_path.name
+                silent = time.time() - coordinator.log_path.stat().st_mtime
+                if silent > STALL_DUMP_S and time.time() - dumped.get(name, 0.0) > 60 and coordinator.pid:
+                    os.kill(coordinator.pid, signal.SIGUSR1)
+                    dumped[name] = time.time()
+                    self.stall_dumps.append((time.time(), name))
 
 
 @dataclass

@@ -41,6 +41,7 @@ import pytest
 from coordinator.process import CoordinatorProcess
 from tests.secure.chaos import (
     OFFSETS_TOPIC,
+    STALL_DUMP_S,
     TRANSACTION_LOG,
     Producers,
     Supervisor,
@@ -218,6 +219,11 @@ def test_brokers_killed_under_load_lose_duplicate_and_reorder_nothing(
         print(
             f"  kill {k.what}: node {k.node} ({k.roles}): publishing stalled {stall:.1f}s, "
             f"node back in {k.back_s:.1f}s, in sync {k.in_sync_s:.1f}s later"
+        )
+    for at, log in supervisor.stall_dumps:
+        print(
+            f"  {log} was silent for {STALL_DUMP_S:.0f}s at {at - kills[0].at:+.1f}s after the first kill:"
+            " stacks in its log"
         )
     for at, log, tail in supervisor.exits:
         print(f"  {log} exited {at - kills[0].at:+.1f}s after the first kill:\n{tail}")
