@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,6 +108,8 @@ class LocalRocketMQ:
         host: the address clients use.
         namesrv_heap: the name server's maximum heap.
         proxy_heap: the proxy's (and broker's) maximum heap.
+        transaction_settings: the broker's transaction settings (ms and counts, RocketMQ's
+            names); :data:`TRANSACTION_SETTINGS` when not given.
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class LocalRocketMQ:
         host: str = "127.0.0.1",
         namesrv_heap: str = "256m",
         proxy_heap: str = "512m",
+        transaction_settings: Mapping[str, int] | None = None,
     ) -> None:
         self.home = Path(home) if home else jars.cache_root() / "rocketmq"
         self.namesrv_port = namesrv_port
@@ -129,6 +133,9 @@ class LocalRocketMQ:
         self.host = host
         self.namesrv_heap = namesrv_heap
         self.proxy_heap = proxy_heap
+        self.transaction_settings = dict(
+            TRANSACTION_SETTINGS if transaction_settings is None else transaction_settings
+        )
         self._processes: list[subprocess.Popen[bytes]] = []
 
     @classmethod
@@ -225,7 +232,7 @@ class LocalRocketMQ:
             # Topics are created explicitly (a transactional one needs its message type).
             "autoCreateTopicEnable": "false",
             "autoCreateSubscriptionGroup": "true",
-            **TRANSACTION_SETTINGS,
+            **self.transaction_settings,
         }
         (self.home / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in broker.items()))
         proxy = {
