@@ -6,6 +6,7 @@ The CLI is the only place that configures logging and reads the environment.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 import uuid
@@ -51,6 +52,28 @@ class _Commands(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         _register_plugins(cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        extra = _EXTRAS.get(name or "")
+        missing = _not_installed(extra) if extra and name not in _PARTLY else []
+        if missing:
+            click.echo(f"error: {_install_hint(name or '', extra or '', missing)}", err=True)
+            sys.exit(2)
+        return name, command, rest
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:  # a package of an extra, reached by a command that runs without
+            top = (exc.name or "").partition(".")[0]
+            if not top or top in _OUR_PACKAGES:
+                raise
+            name = ctx.invoked_subcommand or ""
+            click.echo(f"error: {_install_hint(name, _EXTRAS.get(name, 'all'), [top])}", err=True)
+            sys.exit(2)
 
 
 @click.group(cls=_Commands)
@@ -387,10 +410,97 @@ def _register_plugins(name: str) -> None:
         except ModuleNotFoundError as exc:
             if exc.name and module_name.startswith(exc.name):
                 continue  # that part is not built (yet)
-            raise
+            top = (exc.name or "").partition(".")[0]
+            if not top or top in _OUR_PACKAGES:
+                raise
+            # A package of its extra is missing: listed in --help, a one-line error when run.
+            main.add_command(_needs_extra(attr, _install_hint(attr, _EXTRAS.get(attr, "all"), [top])), attr)
+            continue
         command = getattr(module, attr, None)
         if command is not None:
             main.add_command(command, attr)
+
+
+# --------------------------------------------------------------------------- extras
+
+#: The extra (pyproject.toml) each subcommand needs beyond the base install; checked before it
+#: runs, except for those in :data:`_PARTLY`.
+_EXTRAS = {
+    "coordinator": "coordinator",
+    "demo": "spark",
+    "report": "spark",
+    "bench": "bench",
+    "kafka": "local",
+}
+#: Subcommands that need their extra for part of what they do: ``kafka`` for the secured cluster
+#: and the local processes' status, not to ask a broker at --bootstrap (the image's
+#: wait-for-kafka). A missing package is named when the command reaches it.
+_PARTLY = frozenset({"kafka"})
+_OUR_PACKAGES = frozenset({"txbridge", "coordinator", "spark_pipelines"})
+#: A requirement's name and extras, as in ``txbridge[coordinator]; extra == "spark"``.
+_REQUIREMENT = re.compile(r"\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[(?P<extras>[^\]]*)\])?")
+
+
+def _install_hint(command: str, extra: str, missing: list[str]) -> str:
+    return (
+        f"'txbridge {command}' needs {', '.join(missing)}, which "
+        f"{'is' if len(missing) == 1 else 'are'} not installed: pip install 'txbridge[{extra}]'"
+    )
+
+
+def _not_installed(extra: str) -> list[str]:
+    """The distributions of txbridge's ``extra`` (and of the extras it names) not installed.
+
+    Read from txbridge's installed metadata, so pyproject.toml stays the one list; empty when
+    txbridge itself is not installed (run from a source tree).
+    """
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires("txbridge") or []
+    except metadata.PackageNotFoundError:
+        return []
+    missing: list[str] = []
+    wanted, seen = [extra], set()
+    while wanted:
+        current = wanted.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for requirement in requirements:
+            spec, _, marker = requirement.partition(";")
+            if f'extra == "{current}"' not in marker.replace("'", '"'):
+                continue
+            found = _REQUIREMENT.match(spec)
+            if found is None:
+                continue
+            name, extras = found.group("name"), found.group("extras") or ""
+            if name.lower() == "txbridge":
+                wanted.extend(e.strip() for e in extras.split(",") if e.strip())
+                continue
+            try:
+                metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                if name not in missing:
+                    missing.append(name)
+    return missing
+
+
+def _needs_extra(name: str, message: str) -> click.Command:
+    """A stand-in for subcommand ``name`` whose module cannot be imported: says what to install."""
+
+    def fail() -> None:
+        click.echo(f"error: {message}", err=True)
+        sys.exit(2)
+
+    return click.Command(
+        name,
+        callback=fail,
+        help=f"(not installed) {message}",
+        short_help=f"(not installed: pip install 'txbridge[{_EXTRAS.get(name, 'all')}]')",
+        add_help_option=False,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
 
 
 

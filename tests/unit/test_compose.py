@@ -3,8 +3,8 @@
 There is no Docker engine here, so docker-compose.yml is loaded as Compose would read it
 (variables interpolated from a given environment) and each service's command is parsed by
 the txbridge command itself; the coordinator's settings are loaded as its container would
-load them, with the mounted files read from compose/. The image's dependency list is
-checked against pyproject.toml and by running the commands with everything else blocked.
+load them, with the mounted files read from compose/. The image installs txbridge with the
+coordinator extra; its commands run with everything else blocked.
 The wait-for-kafka wrapper runs for real against the local broker.
 """
 
@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from coordinator.config import _ENV_SIMPLE, ENV_PREFIX, CoordinatorConfig, read_toml
+from tests.unit.installs import absent_modules, run_without
 from txbridge.cli import main
 from txbridge.client_config import ClientConfig
 
@@ -229,11 +230,6 @@ def _dockerfile() -> list[list[str]]:
     return [shlex.split(line) for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
-def _requirements() -> list[str]:
-    text = (COMPOSE / "coordinator-requirements.txt").read_text().splitlines()
-    return [line.strip() for line in text if line.strip() and not line.startswith("#")]
-
-
 def _name(requirement: str) -> str:
     return re.split(r"[<>=!~\[ ;]", requirement, maxsplit=1)[0].lower()
 
@@ -248,37 +244,22 @@ def test_the_image_builds_from_files_that_exist_and_copies_no_spark() -> None:
     sources = [arg for line in copies for arg in line[1:-1] if not arg.startswith("--")]
     assert all((ROOT / source).exists() for source in sources), sources
     assert not [s for s in sources if "spark" in s]
-    installs = [" ".join(line) for line in _dockerfile() if line[:2] == ["RUN", "pip"]]
-    assert installs == [
-        "RUN pip install --no-cache-dir -r coordinator-requirements.txt",
-        "RUN pip install --no-cache-dir --no-deps .",
-    ]
     wrapper = next(line for line in copies if "compose/wait-for-kafka.sh" in line)
     assert wrapper[-1] == "/usr/local/bin/wait-for-kafka"
 
 
-def test_the_image_installs_pyprojects_requirements_less_spark() -> None:
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    by_name = {_name(d): d.replace(" ", "") for d in declared}
+def test_the_image_installs_txbridge_with_the_coordinator_extra_only() -> None:
+    installs = [line for line in _dockerfile() if line[:2] == ["RUN", "pip"]]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
-    for requirement in _requirements():
-        assert by_name.get(_name(requirement)) == requirement.replace(" ", ""), requirement
-    assert "pyspark" not in {_name(r) for r in _requirements()}
+    assert installs == [["RUN", "pip", "install", "--no-cache-dir", ".[coordinator]"]]
+    assert "coordinator" in extras
+    assert not {"pyspark", "matplotlib"} & {_name(r) for r in extras["coordinator"]}
 
 
-_BLOCKING_RUNNER = """
-import importlib.abc, sys
-blocked = set(sys.argv[1].split(","))
-class NotInTheImage(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in blocked:
-            raise ModuleNotFoundError(f"No module named {name!r} (not in the image)", name=name)
-        return None
-sys.meta_path.insert(0, NotInTheImage())
-import coordinator.service
-from txbridge.cli import main
-main(sys.argv[2:], prog_name="txbridge")
-"""
+_IMAGE_RUNNER = (
+    "import coordinator.service\nfrom txbridge.cli import main\nmain(sys.argv[1:], prog_name='txbridge')\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -291,22 +272,11 @@ main(sys.argv[2:], prog_name="txbridge")
         ["acls", "--role", "coordinator", "--principal", "User:txbridge", "--topic", "orders"],
     ],
 )
-def test_the_images_commands_run_with_only_its_requirements(args: list[str]) -> None:
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    left_out = {_name(d) for d in declared} - {_name(r) for r in _requirements()}
-    # Import names of what is left out, spark_pipelines (not copied) and what only those bring.
-    blocked = {n.replace("-", "_") for n in left_out} | {"spark_pipelines", "numpy", "pandas", "yaml"}
-    assert "pyspark" in blocked
+def test_the_images_commands_run_with_only_what_it_installs(args: list[str]) -> None:
+    # What the image would not have, and spark_pipelines (not copied).
+    result = run_without(_IMAGE_RUNNER, ["coordinator"], more_modules=["spark_pipelines"], args=args)
 
-    result = subprocess.run(
-        [sys.executable, "-c", _BLOCKING_RUNNER, ",".join(sorted(blocked)), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-    )
-
+    assert {"pyspark", "matplotlib", "yaml", "psutil"} <= absent_modules(["coordinator"])
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Usage: txbridge" in result.stdout or "kafka-acls.sh" in result.stdout
 
