@@ -1,0 +1,571 @@
+"""Where txbridge's commit-to-visible time goes at light load, beside native Kafka transactions.
+
+``python -m txbridge.bench.latency_breakdown [--orders 300] [--rate 20] [--repeats 3] [--variant NAME]``
+
+Each run of a variant has its own namespace and topics (3 partitions, as the demo's) and
+four child processes, so no two of them share a GIL:
+
+- a coordinator (``coordinator.service.Coordinator``, instrumented by subclassing: when its
+  loop receives each op record, when each commit boundary begins, produces, sends the offsets
+  and commits);
+- a txbridge producer (a blocking ``TransactionProducer``; the local transaction is an SQLite
+  commit through ``SqliteBarrier``);
+- a native producer (begin, produce, SQLite commit, ``commit_transaction``: the demo's path);
+- a watcher: one read_committed consumer per real topic, configured alike.
+
+Both producers send the same orders at the same paced rate (one key per customer, 20
+customers) from the same start time. The txbridge path is split at broker and client
+timestamps on one host clock:
+
+=====  ===================================================================================
+a      local commit done -> the op record's append time (``<ns>_op`` keeps LogAppendTime)
+b      op append -> the republished record's CreateTime (the coordinator's ``produce()``)
+c      CreateTime -> the read_committed watcher receives the record
+whole  local commit done -> the watcher receives the record
+b1       op append -> the coordinator's loop receives the op record (its fetch)
+b2w      received -> its commit boundary begins (the eager wait, a boundary in progress)
+b2p      boundary begun -> produced
+c1o      produced -> ``commit_transaction`` called (``send_offsets_to_transaction``)
+c1c      the ``commit_transaction`` call
+c2       commit returned -> received (the watcher's fetch)
+=====  ===================================================================================
+
+Native is split at ``commit_transaction``'s return: the call (n1) and the watcher (n2). Broker and
+CreateTime timestamps have millisecond resolution. The first ``--warmup`` orders of each
+path are left out (metadata, first AddPartitionsToTxn). Prints p50 / p99 / mean per part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import queue
+import sqlite3
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from txbridge import _kafka
+from txbridge.bench.kafka_native import percentile
+
+PARTITIONS = 3  # the demo's
+CUSTOMERS = 20
+_SECRET_ENV = "TXBRIDGE_BREAKDOWN_SECRET"  # noqa: S105 - the variable's name
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The settings one variant changes (None: the code's default)."""
+
+    sdk_extra: Mapping[str, Any] = field(default_factory=dict)  # the SDK producer's extra_config
+    coord_linger_ms: int | None = None  # the coordinator's transactional producer
+    fetch_wait_ms: int | None = None  # coordinator.service.FETCH_WAIT_MS
+    fetch_min_bytes: int | None = None  # coordinator.service.FETCH_MIN_BYTES
+    eager: float | None = None  # coordinator.service._EAGER
+    commit_interval_ms: int = 20
+    watch_wait_ms: int = 10  # the watchers' fetch.wait.max.ms (the demo's: 10)
+
+
+VARIANTS: dict[str, Knobs] = {
+    "base": Knobs(),
+    "sdk_linger0": Knobs(sdk_extra={"linger.ms": 0}),
+    "coord_linger0": Knobs(coord_linger_ms=0),
+    "fetch_wait1": Knobs(fetch_wait_ms=1),
+    "fetch_min1": Knobs(fetch_min_bytes=1),
+    "eager0": Knobs(eager=0.0),
+    "interval50": Knobs(commit_interval_ms=50),
+    "interval100": Knobs(commit_interval_ms=100),
+    "watch_wait1": Knobs(watch_wait_ms=1),
+    "watch_wait100": Knobs(watch_wait_ms=100),
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One run of one variant (picklable: handed to the spawned children)."""
+
+    bootstrap: str
+    namespace: str
+    topics: Mapping[str, str]  # path -> real topic
+    work: str
+    orders: int
+    rate: float
+    knobs: Knobs
+
+
+# ---------------------------------------------------------------------------- coordinator child
+
+
+def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
+    """Run an instrumented coordinator until ``stop``; put its timings on ``out``."""
+    from coordinator import service
+    from coordinator.config import CoordinatorConfig, Secrets
+    from coordinator.writer import TransactionWriter
+    from txbridge.wire import H_TX
+
+    knobs = spec.knobs
+    if knobs.eager is not None:
+        service._EAGER = knobs.eager
+    if knobs.fetch_wait_ms is not None:
+        service.FETCH_WAIT_MS = knobs.fetch_wait_ms
+    if knobs.fetch_min_bytes is not None:
+        service.FETCH_MIN_BYTES = knobs.fetch_min_bytes
+    if knobs.coord_linger_ms is not None:
+        original = _kafka.producer
+        linger = knobs.coord_linger_ms
+
+        def producer(bootstrap: str, extra: Any = None, **defaults: Any) -> Any:
+            if "transactional_id" in defaults:
+                defaults["linger_ms"] = linger
+            return original(bootstrap, extra, **defaults)
+
+        _kafka.producer = producer
+
+    boundaries: list[dict[str, float]] = []
+    produced: dict[str, tuple[float, int]] = {}  # tx id -> (produce time, boundary index)
+    op_seen: dict[str, float] = {}
+
+    class Timed:
+        """The transactional producer, timing the calls of each commit boundary."""
+
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+            self._current: dict[str, float] = {}
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        def begin_transaction(self) -> None:
+            self._current = {"begin": time.time()}
+            self._inner.begin_transaction()
+
+        def produce(self, topic: str, **kwargs: Any) -> None:
+            tx = dict(kwargs.get("headers") or ()).get(H_TX)
+            if tx is not None:
+                produced.setdefault(tx.decode(), (time.time(), len(boundaries)))
+            self._inner.produce(topic, **kwargs)
+
+        def send_offsets_to_transaction(self, *args: Any) -> None:
+            self._current["offsets"] = time.time()
+            self._inner.send_offsets_to_transaction(*args)
+
+        def commit_transaction(self, *args: Any) -> None:
+            self._current["commit"] = time.time()
+            self._inner.commit_transaction(*args)
+            self._current["committed"] = time.time()
+            boundaries.append(self._current)
+
+    class Instrumented(service.Coordinator):
+        def _start(self) -> None:
+            super()._start()
+            self._producer = Timed(self._producer)
+            self._writer = TransactionWriter(self._producer)
+
+        def _on_record(self, msg: Any) -> None:
+            if msg.error() is None and msg.topic() == self.topics.op and msg.key():
+                op_seen.setdefault(msg.key().decode(), time.time())
+            super()._on_record(msg)
+
+    config = CoordinatorConfig(
+        bootstrap=spec.bootstrap,
+        namespace=spec.namespace,
+        group_id=f"{spec.namespace}-coordinator",
+        instance_id=f"breakdown-{uuid.uuid4().hex[:8]}",
+        secrets=Secrets(default=os.environ[_SECRET_ENV]),
+        check_delay_s=2.0,  # the demo's --check-delay
+        commit_interval_ms=knobs.commit_interval_ms,
+        log_interval_s=3600.0,
+    )
+    coordinator = Instrumented(config)
+
+    def signal_ready() -> None:
+        if coordinator.running.wait(120):
+            ready.set()
+
+    def stop_on_request() -> None:
+        stop.wait()
+        coordinator.stop()
+
+    threading.Thread(target=signal_ready, daemon=True).start()
+    threading.Thread(target=stop_on_request, daemon=True).start()
+    coordinator.run()
+    out.put(
+        {"boundaries": boundaries, "produced": produced, "op_seen": op_seen, "stats": dict(coordinator.stats)}
+    )
+
+
+# ---------------------------------------------------------------------------- producer children
+
+
+def _value(order: int) -> bytes:
+    return json.dumps({"order": order, "customer": order % CUSTOMERS, "amount": 100 + order}).encode()
+
+
+def _pace(go_at: float, order: int, rate: float) -> None:
+    delay = go_at + order / rate - time.time()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _txbridge_main(spec: Spec, out: Any, go: Any) -> None:
+    """A txbridge producer: half record, SQLite commit, op record; one transaction per order."""
+    from txbridge import Message, SqliteBarrier, TransactionProducer, TxState
+
+    barrier = SqliteBarrier(str(Path(spec.work) / "txbridge.db"))
+    producer = TransactionProducer(
+        spec.bootstrap,
+        f"{spec.namespace}-orders",
+        secret=os.environ[_SECRET_ENV],
+        check=barrier.check,
+        namespace=spec.namespace,
+        partitions=PARTITIONS,
+        extra_config=dict(spec.knobs.sdk_extra),
+    )
+    rows: list[tuple[int, str, float, float]] = []
+    with producer:
+        with barrier.local_transaction("warm-up") as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, body BLOB)")
+        out.put("ready")
+        go_at = go.get()
+        committed = [0.0]  # when the last local transaction's commit returned
+
+        def execute(txn: Any, number: int) -> TxState:
+            with barrier.local_transaction(txn.tx_id) as conn:
+                conn.execute("INSERT INTO orders VALUES (?, ?)", (number, _value(number)))
+            committed[0] = time.time()
+            return TxState.COMMIT
+
+        for order in range(spec.orders):
+            _pace(go_at, order, spec.rate)
+
+            message = Message(
+                spec.topics["txbridge"], _value(order), key=f"customer-{order % CUSTOMERS}".encode()
+            )
+            result = producer.send_in_transaction(message, execute, order)
+            if result.state is TxState.COMMIT and result.error is None:
+                rows.append((order, result.tx_id, committed[0], time.time()))
+    out.put(rows)
+
+
+def _native_main(spec: Spec, out: Any, go: Any) -> None:
+    """Native Kafka transactions as the demo's path: begin, produce, SQLite commit, commit."""
+    producer = _kafka.producer(
+        spec.bootstrap, {}, transactional_id=f"{spec.namespace}-native", transaction_timeout_ms=60_000
+    )
+    producer.init_transactions(30)
+    db = sqlite3.connect(str(Path(spec.work) / "native.db"), isolation_level=None)
+    db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, body BLOB)")
+    rows: list[tuple[int, str, float, float]] = []
+    out.put("ready")
+    go_at = go.get()
+    topic = spec.topics["native"]
+    for order in range(spec.orders):
+        _pace(go_at, order, spec.rate)
+        producer.begin_transaction()
+        producer.produce(topic, key=f"customer-{order % CUSTOMERS}", value=_value(order))
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO orders VALUES (?, ?)", (order, _value(order)))
+        db.execute("COMMIT")
+        committed = time.time()
+        producer.commit_transaction(30)
+        rows.append((order, "", committed, time.time()))
+    producer.flush(30)
+    db.close()
+    out.put(rows)
+
+
+# ---------------------------------------------------------------------------- watcher child
+
+
+def _watch_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
+    """One read_committed consumer per real topic (the same settings); puts (path, order, seen, create)."""
+
+    def watch(path: str, topic: str, assigned: threading.Event) -> None:
+        consumer = _kafka.consumer(
+            spec.bootstrap,
+            f"breakdown-watch-{uuid.uuid4().hex[:8]}",
+            fetch_wait_max_ms=spec.knobs.watch_wait_ms,
+        )
+        consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in range(PARTITIONS)])
+        consumer.consume(1, 0.5)  # connects and fetches once before the first order
+        assigned.set()
+        try:
+            while not stop.is_set():
+                batch = []
+                for msg in _kafka.consume_available(consumer, 500, 0.05):
+                    if msg.error() is None:
+                        seen = time.time()
+                        batch.append((path, json.loads(msg.value())["order"], seen, msg.timestamp()[1]))
+                if batch:
+                    out.put(batch)
+        finally:
+            consumer.close()
+
+    events = {path: threading.Event() for path in spec.topics}
+    threads = [
+        threading.Thread(target=watch, args=(path, topic, events[path]), daemon=True)
+        for path, topic in spec.topics.items()
+    ]
+    for thread in threads:
+        thread.start()
+    for event in events.values():
+        event.wait(60)
+    ready.set()
+    for thread in threads:
+        thread.join()
+    out.put(None)
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+#: The table's parts: txbridge's a, b, c and whole, native's whole (see the module docstring).
+MAIN = ("a", "b", "c", "whole", "native")
+#: b1; b2 as the wait for a boundary (b2w) and its start (b2p); c1 as the rest of the boundary up
+#: to commit_transaction (c1o: send_offsets_to_transaction mostly) and the commit call itself
+#: (c1c); c2; native's commit call (n1) and its watcher (n2).
+DETAIL = ("b1", "b2w", "b2p", "c1o", "c1c", "c2", "n1", "n2")
+
+
+@dataclass
+class RunResult:
+    """One run's samples: ``parts`` maps a part (:data:`MAIN`, :data:`DETAIL`) to ms per order."""
+
+    variant: str
+    parts: dict[str, list[float]]
+    load: str
+    lost: dict[str, int]
+    coordinator: dict[str, int]
+
+
+def _op_append_times(bootstrap: str, topic: str) -> dict[str, int]:
+    """tx id -> the op record's LogAppendTime (ms), read from the start to the end of ``topic``."""
+    consumer = _kafka.consumer(bootstrap, f"breakdown-ops-{uuid.uuid4().hex[:8]}")
+    ends = {}
+    for p in range(PARTITIONS):
+        _low, high = consumer.get_watermark_offsets(_kafka.partition_at(topic, p), timeout=10)
+        ends[p] = high
+    consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in range(PARTITIONS)])
+    appended: dict[str, int] = {}
+    done = {p for p, end in ends.items() if end <= 0}
+    deadline = time.monotonic() + 30
+    while len(done) < PARTITIONS and time.monotonic() < deadline:
+        for msg in _kafka.consume_available(consumer, 1000, 0.2):
+            if msg.error() is not None:
+                continue
+            stamp = _kafka.append_time_ms(msg)
+            if stamp is not None and msg.key():
+                appended.setdefault(msg.key().decode(), stamp)
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                done.add(msg.partition())
+    consumer.close()
+    return appended
+
+
+def run_once(
+    bootstrap: str, variant: str, knobs: Knobs, *, orders: int, rate: float, warmup: int
+) -> RunResult:
+    """One side-by-side run of ``variant``: its own namespace and topics, deleted afterwards."""
+    from txbridge.topics import init_topics
+
+    run = uuid.uuid4().hex[:8]
+    namespace = f"__txb_breakdown_{run}"
+    topics = {"txbridge": f"breakdown-{run}-txbridge", "native": f"breakdown-{run}-native"}
+    init_topics(bootstrap, namespace, PARTITIONS)
+    _kafka.ensure_topics(bootstrap, [_kafka.TopicSpec(t, PARTITIONS) for t in topics.values()])
+    work = tempfile.mkdtemp(prefix=f"txbridge-breakdown-{run}-")
+    spec = Spec(bootstrap, namespace, topics, work, orders, rate, knobs)
+    os.environ.setdefault(_SECRET_ENV, os.urandom(16).hex())  # children inherit it; never on argv
+    ctx = multiprocessing.get_context("spawn")
+    coord_out, coord_ready, coord_stop = ctx.Queue(), ctx.Event(), ctx.Event()
+    watch_out, watch_ready, watch_stop = ctx.Queue(), ctx.Event(), ctx.Event()
+    outs = {path: ctx.Queue() for path in topics}
+    gos = {path: ctx.Queue() for path in topics}
+    mains: dict[str, Callable[[Spec, Any, Any], None]] = {"txbridge": _txbridge_main, "native": _native_main}
+    procs = [
+        ctx.Process(
+            target=_coordinator_main, args=(spec, coord_out, coord_ready, coord_stop), name="coordinator"
+        ),
+        ctx.Process(target=_watch_main, args=(spec, watch_out, watch_ready, watch_stop), name="watcher"),
+        *(ctx.Process(target=mains[p], args=(spec, outs[p], gos[p]), name=p) for p in topics),
+    ]
+    seen: dict[tuple[str, int], tuple[float, int]] = {}
+    try:
+        for proc in procs:
+            proc.start()
+        if not coord_ready.wait(120) or not watch_ready.wait(60):
+            raise RuntimeError("the coordinator or the watcher did not start")
+        for path in topics:
+            if _get(outs[path], procs, 120) != "ready":
+                raise RuntimeError(f"the {path} producer did not start")
+        go_at = time.time() + 0.5
+        for path in topics:
+            gos[path].put(go_at)
+        sent = {path: _get(outs[path], procs, orders / rate + 300) for path in topics}
+        expected = sum(len(rows) for rows in sent.values())
+        deadline = time.monotonic() + 30
+        while len(seen) < expected and time.monotonic() < deadline:
+            try:
+                batch = watch_out.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            for path, order, at, created in batch or ():
+                seen.setdefault((path, order), (at, created))
+        load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+        coord_stop.set()
+        coordinator = _get(coord_out, procs, 60)
+        appended = _op_append_times(bootstrap, f"{namespace}_op")
+    finally:
+        watch_stop.set()
+        coord_stop.set()
+        for proc in procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+        _kafka.delete_topics_with_prefix(bootstrap, namespace)
+        _kafka.delete_topics_with_prefix(bootstrap, f"breakdown-{run}-")
+    return _split(
+        variant, sent=sent, seen=seen, appended=appended, coordinator=coordinator, load=load, warmup=warmup
+    )
+
+
+def _get(source: Any, procs: list[Any], timeout: float) -> Any:
+    """``source.get()``, failing at once when a child process died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return source.get(timeout=1.0)
+        except queue.Empty:
+            dead = [p.name for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"no answer from a child process (failed: {dead})") from None
+
+
+def _split(
+    variant: str,
+    *,
+    sent: Mapping[str, list[tuple[int, str, float, float]]],
+    seen: Mapping[tuple[str, int], tuple[float, int]],
+    appended: Mapping[str, int],
+    coordinator: Mapping[str, Any],
+    load: str,
+    warmup: int,
+) -> RunResult:
+    """Per-order parts in ms (see the module's table)."""
+    parts: dict[str, list[float]] = {k: [] for k in (*MAIN, *DETAIL)}
+    boundaries, produced, op_seen = coordinator["boundaries"], coordinator["produced"], coordinator["op_seen"]
+    lost = {path: 0 for path in sent}
+    for order, tx, committed, _returned in sent["txbridge"]:
+        visible = seen.get(("txbridge", order))
+        if visible is None:
+            lost["txbridge"] += 1
+            continue
+        if order < warmup or tx not in appended or tx not in produced or tx not in op_seen:
+            continue
+        at, created = visible
+        op_at, received = appended[tx] / 1000, op_seen[tx]
+        produced_at, index = produced[tx]
+        nan = {"begin": math.nan, "commit": math.nan, "committed": math.nan}
+        boundary = boundaries[index] if index < len(boundaries) else nan
+        created_s = created / 1000
+        for name, value in (
+            ("a", op_at - committed),
+            ("b", created_s - op_at),
+            ("c", at - created_s),
+            ("whole", at - committed),
+            ("b1", received - op_at),
+            ("b2w", boundary["begin"] - received),
+            ("b2p", produced_at - boundary["begin"]),
+            ("c1o", boundary["commit"] - produced_at),
+            ("c1c", boundary["committed"] - boundary["commit"]),
+            ("c2", at - boundary["committed"]),
+        ):
+            parts[name].append(value * 1000)
+    for order, _tx, committed, returned in sent["native"]:
+        visible = seen.get(("native", order))
+        if visible is None:
+            lost["native"] += 1
+            continue
+        if order < warmup:
+            continue
+        at = visible[0]
+        parts["native"].append((at - committed) * 1000)
+        parts["n1"].append((returned - committed) * 1000)
+        parts["n2"].append((at - returned) * 1000)
+    stats = coordinator.get("stats", {})
+    kept = {k: int(stats.get(k, 0)) for k in ("kafka_transactions", "resolved_published", "kafka_aborts")}
+    return RunResult(variant, parts, load, lost, kept)
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return f"{percentile(ordered, 50):.1f}/{percentile(ordered, 99):.0f}/{statistics.fmean(values):.1f}"
+
+
+def render(results: list[RunResult], columns: tuple[str, ...] = MAIN) -> str:
+    """A markdown table: one row per run, p50/p99/mean ms per part, and the p50 ratio."""
+    head = ["variant", *columns, "ratio p50", "load 1/5/15", "commits", "lost"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for result in results:
+        whole = sorted(result.parts["whole"])
+        native = sorted(result.parts["native"])
+        ratio = percentile(whole, 50) / percentile(native, 50) if whole and native else math.nan
+        lost = "/".join(str(v) for v in result.lost.values())
+        cells = [
+            result.variant,
+            *(_cell(result.parts[c]) for c in columns),
+            f"{ratio:.2f}",
+            result.load,
+            str(result.coordinator.get("kafka_transactions", 0)),
+            lost,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m txbridge.bench.latency_breakdown", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser.add_argument("--orders", type=int, default=300, help="orders per path and run")
+    parser.add_argument("--rate", type=float, default=20.0, help="orders per second per path")
+    parser.add_argument("--warmup", type=int, default=20, help="first orders of each run left out")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--variant", action="append", choices=sorted(VARIANTS), help="repeatable; default: all"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write every sample here")
+    args = parser.parse_args(argv)
+    names = args.variant or list(VARIANTS)
+    results: list[RunResult] = []
+    for repeat in range(args.repeats):
+        for name in names:
+            result = run_once(
+                args.bootstrap, name, VARIANTS[name], orders=args.orders, rate=args.rate, warmup=args.warmup
+            )
+            result = replace(result, variant=f"{name} #{repeat + 1}")
+            results.append(result)
+            print(render([result]).splitlines()[-1], flush=True)
+    print("\np50/p99/mean ms per part (module docstring):\n" + render(results))
+    print("\ndetail:\n" + render(results, DETAIL))
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(r) for r in results]))
+
+
+if __name__ == "__main__":
+    main()
