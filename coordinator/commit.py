@@ -9,9 +9,9 @@ records, quarantined input); last the ``<ns>_state`` changelog entries.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 from coordinator import changelog
+from coordinator.metrics import Stat, Stats
 from coordinator.republisher import Batch, OutRecord, copy_aside, plan_republish
 from coordinator.state import PartitionState, PendingTx, Phase
 from coordinator.writer import TransactionWriter
@@ -36,7 +36,7 @@ class TransactionContent:
         writer: TransactionWriter,
         topics: Topics,
         partitions: dict[int, PartitionState],
-        stats: Counter[str],
+        stats: Stats,
         max_message_bytes: int,
     ) -> None:
         self.writer = writer
@@ -66,7 +66,7 @@ class TransactionContent:
             if refused is not None:
                 self._set_aside(tx, refused, self.topics.quarantine, Phase.QUARANTINED)
                 continue
-            self.stats["messages_republished"] += len(plan)
+            self.stats[Stat.MESSAGES_REPUBLISHED] += len(plan)
             self.partitions[tx.partition].finish(tx, Phase.PUBLISHED)
         for tx, reason in incomplete:
             if tx.phase is Phase.COMMITTED:

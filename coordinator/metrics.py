@@ -1,56 +1,119 @@
-"""Prometheus metrics: the loop's counters, read at scrape time (no locking in the hot path)."""
+"""The coordinator's counters, declared once, and their Prometheus export.
+
+Every counter the coordinator keeps is a member of :class:`Stat`, with its help text; the
+loop and the partition state count into one ``Counter[Stat]`` (:data:`Stats`), so a name
+that is not declared is a type error (mypy), and ``/metrics`` exports every member as
+``txbridge_coordinator_<name>_total``, read at scrape time (no locking in the hot path).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeAlias
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 logger = logging.getLogger(__name__)
 
-#: Counter names and what they count (``txbridge_coordinator_<name>_total``).
-COUNTERS = {
-    "half_records": "half records consumed",
-    "op_records": "op records consumed",
-    "resolved_published": "committed transactions republished",
-    "resolved_rolled_back": "transactions rolled back",
-    "resolved_expired": "transactions expired after max_checks",
-    "resolved_quarantined": "committed transactions quarantined (could not be republished)",
-    "resolved_orphan": "decisions for halves already resolved (e.g. read back after a restart)",
-    "messages_republished": "messages republished to real topics",
-    "quarantined_records": "malformed records copied to quarantine",
-    "checks": "back-checks made (transactions asked about)",
-    "check_requests": "back-check HTTP requests sent (a request may ask about many transactions)",
-    "check_verdicts": "back-checks that returned COMMIT or ROLLBACK",
-    "checks_refused": "check URLs refused by allowed_check_hosts",
-    "checks_not_asked": "back-checks that could not be sent (no live instance, no secret, every URL "
-    "refused): not counted toward max_checks",
-    "expired_rechecked": "expired transactions asked about again when their group came back",
-    "expired_resumed": "expired transactions published after their group answered COMMIT",
-    "expired_rolled_back": "expired transactions their returning group answered ROLLBACK",
-    "checks_expedited": "open transactions of a silent or departed writer checked before the check delay",
-    "owners_fenced": "dead previous owners of assigned partitions fenced (their open transaction aborted)",
-    "conflicting_ops": "late ops contradicting the first decision (ignored)",
-    "duplicate_ops": "ops repeating the decision already taken",
-    "late_halves": "half records of already resolved transactions",
-    "held_for_key_order": "ready transactions held behind an undecided one of the same key (per pass)",
-    "kafka_transactions": "Kafka transactions committed",
-    "kafka_aborts": "Kafka transactions aborted (state rewound to the committed offsets)",
-}
+
+class Stat(StrEnum):
+    """A counter: its name (``txbridge_coordinator_<name>_total``) and what it counts."""
+
+    description: str
+
+    def __new__(cls, name: str, description: str) -> Stat:
+        member = str.__new__(cls, name)
+        member._value_ = name
+        member.description = description
+        return member
+
+    def __repr__(self) -> str:  # as the name it replaced: logs of dict(stats) read as before
+        return repr(self.value)
+
+    HALF_RECORDS = "half_records", "half records consumed"
+    DUPLICATE_HALVES = "duplicate_halves", "half records of a transaction and sequence already held"
+    LATE_HALVES = "late_halves", "half records of already resolved transactions"
+    OP_RECORDS = "op_records", "op records consumed"
+    DUPLICATE_OPS = "duplicate_ops", "ops repeating the decision already taken"
+    CONFLICTING_OPS = "conflicting_ops", "late ops contradicting the first decision (ignored)"
+    ADMIN_OPS = (
+        "admin_ops",
+        "txbridge admin decisions for transactions already resolved (noted; the command republishes)",
+    )
+    ORPHAN_OPS = "orphan_ops", "COMMITs with no half record up to the half partition's end (resolved_orphan)"
+    RESOLVED_PUBLISHED = "resolved_published", "committed transactions republished"
+    RESOLVED_ROLLED_BACK = "resolved_rolled_back", "transactions rolled back"
+    RESOLVED_EXPIRED = "resolved_expired", "transactions expired after max_checks"
+    RESOLVED_QUARANTINED = (
+        "resolved_quarantined",
+        "committed transactions quarantined (could not be republished)",
+    )
+    RESOLVED_ORPHAN = (
+        "resolved_orphan",
+        "decisions for halves already resolved (e.g. read back after a restart)",
+    )
+    MESSAGES_REPUBLISHED = "messages_republished", "messages republished to real topics"
+    QUARANTINED_RECORDS = "quarantined_records", "malformed records copied to quarantine"
+    HELD_FOR_KEY_ORDER = (
+        "held_for_key_order",
+        "ready transactions held behind an undecided one of the same key (per pass)",
+    )
+    CHECKS = "checks", "back-checks made (transactions asked about)"
+    CHECK_REQUESTS = (
+        "check_requests",
+        "back-check HTTP requests sent (a request may ask about many transactions)",
+    )
+    CHECK_VERDICTS = "check_verdicts", "back-checks that returned COMMIT or ROLLBACK"
+    CHECKS_REFUSED = "checks_refused", "check URLs refused by allowed_check_hosts"
+    CHECKS_NOT_ASKED = (
+        "checks_not_asked",
+        "back-checks that could not be sent (no live instance, no secret, every URL refused): "
+        "not counted toward max_checks",
+    )
+    CHECKS_EXPEDITED = (
+        "checks_expedited",
+        "open transactions of a silent or departed writer checked before the check delay",
+    )
+    EXPIRED_RECHECKED = (
+        "expired_rechecked",
+        "expired transactions asked about again when their group came back",
+    )
+    EXPIRED_RESUMED = "expired_resumed", "expired transactions published after their group answered COMMIT"
+    EXPIRED_ROLLED_BACK = (
+        "expired_rolled_back",
+        "expired transactions their returning group answered ROLLBACK",
+    )
+    OWNERS_FENCED = (
+        "owners_fenced",
+        "dead previous owners of assigned partitions fenced (their open transaction aborted)",
+    )
+    KAFKA_TRANSACTIONS = "kafka_transactions", "Kafka transactions committed"
+    KAFKA_ABORTS = "kafka_aborts", "Kafka transactions aborted (state rewound to the committed offsets)"
+    COMMIT_RETRIES = "commit_retries", "commit_transaction calls resumed after a retriable failure"
+    ABORT_RETRIES = "abort_retries", "abort_transaction calls resumed after a retriable failure"
+    ABORT_RETRIES = "abort_retries", "abort_transaction calls resumed after a retriable failure"
+    WEDGED_CALLS = (
+        "wedged_calls",
+        "Kafka calls still running well past their timeout (coordinator/watchdog.py)",
+    )
+
+
+#: The counters of one coordinator, shared by its loop and its partitions' states.
+Stats: TypeAlias = Counter[Stat]
 
 
 class _Collector:
-    def __init__(self, stats: Counter[str], gauges: Callable[[], dict[str, float]]) -> None:
+    def __init__(self, stats: Stats, gauges: Callable[[], dict[str, float]]) -> None:
         self._stats, self._gauges = stats, gauges
 
     def collect(self) -> Iterator[Any]:
-        for name, help_text in COUNTERS.items():
-            family = CounterMetricFamily(f"txbridge_coordinator_{name}", help_text)
-            family.add_metric([], float(self._stats.get(name, 0)))
+        for stat in Stat:
+            family = CounterMetricFamily(f"txbridge_coordinator_{stat}", stat.description)
+            family.add_metric([], float(self._stats.get(stat, 0)))
             yield family
         for name, value in self._gauges().items():
             gauge = GaugeMetricFamily(f"txbridge_coordinator_{name}", name.replace("_", " "))
@@ -58,7 +121,7 @@ class _Collector:
             yield gauge
 
 
-def make_registry(stats: Counter[str], gauges: Callable[[], dict[str, float]]) -> CollectorRegistry:
+def make_registry(stats: Stats, gauges: Callable[[], dict[str, float]]) -> CollectorRegistry:
     """A private registry (several coordinators may run in one process, e.g. in tests)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(stats, gauges))

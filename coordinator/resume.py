@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from coordinator.checker import Checker, CheckJob
+from coordinator.metrics import Stat
 from txbridge.errors import TxBridgeError
 from txbridge.wire import CheckMessage, CheckRequest, TxState
 
@@ -76,7 +77,7 @@ class ExpiryResumer:
         self._bootstrap, self._namespace, self._extra = bootstrap, namespace, dict(extra or {})
         self._checker, self._owned, self._limit = checker, owned, limit
         self._returns: queue.SimpleQueue[Return | None] = queue.SimpleQueue()
-        self._events: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._events: queue.SimpleQueue[Stat] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._live: set[tuple[str, str]] = set()
 
@@ -101,8 +102,8 @@ class ExpiryResumer:
         for group in sorted(came_back):
             self._returns.put(Return(group, targets(group)))
 
-    def events(self) -> list[str]:
-        """Counter names of what happened since the last call (for the loop's stats)."""
+    def events(self) -> list[Stat]:
+        """Counters of what happened since the last call (for the loop's stats)."""
         out = []
         while True:
             try:
@@ -141,7 +142,7 @@ class ExpiryResumer:
             len(expired),
         )
         for entry in batch:  # one at a time, in expiry order: same-key ones keep their order
-            self._events.put("expired_rechecked")
+            self._events.put(Stat.EXPIRED_RECHECKED)
             job = CheckJob(entry.partition or 0, _request(entry), back.targets)
             result = self._checker.check_batch([job])[0]
             if result.state is TxState.UNKNOWN:
@@ -154,8 +155,8 @@ class ExpiryResumer:
                     "expired tx %s answered %s but was not resolved: %s", entry.tx_id, result.state, exc
                 )
                 continue
-            name = "expired_resumed" if result.state is TxState.COMMIT else "expired_rolled_back"
-            self._events.put(name)
+            committed = result.state is TxState.COMMIT
+            self._events.put(Stat.EXPIRED_RESUMED if committed else Stat.EXPIRED_ROLLED_BACK)
             logger.info(
                 "expired tx %s of group %r: %s after its group came back",
                 entry.tx_id,

@@ -3,14 +3,27 @@
 Timing is measured from the broker's append time of the first half record and
 compared with the coordinator's clock, never with the producer's ``txb.ts``
 (RocketMQ #9640: producer clock skew caused spurious checks).
+
+The policy sees a transaction only as :class:`Scheduled`: :mod:`coordinator.state`, which
+asks it when checks are due, imports it, not the other way round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
-from coordinator.state import Due, PendingTx, Phase
+
+class Scheduled(Protocol):
+    """What the policy reads and sets on a transaction (:class:`coordinator.state.PendingTx`)."""
+
+    first_append_ms: int | None
+    check_after_s: float | None
+    checks: int
+    next_check_ms: int | None
+    unasked_since_ms: int | None
+    problem: str
+    dirty: bool
 
 
 @dataclass(frozen=True)
@@ -34,12 +47,12 @@ class CheckPolicy:
     backoff_max_s: float = 60.0
     max_unasked_s: float = 3600.0
 
-    def first_due_ms(self, tx: PendingTx, now_ms: int) -> int:
+    def first_due_ms(self, tx: Scheduled, now_ms: int) -> int:
         base = tx.first_append_ms if tx.first_append_ms is not None else now_ms
         delay = tx.check_after_s if tx.check_after_s is not None else self.delay_s
         return base + int(max(delay, 0.0) * 1000)
 
-    def exhausted(self, tx: PendingTx, now_ms: int) -> bool:
+    def exhausted(self, tx: Scheduled, now_ms: int) -> bool:
         """True when ``tx`` must expire: ``max_checks`` answers, or ``max_unasked_s`` unasked."""
         if tx.checks >= self.max_checks:
             return True
@@ -52,29 +65,10 @@ class CheckPolicy:
         return int(min(self.backoff_s * (2 ** min(exponent, 30)), self.backoff_max_s) * 1000)
 
 
-__all__ = ["CheckPolicy", "Due", "due", "record_not_asked", "record_unknown"]
+__all__ = ["CheckPolicy", "Scheduled", "record_not_asked", "record_unknown"]
 
 
-def due(policy: CheckPolicy, txs: Iterable[PendingTx], now_ms: int, in_flight: set[str]) -> Due:
-    """Undecided transactions whose check time has come (``in_flight`` ones are skipped).
-
-    A scan of ``txs``; :meth:`PartitionState.due_checks` gives the same answer from a heap.
-    """
-    check: list[PendingTx] = []
-    expire: list[PendingTx] = []
-    for tx in txs:
-        if tx.phase is not Phase.OPEN or tx.tx_id in in_flight:
-            continue
-        if tx.next_check_ms is None:
-            tx.next_check_ms = policy.first_due_ms(tx, now_ms)
-            tx.dirty = True
-        if tx.next_check_ms > now_ms:
-            continue
-        (expire if policy.exhausted(tx, now_ms) else check).append(tx)
-    return Due(check, expire)
-
-
-def record_unknown(policy: CheckPolicy, tx: PendingTx, now_ms: int) -> bool:
+def record_unknown(policy: CheckPolicy, tx: Scheduled, now_ms: int) -> bool:
     """Count an UNKNOWN (or failed) check and reschedule. Returns True when ``tx`` must expire now."""
     tx.checks += 1
     tx.unasked_since_ms, tx.problem = None, ""
@@ -86,7 +80,7 @@ def record_unknown(policy: CheckPolicy, tx: PendingTx, now_ms: int) -> bool:
     return False
 
 
-def record_not_asked(policy: CheckPolicy, tx: PendingTx, now_ms: int, why: str) -> bool:
+def record_not_asked(policy: CheckPolicy, tx: Scheduled, now_ms: int, why: str) -> bool:
     """A check that could not be sent (``why``): reschedule without using up ``max_checks``.
 
     Returns True when ``tx`` has waited ``max_unasked_s`` without any check being sent and

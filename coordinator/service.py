@@ -28,6 +28,7 @@ from coordinator import changelog, metrics, scheduler
 from coordinator.checker import Checker, CheckJob, CheckResult
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
+from coordinator.metrics import Stat, Stats
 from coordinator.payloads import HalfReader, evict_states, record_size
 from coordinator.registry import ProducerRegistry
 from coordinator.republisher import Batch, quarantine_raw
@@ -113,7 +114,7 @@ class Coordinator:
             config.check_backoff_max_s,
             config.max_unasked_s,
         )
-        self.stats: Counter[str] = Counter()
+        self.stats: Stats = Counter()
         self.partitions: dict[int, PartitionState] = {}
         self._positions: dict[tuple[str, int], int] = {}
         # op partition -> its end at the previous look (see _ops_caught_up)
@@ -365,7 +366,7 @@ class Coordinator:
                 continue
             finally:
                 fence.flush(0)
-            self.stats["owners_fenced"] += 1
+            self.stats[Stat.OWNERS_FENCED] += 1
             logger.warning(
                 "fenced %s, the previous owner of partitions %s, in %.2fs: its open transaction is aborted",
                 owner,
@@ -500,7 +501,7 @@ class Coordinator:
         if state is None:
             return
         if topic == self.topics.half:
-            self.stats["half_records"] += 1
+            self.stats[Stat.HALF_RECORDS] += 1
             try:
                 half = decode_half(msg.value(), msg.headers())
             except WireFormatError as exc:
@@ -510,7 +511,7 @@ class Coordinator:
             tx = state.on_half(half, msg.offset(), record_size(msg), _kafka.append_time_ms(msg) or _now_ms())
             self._publishable |= tx is not None and tx.phase is Phase.READY
         else:
-            self.stats["op_records"] += 1
+            self.stats[Stat.OP_RECORDS] += 1
             try:
                 op = decode_op(msg.value())
             except WireFormatError as exc:
@@ -522,7 +523,7 @@ class Coordinator:
     def _quarantine(self, msg: Any, reason: str) -> None:
         origin = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
         logger.warning("quarantined %s: %s", origin, reason)
-        self.stats["quarantined_records"] += 1
+        self.stats[Stat.QUARANTINED_RECORDS] += 1
         self._batch.add(
             quarantine_raw(
                 self.topics.quarantine,
@@ -564,8 +565,8 @@ class Coordinator:
                 self._load_payloads([tx for _number, tx in part])  # a check shows the user's headers
                 chunk = [CheckJob(number, self._check_request(tx), urls) for number, tx in part]
                 self._checker.submit_batch(chunk)
-                self.stats["checks"] += len(chunk)
-                self.stats["check_requests"] += 1
+                self.stats[Stat.CHECKS] += len(chunk)
+                self.stats[Stat.CHECK_REQUESTS] += 1
 
     def _consumer_positions(self, numbers: list[int]) -> dict[tuple[str, int], int] | None:
         """The consumer's positions on the owned half and op partitions (None: not known now).
@@ -612,7 +613,7 @@ class Coordinator:
             else:
                 self._expedited.add((group, instance))
             if count:
-                self.stats["checks_expedited"] += count
+                self.stats[Stat.CHECKS_EXPEDITED] += count
                 logger.info(
                     "producer %s/%s is gone: its %d open transactions are checked now", group, instance, count
                 )
@@ -687,7 +688,7 @@ class Coordinator:
     def _apply_check_results(self) -> None:
         assert self._checker is not None
         for result in self._checker.results():
-            self.stats["checks_refused"] += result.refused
+            self.stats[Stat.CHECKS_REFUSED] += result.refused
             self._apply_check(result)
 
     def _apply_check(self, result: CheckResult) -> None:
@@ -707,7 +708,7 @@ class Coordinator:
 
     def _apply_answer(self, state: PartitionState, tx: PendingTx, result: CheckResult) -> None:
         if not result.asked:  # not an answer: does not use up max_checks (see CheckResult)
-            self.stats["checks_not_asked"] += 1
+            self.stats[Stat.CHECKS_NOT_ASKED] += 1
             logger.debug("tx %s not checked: %s", tx.tx_id, result.detail)
             if scheduler.record_not_asked(self.policy, tx, _now_ms(), result.detail):
                 self._expiring[tx.tx_id] = tx
@@ -717,7 +718,7 @@ class Coordinator:
             if scheduler.record_unknown(self.policy, tx, _now_ms()):
                 self._expiring[tx.tx_id] = tx
             return
-        self.stats["check_verdicts"] += 1
+        self.stats[Stat.CHECK_VERDICTS] += 1
         logger.debug("check of tx %s: %s from %s", tx.tx_id, result.state, result.detail)
         tx.checks += 1
         # Applied in memory now and written as an op record in the same Kafka transaction.
@@ -780,7 +781,7 @@ class Coordinator:
         except Exception as exc:
             self._on_transaction_error(exc)
             return
-        self.stats["kafka_transactions"] += 1
+        self.stats[Stat.KAFKA_TRANSACTIONS] += 1
         for number, plan in plans.items():
             if number in self.partitions:
                 self.partitions[number].mark_persisted(plan.entries, plan.tombstones, plan.light)
@@ -820,7 +821,7 @@ class Coordinator:
             self._fatal = error
             raise error from exc
         logger.warning("Kafka transaction aborted, rewinding to the committed offsets: %s", error)
-        self.stats["kafka_aborts"] += 1
+        self.stats[Stat.KAFKA_ABORTS] += 1
         try:
             with self._watchdog.deadline("abort_transaction", TXN_CALL_TIMEOUT_S):
                 self._producer.abort_transaction(TXN_CALL_TIMEOUT_S)
@@ -858,7 +859,7 @@ class Coordinator:
                 ):
                     raise
                 logger.warning("%s; resuming the commit", error)
-                self.stats["commit_retries"] += 1
+                self.stats[Stat.COMMIT_RETRIES] += 1
             else:
                 return
 
@@ -879,7 +880,7 @@ class Coordinator:
         self._restore(numbers, light)
 
     def _on_wedged(self, wedged: Wedged) -> None:
-        self.stats["wedged_calls"] += 1
+        self.stats[Stat.WEDGED_CALLS] += 1
         logger.critical(
             "coordinator %s is stuck: %s. librdkafka cannot interrupt it; %s\n%s",
             self.config.instance_id,
@@ -908,12 +909,12 @@ class Coordinator:
             self.config.instance_id,
             len(self.partitions),
             sum(len(p.pending) for p in self.partitions.values()),
-            s["resolved_published"],
-            s["resolved_rolled_back"],
-            s["resolved_expired"],
-            s["resolved_quarantined"],
-            s["checks"],
-            s["conflicting_ops"],
-            s["kafka_transactions"],
-            s["kafka_aborts"],
+            s[Stat.RESOLVED_PUBLISHED],
+            s[Stat.RESOLVED_ROLLED_BACK],
+            s[Stat.RESOLVED_EXPIRED],
+            s[Stat.RESOLVED_QUARANTINED],
+            s[Stat.CHECKS],
+            s[Stat.CONFLICTING_OPS],
+            s[Stat.KAFKA_TRANSACTIONS],
+            s[Stat.KAFKA_ABORTS],
         )

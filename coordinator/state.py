@@ -62,6 +62,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from coordinator.metrics import Stat, Stats
 from txbridge.errors import TransactionStateError
 from txbridge.wire import HalfMessage, OpRecord, OpSource, TxState
 
@@ -98,6 +99,14 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.ORPHAN: frozenset(),
 }
 TERMINAL = frozenset(p for p, nxt in TRANSITIONS.items() if not nxt)
+#: The counter of each way out of the pending set.
+_RESOLVED_STAT = {
+    Phase.PUBLISHED: Stat.RESOLVED_PUBLISHED,
+    Phase.ROLLED_BACK: Stat.RESOLVED_ROLLED_BACK,
+    Phase.EXPIRED: Stat.RESOLVED_EXPIRED,
+    Phase.QUARANTINED: Stat.RESOLVED_QUARANTINED,
+    Phase.ORPHAN: Stat.RESOLVED_ORPHAN,
+}
 UNDECIDED = frozenset({Phase.OPEN, Phase.COMMITTED})  # may still hold a later same-key tx back
 DECIDED_COMMIT = frozenset({Phase.COMMITTED, Phase.READY})  # in the republish queue
 
@@ -395,7 +404,7 @@ class PartitionState:
 
     Args:
         partition: the half/op partition number.
-        stats: shared counters (``conflicting_ops``, ``late_halves``, ...), read by metrics.
+        stats: the coordinator's counters (:class:`coordinator.metrics.Stat`), read by metrics.
         half_position: next half offset to consume (from the committed offsets).
 
     Attributes:
@@ -409,9 +418,9 @@ class PartitionState:
     #: Check :meth:`check_invariants` after every step (tests, and the ``check_invariants`` setting).
     debug = False
 
-    def __init__(self, partition: int, stats: Counter[str] | None = None, half_position: int = 0) -> None:
+    def __init__(self, partition: int, stats: Stats | None = None, half_position: int = 0) -> None:
         self.partition = partition
-        self.stats: Counter[str] = stats if stats is not None else Counter()
+        self.stats: Stats = stats if stats is not None else Counter()
         self.half_position = half_position
         self.pending: dict[str, PendingTx] = {}
         self.tombstones: set[str] = set()
@@ -476,7 +485,7 @@ class PartitionState:
     def _on_half(self, msg: HalfMessage, offset: int, size: int, append_ms: int) -> PendingTx | None:
         self.half_position = max(self.half_position, offset + 1)
         if msg.tx_id in self._resolved:
-            self.stats["late_halves"] += 1
+            self.stats[Stat.LATE_HALVES] += 1
             logger.debug("half %s/%d of a resolved transaction ignored", msg.tx_id, msg.seq)
             return None
         tx = self.pending.get(msg.tx_id)
@@ -484,7 +493,7 @@ class PartitionState:
         if tx is None:
             tx = PendingTx(msg.tx_id, self.partition)
         elif tx.has_half(msg.seq):
-            self.stats["duplicate_halves"] += 1
+            self.stats[Stat.DUPLICATE_HALVES] += 1
             return tx
         msg = _intern_message(msg)
         reindex = tx._phase in UNDECIDED and not new
@@ -539,14 +548,14 @@ class PartitionState:
 
     def _late_decision(self, op: OpRecord, decided: TxState | None) -> None:
         if decided is None or op.state is decided:
-            self.stats["duplicate_ops"] += 1
+            self.stats[Stat.DUPLICATE_OPS] += 1
             return
         if op.source is OpSource.ADMIN:
             # An admin resolution of an expired tx republishes by itself (txbridge admin).
-            self.stats["admin_ops"] += 1
+            self.stats[Stat.ADMIN_OPS] += 1
             logger.info("admin %s for tx %s (decided %s) noted", op.state, op.tx_id, decided)
             return
-        self.stats["conflicting_ops"] += 1
+        self.stats[Stat.CONFLICTING_OPS] += 1
         logger.warning(
             "tx %s: %s from %s ignored, the first decision %s is final",
             op.tx_id,
@@ -596,7 +605,7 @@ class PartitionState:
                 continue
             if tx._halves is None:
                 tx.move(Phase.ORPHAN)
-                self.stats["orphan_ops"] += 1
+                self.stats[Stat.ORPHAN_OPS] += 1
                 self._resolve(tx)
                 continue
             expected = tx.count if tx.count is not None else "?"
@@ -627,7 +636,7 @@ class PartitionState:
                 break
             earlier = self._earliest_undecided(tx.order_key())
             if earlier is not None and earlier < tx.first_offset():
-                self.stats["held_for_key_order"] += 1
+                self.stats[Stat.HELD_FOR_KEY_ORDER] += 1
                 continue
             out.append(tx)
         out.sort(key=PendingTx.first_offset)
@@ -640,7 +649,7 @@ class PartitionState:
     def due_checks(self, policy: CheckPolicy, now_ms: int, in_flight: set[str]) -> Due:
         """OPEN transactions whose back-check time has come (``in_flight`` ones are skipped).
 
-        The same answer as ``scheduler.due(policy, self.open_txs(), now_ms, in_flight)``,
+        The same answer as a scan of :meth:`open_txs` (tests/coordinator/test_scheduler.py),
         except that a transaction gets its first ``next_check_ms`` when that time comes
         rather than at the first call; at the cost of the due transactions rather than of
         all open ones. A due transaction is returned at every call until its
@@ -938,4 +947,4 @@ class PartitionState:
             del self._resolved[self._resolved_order.popleft()]
         if tx.persisted:
             self.tombstones.add(tx_id)
-        self.stats[f"resolved_{tx._phase.value}"] += 1
+        self.stats[_RESOLVED_STAT[tx._phase]] += 1
