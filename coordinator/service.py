@@ -79,8 +79,8 @@ OWNER_PREFIX = "txb-owner:"
 #: abort). A broker failover takes seconds; a call that times out is retried (commit) or its
 #: transaction aborted and the work done again. Every such call runs under the watchdog.
 TXN_CALL_TIMEOUT_S = 15.0
-#: How long commit_transaction is retried while it fails retriably (an abort is not allowed then).
-COMMIT_RETRY_S = 60.0
+#: How long a commit or an abort is resumed while it fails retriably (see _end_transaction).
+END_RETRY_S = 60.0
 
 
 def _now_ms() -> int:
@@ -777,7 +777,7 @@ class Coordinator:
                     self._producer.send_offsets_to_transaction(
                         offsets, self._consumer.consumer_group_metadata(), TXN_CALL_TIMEOUT_S
                     )
-            self._commit_transaction()
+            self._end_transaction(commit=True)
         except Exception as exc:
             self._on_transaction_error(exc)
             return
@@ -823,10 +823,9 @@ class Coordinator:
         logger.warning("Kafka transaction aborted, rewinding to the committed offsets: %s", error)
         self.stats[Stat.KAFKA_ABORTS] += 1
         try:
-            with self._watchdog.deadline("abort_transaction", TXN_CALL_TIMEOUT_S):
-                self._producer.abort_transaction(TXN_CALL_TIMEOUT_S)
+            self._end_transaction(commit=False)
         except Exception as abort_exc:
-            # The producer is in no state to go on (a commit that never ended, a broken client):
+            # The producer is in no state to go on (an abort that never ended, a broken client):
             # stop, and let nothing (a revocation, the shutdown) try another transaction on it.
             fatal = _kafka.to_error(abort_exc, "aborting the coordinator's transaction")
             logger.error(  # noqa: TRY400 - the cause is in the message; no traceback wanted
@@ -837,29 +836,33 @@ class Coordinator:
             raise fatal from abort_exc
         self._rewind()
 
-    def _commit_transaction(self) -> None:
-        """``commit_transaction``, resumed while it fails retriably (a timeout during a failover).
+    def _end_transaction(self, *, commit: bool) -> None:
+        """``commit_transaction`` or ``abort_transaction``, resumed while it fails retriably.
 
-        librdkafka's contract: a commit that failed retriably is still in progress and may be
-        called again; aborting it is not allowed. Retried for up to :data:`COMMIT_RETRY_S`.
+        librdkafka's contract: a commit or an abort that failed retriably (a timeout while a
+        broker fails over, in-flight messages to a dead leader) is still in progress and may be
+        called again; a commit in progress may not be aborted. Resumed for up to
+        :data:`END_RETRY_S`; each call runs under the watchdog.
         """
         assert self._producer is not None
-        give_up = time.monotonic() + COMMIT_RETRY_S
+        call = self._producer.commit_transaction if commit else self._producer.abort_transaction
+        what = "commit_transaction" if commit else "abort_transaction"
+        give_up = time.monotonic() + END_RETRY_S
         while True:
             try:
-                with self._watchdog.deadline("commit_transaction", TXN_CALL_TIMEOUT_S):
-                    self._producer.commit_transaction(TXN_CALL_TIMEOUT_S)
+                with self._watchdog.deadline(what, TXN_CALL_TIMEOUT_S):
+                    call(TXN_CALL_TIMEOUT_S)
             except Exception as exc:
-                error = _kafka.to_error(exc, "committing the Kafka transaction")
+                error = _kafka.to_error(exc, what)
                 if (
                     not error.retriable
-                    or error.txn_requires_abort
+                    or (commit and error.txn_requires_abort)
                     or error.fatal
                     or time.monotonic() > give_up
                 ):
                     raise
-                logger.warning("%s; resuming the commit", error)
-                self.stats[Stat.COMMIT_RETRIES] += 1
+                logger.warning("%s; resuming it", error)
+                self.stats[Stat.COMMIT_RETRIES if commit else Stat.ABORT_RETRIES] += 1
             else:
                 return
 
