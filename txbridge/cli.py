@@ -389,6 +389,7 @@ _PLUGINS = (
     ("spark_pipelines.cli", "report"),
     ("txbridge.bench", "bench"),
     ("txbridge.local.rocketmq_cli", "rocketmq"),
+    ("txbridge.local.spark_cli", "spark"),
 )
 
 
@@ -431,6 +432,7 @@ _EXTRAS = {
     "report": "spark",
     "bench": "bench",
     "kafka": "local",
+    "spark": "spark",
 }
 #: Subcommands that need their extra for part of what they do: ``kafka`` for the secured cluster
 #: and the local processes' status, not to ask a broker at --bootstrap (the image's
