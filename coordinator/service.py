@@ -79,6 +79,10 @@ OWNER_PREFIX = "txb-owner:"
 #: abort). A broker failover takes seconds; a call that times out is retried (commit) or its
 #: transaction aborted and the work done again. Every such call runs under the watchdog.
 TXN_CALL_TIMEOUT_S = 15.0
+#: A consumer that fails fatally is replaced in-process (_rejoin) at most this many times in
+#: _REJOIN_WINDOW_S; more means another process uses the same instance id: the coordinator stops.
+_REJOINS_MAX = 5
+_REJOIN_WINDOW_S = 300.0
 #: How long a commit or an abort is resumed while it fails retriably (see _end_transaction).
 END_RETRY_S = 60.0
 
@@ -139,6 +143,8 @@ class Coordinator:
         self._writer: TransactionWriter = TransactionWriter(None)
         self._consumed_since_commit = 0
         self._fatal: KafkaOperationError | None = None  # set once the producer is fenced or broken
+        self._consumer_failed: KafkaOperationError | None = None  # the consumer's fatal error (_rejoin)
+        self._rejoins: list[float] = []  # monotonic times of recent rejoins
         self._started = 0.0  # monotonic time _start() began reading the registry
         self.running = threading.Event()  # set once partitions may be served (tests wait on it)
         self._on_wedged_hook = on_wedged
@@ -210,11 +216,19 @@ class Coordinator:
             self._metrics_server = metrics.serve(
                 metrics.make_registry(self.stats, self._gauges), cfg.metrics_port
             )
+        self._join()
+        logger.info(
+            "coordinator %s started: %r, extra_config keys %s", cfg.instance_id, cfg, sorted(cfg.extra_config)
+        )
+
+    def _join(self) -> None:
+        """Create the half/op consumer and subscribe: the group assigns this instance its partitions."""
+        cfg = self.config
         # Classic protocol + range keeps partition i of half and op on one member (DESIGN pitfalls).
         self._consumer = _kafka.consumer(
             cfg.bootstrap,
             cfg.group_id,
-            extra,
+            cfg.extra_config,
             partition_assignment_strategy="range",
             group_protocol="classic",
             # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
@@ -231,9 +245,62 @@ class Coordinator:
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
-        logger.info(
-            "coordinator %s started: %r, extra_config keys %s", cfg.instance_id, cfg, sorted(cfg.extra_config)
+
+    def _rejoin(self) -> None:
+        """Replace a consumer that failed fatally, in-process, as a restart would.
+
+        librdkafka fences its own static member when the broker acting as the group's
+        coordinator dies (confluentinc/librdkafka#3437): the consumer never fetches again.
+        Its partitions' uncommitted work is dropped as when partitions are lost (it is
+        above the committed offsets and comes back from them), the consumer is closed, and
+        a new one joins with the same instance id: the group hands it the same partitions
+        at once, and :meth:`_on_assign` restores them from the committed offsets and
+        ``<ns>_state``. Without this the process had to exit and start again (seconds of
+        interpreter start-up on a loaded host). More than :data:`_REJOINS_MAX` failures in
+        :data:`_REJOIN_WINDOW_S` stop the coordinator: that is another process using the
+        same instance id, not a broker failover.
+        """
+        error, self._consumer_failed = self._consumer_failed, None
+        assert error is not None
+        now = time.monotonic()
+        self._rejoins = [t for t in self._rejoins if now - t < _REJOIN_WINDOW_S] + [now]
+        instance = self.config.instance_id
+        if len(self._rejoins) > _REJOINS_MAX:
+            logger.error(
+                "coordinator %s must stop: its consumer failed %d times in %.0fs (does another coordinator "
+                "run with instance id %s?): %s",
+                instance,
+                len(self._rejoins),
+                _REJOIN_WINDOW_S,
+                instance,
+                error,
+            )
+            self._fatal = error
+            self._stop.set()
+            return
+        logger.warning(
+            "coordinator %s: its consumer failed (%s); joining the group again with a new one",
+            instance,
+            error,
         )
+        self.stats[Stat.CONSUMER_REJOINS] += 1
+        self._batch.clear()
+        self._drop(
+            [
+                _kafka.partition_at(t, n)
+                for n in list(self.partitions)
+                for t in (self.topics.half, self.topics.op)
+            ]
+        )
+        self._positions.clear()
+        self.running.clear()
+        old, self._consumer = self._consumer, None
+        try:
+            with self._watchdog.deadline("closing the failed consumer", 30):
+                old.close()  # nothing to commit: its partitions were dropped above
+        except Exception as exc:
+            logger.info("closing the failed consumer: %s", exc)
+        self._join()
 
     def _shutdown(self) -> None:
         if self._consumer is not None:
@@ -269,6 +336,11 @@ class Coordinator:
             wait = min(max(next_commit - time.monotonic(), 0.0), 0.1)
             for msg in _kafka.consume_available(self._consumer, _BATCH, wait):
                 self._on_record(msg)
+                if self._consumer_failed is not None:
+                    break
+            if self._consumer_failed is not None:
+                self._rejoin()
+                continue
             assert self._registry is not None
             self._registry.poll()
             self._apply_check_results()
@@ -486,11 +558,8 @@ class Coordinator:
         err = msg.error()
         if err is not None:
             if err.fatal() or err.code() == KafkaError._FATAL:  # e.g. its static membership fenced
-                # This consumer never fetches again: stop, so a supervisor starts a fresh one.
-                instance = self.config.instance_id
-                logger.error("coordinator %s must stop: its consumer failed: %s", instance, err)
-                self._fatal = _kafka.to_error(err, "consuming half and op")
-                self._stop.set()
+                # This consumer never fetches again: the loop replaces it (_rejoin).
+                self._consumer_failed = _kafka.to_error(err, "consuming half and op")
             elif not _kafka.is_partition_eof(err):
                 logger.warning("consume: %s", err)
             return

@@ -1,0 +1,96 @@
+"""A coordinator whose consumer is fenced out of its static membership joins again in-process.
+
+librdkafka fences its own static member when the broker acting as the group's coordinator
+dies (the broker-chaos run saw it at every such kill). The same fatal error is provoked here
+without killing a broker: another consumer joins with the coordinator's group.instance.id.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+import coordinator.service as service_module
+from coordinator.metrics import Stat
+from tests.coordinator.conftest import Env, eventually
+from tests.coordinator.wire_producer import Msg
+from tests.kafka_helpers import read_topic, wait_for
+from txbridge import _kafka
+from txbridge.errors import KafkaOperationError
+from txbridge.wire import TxState
+
+pytestmark = pytest.mark.integration
+
+
+def _fence_static_member(env: Env, instance_id: str) -> None:
+    """Join the coordinators' group as ``instance_id``: the broker fences the member holding it."""
+    intruder = _kafka.consumer(
+        env.bootstrap,
+        f"coord-{env.namespace}",
+        partition_assignment_strategy="range",
+        group_protocol="classic",
+        group_instance_id=instance_id,
+        session_timeout_ms=6000,
+    )
+    try:
+        intruder.subscribe([env.topics.half, env.topics.op])
+        deadline = time.monotonic() + 30
+        while not intruder.assignment() and time.monotonic() < deadline:
+            intruder.poll(0.2)
+        assert intruder.assignment(), "the intruding consumer got no partitions"
+    finally:
+        intruder.close()  # a static member leaves without LeaveGroup: the coordinator's rejoin replaces it
+
+
+def test_a_fenced_static_member_rejoins_and_publishes_everything_once(
+    env: Env, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    running = env.start(instance_id="rejoiner")
+    before = [
+        env.producer.transaction([Msg(topic, f"before-{i}".encode(), key=b"k")], TxState.COMMIT)
+        for i in range(5)
+    ]
+    wait_for(env.bootstrap, topic, 5)
+    # Halves whose COMMIT comes after the fencing: their state must be rebuilt by the new consumer.
+    open_tx, partition = env.producer.halves(
+        [Msg(topic, b"open-0", key=b"k"), Msg(topic, b"open-1", key=b"k")]
+    )
+
+    _fence_static_member(env, "rejoiner")
+
+    assert eventually(lambda: running.service.stats[Stat.CONSUMER_REJOINS] >= 1, timeout=60)
+    assert eventually(running.service.running.is_set, timeout=60)
+    env.producer.op(open_tx, partition, TxState.COMMIT, count=2)
+    after = [
+        env.producer.transaction([Msg(topic, f"after-{i}".encode(), key=b"k")], TxState.COMMIT)
+        for i in range(5)
+    ]
+    wait_for(env.bootstrap, topic, 12, timeout=60)
+    time.sleep(2)  # a duplicate would show up now
+
+    seen = read_topic(env.bootstrap, topic)
+    assert [s.value for s in seen] == [
+        *(f"before-{i}".encode() for i in range(5)),
+        b"open-0",
+        b"open-1",
+        *(f"after-{i}".encode() for i in range(5)),
+    ]
+    assert {s.headers["txb.tx"] for s in seen} == {t.encode() for t in [*before, open_tx, *after]}
+    assert running.thread.is_alive()
+    assert running.errors == []
+
+
+def test_a_consumer_fenced_again_and_again_stops_the_coordinator(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service_module, "_REJOINS_MAX", 0)  # the first fencing counts as "another process"
+    running = env.start(instance_id="twin")
+    _fence_static_member(env, "twin")
+    running.thread.join(60)
+    assert not running.thread.is_alive()
+    assert len(running.errors) == 1
+    assert isinstance(running.errors[0], KafkaOperationError)
+    assert "consuming half and op" in str(running.errors[0])
