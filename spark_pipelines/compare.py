@@ -5,6 +5,11 @@ under ``read_committed`` and ``read_uncommitted``; values are decoded in Spark
 with ``from_avro`` in PERMISSIVE mode, so a record that is not valid Avro is
 counted as undecodable instead of failing the job. The orders table of each
 path is the ground truth. docs/demo.md defines every metric.
+
+RocketMQ has no topic Spark can read: its watcher's record of every message it
+received, in order (an Avro container file, ``spark_pipelines/watcher.py``), is
+read instead, with the receive order in place of (partition, offset) and the
+receive time as the visibility time; the metrics are computed by the same code.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_pipelines.schema import ORDER_CREATED, ORDER_CREATED_JSON
@@ -61,9 +67,6 @@ def read_events(
         client: the cluster's client settings (security), given to the Kafka source as its
             ``kafka.``-prefixed Java client options.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro, to_avro
-
     raw = (
         spark.read.format("kafka")
         .options(**(client.spark_options() if client is not None else {}))
@@ -74,9 +77,33 @@ def read_events(
         .option("kafka.isolation.level", isolation)
         .load()
     )
+    return _decode(raw)
+
+
+def read_received(spark: SparkSession, source: Path) -> DataFrame:
+    """``partition, offset, received_ms, event`` of every message a RocketMQ watcher received:
+    ``partition`` 0 and ``offset`` the position in the order received; ``event`` as in
+    :func:`read_events`."""
+    from pyspark.sql import functions as F
+
+    raw = spark.read.format("avro").load(str(source))
+    framed = raw.select(
+        F.lit(0).alias("partition"),
+        F.col("seq").alias("offset"),
+        "received_ms",
+        F.col("body").alias("value"),
+    )
+    return _decode(framed, keep=("received_ms",))
+
+
+def _decode(raw: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro, to_avro
+
     decoded = raw.select(
         "partition",
         "offset",
+        *keep,
         "value",
         from_avro(F.col("value"), ORDER_CREATED_JSON, {"mode": "PERMISSIVE"}).alias("event"),
     )
@@ -87,7 +114,7 @@ def read_events(
     for name in ORDER_CREATED_FIELDS:
         complete = complete & F.col(f"event.{name}").isNotNull()
     exact = F.when(complete, to_avro(F.col("event"), ORDER_CREATED_JSON) == F.col("value")).otherwise(False)
-    return decoded.select("partition", "offset", F.when(exact, F.col("event")).alias("event"))
+    return decoded.select("partition", "offset", *keep, F.when(exact, F.col("event")).alias("event"))
 
 
 def truth_frame(spark: SparkSession, orders: Sequence[CommittedOrder]) -> DataFrame:
@@ -127,37 +154,66 @@ def measure(
     client: ClientConfig | None = None,
 ) -> tuple[PathMetrics, list[int]]:
     """The metrics of one topic under one isolation level, and the latency samples (ms)."""
-    from pyspark.sql import functions as F
-
     read = read_events(spark, bootstrap, topic, isolation, client).cache()
     try:
-        records = read.count()
-        undecodable = read.where(F.col("event").isNull()).count()
-        events = read.where(F.col("event").isNotNull()).select(
-            "partition",
-            "offset",
-            F.col("event.order_id").alias("order_id"),
-            F.col("event.customer_id").alias("customer_id"),
-            F.col("event.customer_seq").alias("customer_seq"),
-        )
-        decodable = records - undecodable
-        ids = events.select("order_id").distinct()
-        delivered = ids.count()
-        lost = truth.join(ids, "order_id", "left_anti").count()
-        phantom = ids.join(truth, "order_id", "left_anti").count()
-        violations = _order_violations(events)
-        committed = truth.count()
-        latencies: list[int] = []
+        seen = None
         if visibility:
             seen = spark.createDataFrame(list(visibility.items()), "order_id string, first_seen_ms long")
-            joined = (
-                truth.join(ids, "order_id")
-                .join(seen, "order_id")
-                .select((F.col("first_seen_ms") - F.col("committed_ms")).alias("latency_ms"))
-            )
-            latencies = sorted(int(r.latency_ms) for r in joined.collect())
+        return _measure(read, path, isolation, truth, seen)
     finally:
         read.unpersist()
+
+
+def measure_received(
+    spark: SparkSession, path: str, source: Path, *, truth: DataFrame, isolation: str = "read_committed"
+) -> tuple[PathMetrics, list[int]]:
+    """The metrics of what a RocketMQ watcher received (``source``, its saved record), and the
+    latency samples (ms): visible = the first time the watcher received the order."""
+    from pyspark.sql import functions as F
+
+    read = read_received(spark, source).cache()
+    try:
+        seen = (
+            read.where(F.col("event").isNotNull())
+            .groupBy(F.col("event.order_id").alias("order_id"))
+            .agg(F.min("received_ms").alias("first_seen_ms"))
+        )
+        return _measure(read, path, isolation, truth, seen)
+    finally:
+        read.unpersist()
+
+
+def _measure(
+    read: DataFrame, path: str, isolation: str, truth: DataFrame, seen: DataFrame | None
+) -> tuple[PathMetrics, list[int]]:
+    """The metrics of ``read`` (``partition, offset, event``) against ``truth``; ``seen``:
+    ``order_id, first_seen_ms``."""
+    from pyspark.sql import functions as F
+
+    records = read.count()
+    undecodable = read.where(F.col("event").isNull()).count()
+    events = read.where(F.col("event").isNotNull()).select(
+        "partition",
+        "offset",
+        F.col("event.order_id").alias("order_id"),
+        F.col("event.customer_id").alias("customer_id"),
+        F.col("event.customer_seq").alias("customer_seq"),
+    )
+    decodable = records - undecodable
+    ids = events.select("order_id").distinct()
+    delivered = ids.count()
+    lost = truth.join(ids, "order_id", "left_anti").count()
+    phantom = ids.join(truth, "order_id", "left_anti").count()
+    violations = _order_violations(events)
+    committed = truth.count()
+    latencies: list[int] = []
+    if seen is not None:
+        joined = (
+            truth.join(ids, "order_id")
+            .join(seen, "order_id")
+            .select((F.col("first_seen_ms") - F.col("committed_ms")).alias("latency_ms"))
+        )
+        latencies = sorted(int(r.latency_ms) for r in joined.collect())
     p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
     metrics = PathMetrics(
         path=path,
@@ -195,17 +251,21 @@ def compare(
     visibility: Mapping[tuple[str, str], Mapping[str, int]] | None = None,
     isolations: Sequence[str] = ISOLATIONS,
     client: ClientConfig | None = None,
+    received: Mapping[str, Path] | None = None,
 ) -> tuple[list[PathMetrics], dict[tuple[str, str], list[int]]]:
     """Measure every path under every isolation level.
 
     Args:
         spark: the session (with the Kafka source and spark-avro jars).
         bootstrap: Kafka bootstrap servers.
-        topics: ``{path: topic}``.
+        topics: ``{path: topic}`` of the Kafka paths.
         ground_truth: ``{path: committed orders}`` read from each path's database.
         visibility: ``{(path, isolation): {order_id: first_seen_ms}}`` from the watchers.
         isolations: which isolation levels to read with.
         client: the cluster's client settings (security).
+        received: ``{path: record}`` of the paths read from a watcher's record of what it
+            received (rocketmq), measured once, as ``read_committed``: RocketMQ has no
+            isolation levels and its consumers see committed transactions only.
 
     Returns:
         The metrics, and the latency samples per ``(path, isolation)``.
@@ -231,4 +291,12 @@ def compare(
                 samples[(path, isolation)] = latencies
         finally:
             truth.unpersist()
+    for path, source in (received or {}).items():
+        truth = truth_frame(spark, ground_truth[path]).cache()
+        try:
+            metrics, latencies = measure_received(spark, path, source, truth=truth)
+        finally:
+            truth.unpersist()
+        results.append(metrics)
+        samples[(path, metrics.isolation)] = latencies
     return results, samples

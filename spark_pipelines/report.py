@@ -2,7 +2,9 @@
 
 Everything is written under ``reports/<run-id>/``: ``metrics.json`` (the
 numbers, also what ``txbridge report`` re-renders), ``report.md``,
-``counts.png`` and ``latency.png``.
+``counts.png`` and ``latency.png``. The run's facts (``info``) may hold
+``rocketmq`` (its broker settings and what the checks did, a section of its own)
+and ``skipped`` (paths left out with ``--paths``, said at the top).
 """
 
 from __future__ import annotations
@@ -17,17 +19,29 @@ from rich.table import Table
 from spark_pipelines.compare import PathMetrics
 
 COUNT_COLUMNS = ("committed", "delivered", "lost", "phantom", "duplicates", "order_violations", "undecodable")
+#: Path names in the title and one colour per path in every chart.
+PATH_TITLES = {
+    "txbridge": "txbridge",
+    "native": "Kafka transactions",
+    "plain": "plain produce",
+    "rocketmq": "RocketMQ",
+}
+PATH_COLOURS = {"txbridge": "tab:blue", "native": "tab:orange", "plain": "tab:green", "rocketmq": "tab:red"}
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
-def table(
-    metrics: Sequence[PathMetrics], title: str = "txbridge vs Kafka transactions vs plain produce"
-) -> Table:
+def title_of(metrics: Sequence[PathMetrics]) -> str:
+    """``txbridge vs Kafka transactions vs ...``, for the paths in ``metrics``."""
+    paths = dict.fromkeys(m.path for m in metrics)
+    return " vs ".join(PATH_TITLES.get(p, p) for p in paths)
+
+
+def table(metrics: Sequence[PathMetrics], title: str | None = None) -> Table:
     """The comparison as a rich table, one row per path and isolation level."""
-    out = Table(title=title)
+    out = Table(title=title or title_of(metrics))
     for name in ("path", "isolation", "records", *COUNT_COLUMNS, "p50 ms", "p99 ms"):
         out.add_column(name.replace("_", " "), justify="left" if name in ("path", "isolation") else "right")
     for m in metrics:
@@ -82,21 +96,35 @@ def _charts(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    shown = ("delivered", "lost", "phantom", "duplicates", "order_violations")
     committed_views = [m for m in metrics if m.isolation == "read_committed"]
+    paths = list(dict.fromkeys(m.path for m in metrics))
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), sharey=False)
     for ax, isolation in zip(axes, ("read_committed", "read_uncommitted"), strict=True):
-        rows = [m for m in metrics if m.isolation == isolation]
-        width = 0.8 / max(len(rows), 1)
-        for i, m in enumerate(rows):
-            xs = [j + i * width for j in range(len(COUNT_COLUMNS) - 2)]
-            values = [
-                getattr(m, c) for c in ("delivered", "lost", "phantom", "duplicates", "order_violations")
-            ]
-            ax.bar(xs, values, width=width, label=m.path)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(COUNT_COLUMNS) - 2)])
+        rows = {m.path: m for m in metrics if m.isolation == isolation}
+        # One slot per path in both panels, so a path keeps its place and colour.
+        width = 0.8 / max(len(paths), 1)
+        for i, path in enumerate(paths):
+            m = rows.get(path)
+            if m is None:
+                continue
+            xs = [j + i * width for j in range(len(shown))]
+            ax.bar(xs, [getattr(m, c) for c in shown], width=width, label=path, color=PATH_COLOURS.get(path))
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(shown))])
         ax.set_xticklabels(["delivered", "lost", "phantom", "duplicates", "order viol."], fontsize=8)
         ax.set_yscale("symlog")
         ax.set_title(isolation)
+        absent = [p for p in paths if p not in rows]
+        if absent:
+            # RocketMQ has one view: its consumers see committed transactions only.
+            ax.text(
+                0.5,
+                -0.16,
+                f"{', '.join(absent)}: no {isolation} view (committed messages only)",
+                transform=ax.transAxes,
+                ha="center",
+                fontsize=8,
+            )
         ax.legend()
     fig.suptitle("events per path (symlog scale)")
     fig.tight_layout()
@@ -108,7 +136,8 @@ def _charts(
         values = sorted(samples.get((m.path, m.isolation), []))
         if values:
             ys = [(i + 1) / len(values) for i in range(len(values))]
-            ax.step(values, ys, where="post", label=f"{m.path} (n={len(values)})")
+            label = f"{m.path} (n={len(values)})"
+            ax.step(values, ys, where="post", label=label, color=PATH_COLOURS.get(m.path))
     ax.set_xscale("symlog")
     ax.set_xlabel("DB commit to first seen by a read_committed consumer (ms)")
     ax.set_ylabel("fraction of orders")
@@ -118,6 +147,44 @@ def _charts(
     fig.tight_layout()
     fig.savefig(run_dir / "latency.png", dpi=110)
     plt.close(fig)
+
+
+def _rocketmq_section(facts: Mapping[str, Any]) -> list[str]:
+    """The report's RocketMQ section: where it ran, its transaction settings, what checks did."""
+    lines = ["## RocketMQ", ""]
+    where = "started by the demo" if facts.get("started_by_demo") else "an existing RocketMQ"
+    lines.append(f"- broker: {where}, proxy {facts.get('endpoint')}, name server {facts.get('namesrv')}")
+    if facts.get("start_s") is not None:
+        lines.append(f"- start-up: {facts['start_s']} s")
+    settings: Mapping[str, Any] = facts.get("transaction_settings") or {}
+    defaults: Mapping[str, Any] = facts.get("rocketmq_defaults") or {}
+    if settings:
+        lines += ["", "Transaction settings the broker reported (`mqadmin getBrokerConfig`):", ""]
+        lines += ["| setting | value | RocketMQ default |", "|---|---|---|"]
+        lines += [f"| {k} | {v} | {defaults.get(k, '')} |" for k, v in settings.items()]
+    else:
+        lines.append("- transaction settings: could not be read from the broker")
+    if facts.get("settings_reason"):
+        lines += ["", str(facts["settings_reason"])]
+    lines.append("")
+    for key, value in facts.items():
+        if key in _ROCKETMQ_FACTS_SHOWN:
+            continue
+        lines.append(f"- {key}: {value}")
+    return [*lines, ""]
+
+
+_ROCKETMQ_FACTS_SHOWN = frozenset(
+    {
+        "started_by_demo",
+        "endpoint",
+        "namesrv",
+        "start_s",
+        "transaction_settings",
+        "rocketmq_defaults",
+        "settings_reason",
+    }
+)
 
 
 def write_report(
@@ -131,14 +198,17 @@ def write_report(
     save_metrics(run_dir, metrics, samples, info)
     _charts(run_dir, metrics, samples)
     header = ["path", "isolation", "records", *COUNT_COLUMNS, "p50 ms", "p99 ms", "latency n"]
+    skipped: Mapping[str, str] = info.get("skipped") or {}
     lines = [
         f"# txbridge side-by-side report: {info.get('run_id', run_dir.name)}",
         "",
-        "Metric definitions: docs/demo.md.",
+        f"{title_of(metrics)}. Metric definitions: docs/demo.md.",
         "",
+        *(f"**{path} was skipped** ({why})." for path, why in skipped.items()),
+        *([""] if skipped else []),
         "## Run",
         "",
-        *(f"- {k}: {v}" for k, v in info.items()),
+        *(f"- {k}: {v}" for k, v in info.items() if k not in ("rocketmq", "skipped")),
         "",
         "## Results",
         "",
@@ -150,6 +220,8 @@ def write_report(
         cells += [_ms(m.latency_p50_ms), _ms(m.latency_p99_ms), str(m.latency_n)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "![counts](counts.png)", "", "![latency](latency.png)", ""]
+    if info.get("rocketmq"):
+        lines += _rocketmq_section(info["rocketmq"])
     target = run_dir / "report.md"
     target.write_text("\n".join(lines))
     return target

@@ -1,11 +1,15 @@
-"""Run the workload on every path at once: topics, watchers, producer processes, settling."""
+"""Run the workload on every path at once: topics, watchers, producer processes, settling.
+
+The ``rocketmq`` path needs its RocketMQ prepared first (``spark_pipelines/rocketmq.py``:
+the topic and the watcher's group) and the endpoint in ``RunConfig.rocketmq_endpoint``.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from coordinator.process import CoordinatorProcess
 from spark_pipelines.faults import FaultPlan
-from spark_pipelines.paths import PATHS
+from spark_pipelines.paths import CHECKED_PATHS, KAFKA_PATHS, PATHS, ROCKETMQ
 from spark_pipelines.processes import PathResult, ProducerRunner
-from spark_pipelines.watcher import VisibilityWatcher
+from spark_pipelines.watcher import RocketMQWatcher, VisibilityWatcher
 from spark_pipelines.workload import RunConfig
 from txbridge import _kafka
 
@@ -34,7 +38,14 @@ class WorkloadResult:
     paths: dict[str, PathResult] = field(default_factory=dict)
     visibility: dict[tuple[str, str], Path] = field(default_factory=dict)
     settle_s: float = 0.0
+    #: every committed order of the checked paths (txbridge, rocketmq) became visible in time
     settled: bool = True
+    #: per checked path: committed orders still not visible when settling ended
+    unsettled: dict[str, int] = field(default_factory=dict)
+    #: per path read from a consumer's record instead of a topic (rocketmq): that record
+    received: dict[str, Path] = field(default_factory=dict)
+    #: the RocketMQ watcher's own counts: records, undecodable, receive and ack errors
+    rocketmq_watcher: dict[str, int] = field(default_factory=dict)
     coordinator_kills: int = 0
     #: (SIGKILL, ready again) wall times of each coordinator restart
     coordinator_outages: list[tuple[float, float]] = field(default_factory=list)
@@ -44,8 +55,10 @@ def prepare(config: RunConfig, paths: Sequence[str] = PATHS, *, client: ClientCo
     """Create the run's folders, topics and tables (idempotent); ``client``: the cluster's settings."""
     run_dir = Path(config.run_dir)
     (run_dir / "db").mkdir(parents=True, exist_ok=True)
-    specs = [_kafka.TopicSpec(config.topics[p], config.partitions) for p in paths]
-    _kafka.ensure_topics(config.bootstrap, specs, extra=client.librdkafka() if client is not None else None)
+    specs = [_kafka.TopicSpec(config.topics[p], config.partitions) for p in paths if p in KAFKA_PATHS]
+    if specs:
+        extra = client.librdkafka() if client is not None else None
+        _kafka.ensure_topics(config.bootstrap, specs, extra=extra)
     if "txbridge" in paths:
         from txbridge.topics import init_topics
 
@@ -65,6 +78,7 @@ def run_workload(
     coordinator: CoordinatorProcess | None = None,
     paths: Sequence[str] = PATHS,
     settle_timeout: float = 90.0,
+    quiet_s: float = 1.0,
     on_order: Callable[[str, int, str], None] | None = None,
     client: ClientConfig | None = None,
 ) -> WorkloadResult:
@@ -72,8 +86,9 @@ def run_workload(
 
     The coordinator (txbridge) is killed and restarted after order
     ``plan.coordinator_kill_after``. After the last order the run waits up to
-    ``settle_timeout`` seconds for txbridge's back-checks to publish every
-    committed order, then stops the producers and watchers.
+    ``settle_timeout`` seconds for the back-checks of txbridge and RocketMQ to publish
+    every committed order, then ``quiet_s`` more (a late duplicate shows up), then
+    stops the producers and watchers.
 
     ``client`` holds the cluster's client settings: every producer process, watcher and
     topic creation uses them.
@@ -84,13 +99,17 @@ def run_workload(
     prepare(config, paths, client=client)
     config.plan_file.write_text(plan.to_json())
     settings = client.librdkafka() if client is not None else None
-    watchers = {
+    watchers: dict[tuple[str, str], VisibilityWatcher | RocketMQWatcher] = {
         (p, iso): VisibilityWatcher(config.bootstrap, config.topics[p], iso, settings)
         for p in paths
+        if p in KAFKA_PATHS
         for iso in ISOLATIONS
     }
-    for watcher in watchers.values():
-        watcher.start()
+    if ROCKETMQ in paths:
+        # RocketMQ has no isolation levels: a consumer only ever sees committed transactions.
+        watchers[(ROCKETMQ, "read_committed")] = RocketMQWatcher(
+            config.rocketmq_endpoint, config.topics[ROCKETMQ], config.rocketmq_group
+        )
     restarts: list[threading.Thread] = []
 
     def observe(path: str, index: int, outcome: str) -> None:
@@ -106,12 +125,15 @@ def run_workload(
     }
     result = WorkloadResult()
     try:
+        for watcher in watchers.values():
+            watcher.start()
         with ThreadPoolExecutor(len(runners)) as pool:
             futures = {p: pool.submit(r.run) for p, r in runners.items()}
             result.paths = {p: f.result() for p, f in futures.items()}
         for thread in restarts:
             thread.join(60)
-        result.settle_s, result.settled = _settle(config, paths, watchers, settle_timeout)
+        result.settle_s, result.unsettled = _settle(config, paths, watchers, settle_timeout, quiet_s)
+        result.settled = not any(result.unsettled.values())
         for runner in runners.values():
             runner.finish()
     finally:
@@ -121,6 +143,14 @@ def run_workload(
             watcher.stop()
     for (path, iso), watcher in watchers.items():
         result.visibility[(path, iso)] = watcher.save(Path(config.run_dir) / f"visible-{path}-{iso}.csv")
+        if isinstance(watcher, RocketMQWatcher):
+            result.received[path] = watcher.save_received(Path(config.run_dir) / f"received-{path}.avro")
+            result.rocketmq_watcher = {
+                "records": watcher.records,
+                "undecodable": watcher.undecodable,
+                "receive_errors": watcher.receive_errors,
+                "ack_errors": watcher.ack_errors,
+            }
     result.coordinator_kills = coordinator.kills if coordinator else 0
     result.coordinator_outages = list(coordinator.outages) if coordinator else []
     return result
@@ -129,24 +159,29 @@ def run_workload(
 def _settle(
     config: RunConfig,
     paths: Sequence[str],
-    watchers: dict[tuple[str, str], VisibilityWatcher],
+    watchers: Mapping[tuple[str, str], VisibilityWatcher | RocketMQWatcher],
     timeout: float,
-) -> tuple[float, bool]:
-    """Wait until each path's read_committed watcher has seen every committed order (or time out)."""
+    quiet_s: float,
+) -> tuple[float, dict[str, int]]:
+    """Wait until the checked paths' committed watchers have seen every committed order (or time
+    out), then ``quiet_s`` more; return the time taken and what each checked path still misses."""
     started = time.monotonic()
+    checked = [p for p in paths if p in CHECKED_PATHS]
     committed = {}
-    for path in paths:
+    for path in checked:
         store = config.store(path)
         committed[path] = {o.order_id for o in store.committed()}
         store.dispose()
-    while True:
-        missing = {p: len(committed[p] - watchers[(p, "read_committed")].first_seen.keys()) for p in paths}
-        # Native and plain publish synchronously: what is missing there is lost, not late.
-        if missing.get("txbridge", 0) == 0 or time.monotonic() - started > timeout:
-            break
+
+    def missing() -> dict[str, int]:
+        return {p: len(committed[p] - watchers[(p, "read_committed")].first_seen.keys()) for p in checked}
+
+    # Native and plain publish synchronously: what is missing there is lost, not late.
+    while any(missing().values()) and time.monotonic() - started < timeout:
         time.sleep(0.5)
-    time.sleep(1.0)  # let the watchers drain the last fetches
-    settled = missing.get("txbridge", 0) == 0
-    if not settled:
-        logger.warning("txbridge: %d committed orders not visible after %.0fs", missing["txbridge"], timeout)
-    return time.monotonic() - started, settled
+    time.sleep(quiet_s)  # let the watchers drain the last fetches (and late duplicates come)
+    left = missing()
+    for path, count in left.items():
+        if count:
+            logger.warning("%s: %d committed orders not visible after %.0fs", path, count, timeout)
+    return time.monotonic() - started, left

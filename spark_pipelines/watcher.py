@@ -6,6 +6,9 @@ consumer could see it. A watcher is a consumer (one per topic and isolation
 level) polling from the start of the topic during the run; it records the wall
 clock at which each order id was first returned. Commit-to-visible latency is
 that time minus the order's DB commit time (same host clock).
+
+RocketMQ has no topic Spark can read, so its watcher (:class:`RocketMQWatcher`) also
+keeps every message it received, in order, and saves them for Spark.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +120,174 @@ def load_visibility(source: Path) -> dict[str, int]:
     """Read a file written by :meth:`VisibilityWatcher.save`."""
     with source.open(newline="") as handle:
         return {row["order_id"]: int(row["first_seen_ms"]) for row in csv.DictReader(handle)}
+
+
+#: One record per message the RocketMQ watcher received, in the order received (Avro
+#: container file, read by Spark with ``format("avro")``).
+RECEIVED_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "Received",
+    "namespace": "txbridge.demo",
+    "fields": [
+        {"name": "seq", "type": "long", "doc": "0-based position in the order received"},
+        {"name": "received_ms", "type": "long", "doc": "wall clock when receive() returned it"},
+        {"name": "message_id", "type": "string"},
+        {"name": "delivery_attempt", "type": "int", "doc": "1 for a first delivery"},
+        {"name": "body", "type": "bytes", "doc": "the message body: an OrderCreated, bare Avro"},
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Received:
+    seq: int
+    received_ms: int
+    message_id: str
+    delivery_attempt: int
+    body: bytes
+
+
+class RocketMQWatcher:
+    """Record every message a RocketMQ consumer receives, and when.
+
+    A ``SimpleConsumer`` of its own group, RocketMQ's consumer at its default
+    (at-least-once) semantics: every message is recorded as received, then acked; a
+    message delivered again (a failed ack, an invisible duration that ran out, the same
+    transaction committed twice) is recorded again. Nothing is deduplicated here.
+
+    Args:
+        endpoint: the RocketMQ proxy's gRPC address.
+        topic: the topic to subscribe to.
+        group: the consumer group (created beforehand).
+        await_s: long-polling wait of one receive (a message arriving meanwhile returns it at once).
+        invisible_s: how long a received message stays invisible before it is delivered again.
+    """
+
+    def __init__(
+        self, endpoint: str, topic: str, group: str, *, await_s: int = 2, invisible_s: int = 15
+    ) -> None:
+        self.endpoint = endpoint
+        self.topic = topic
+        self.group = group
+        self.await_s = await_s
+        self.invisible_s = invisible_s
+        self.received: list[Received] = []
+        self.first_seen: dict[str, int] = {}
+        self.undecodable = 0
+        self.receive_errors = 0
+        self.ack_errors = 0
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def records(self) -> int:
+        return len(self.received)
+
+    def start(self, timeout: float = 60.0) -> RocketMQWatcher:
+        """Start receiving; return after the first receive that succeeded.
+
+        The proxy answers the first ``receive()`` of a fresh consumer with an internal
+        error; the watcher retries until one succeeds, so it is really receiving before the
+        first order is sent.
+
+        Raises:
+            RuntimeError: no receive succeeded within ``timeout`` seconds.
+        """
+        self._thread = threading.Thread(target=self._run, name=f"watch-{self.topic}", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            self._stop.set()
+            cause = f": {self._error}" if self._error else ""
+            raise RuntimeError(
+                f"RocketMQ watcher of {self.topic} could not receive within {timeout:.0f}s{cause}"
+            )
+        return self
+
+    def _run(self) -> None:
+        from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+        config = ClientConfiguration(self.endpoint, Credentials(), request_timeout=10)
+        consumer = SimpleConsumer(
+            config, self.group, {self.topic: FilterExpression()}, await_duration=self.await_s
+        )
+        try:
+            consumer.startup()
+        except BaseException as exc:
+            self._error = exc
+            return
+        try:
+            while not self._stop.is_set():
+                try:
+                    messages = consumer.receive(32, self.invisible_s)
+                except Exception as exc:  # the client raises its own and gRPC errors; retried
+                    self.receive_errors += 1
+                    logger.debug("receive from %s failed (retrying): %s", self.topic, exc)
+                    self._stop.wait(0.5)
+                    continue
+                self._ready.set()
+                for message in messages:
+                    self._record(message)
+                    try:
+                        consumer.ack(message)
+                    except Exception as exc:  # delivered again after invisible_s: recorded again
+                        self.ack_errors += 1
+                        logger.warning("ack of %s failed: %s", message.message_id, exc)
+        except BaseException as exc:  # surfaced by stop()
+            self._error = exc
+        finally:
+            consumer.shutdown()
+
+    def _record(self, message: Any) -> None:
+        seen_ms = int(time.time() * 1000)
+        body = bytes(message.body or b"")
+        self.received.append(
+            Received(
+                len(self.received), seen_ms, str(message.message_id), int(message.delivery_attempt or 1), body
+            )
+        )
+        try:
+            order_id = schema.decode(body).order_id
+        except ValueError:
+            self.undecodable += 1
+            return
+        self.first_seen.setdefault(order_id, seen_ms)
+
+    def stop(self) -> None:
+        """Stop receiving (within one long-polling wait).
+
+        Raises:
+            RuntimeError: the watcher died during the run.
+        """
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.await_s + 30)
+        if self._error is not None:
+            raise RuntimeError(f"RocketMQ watcher of {self.topic} failed") from self._error
+
+    def save(self, target: Path) -> Path:
+        """Write :attr:`first_seen` as :meth:`VisibilityWatcher.save` does."""
+        with target.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["order_id", "first_seen_ms"])
+            writer.writerows(sorted(self.first_seen.items()))
+        return target
+
+    def save_received(self, target: Path) -> Path:
+        """Write every received message, in order, as an Avro container file (:data:`RECEIVED_SCHEMA`)."""
+        import fastavro
+
+        with target.open("wb") as handle:
+            fastavro.writer(
+                handle, fastavro.parse_schema(RECEIVED_SCHEMA), [asdict(r) for r in self.received]
+            )
+        return target
+
+
+def load_received(source: Path) -> list[Received]:
+    """Read a file written by :meth:`RocketMQWatcher.save_received`."""
+    import fastavro
+
+    with source.open("rb") as handle:
+        return [Received(**record) for record in fastavro.reader(handle)]  # type: ignore[arg-type]

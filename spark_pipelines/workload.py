@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_pipelines.paths import PATHS, OrderPath
+from spark_pipelines.paths import ALL_PATHS, ROCKETMQ, OrderPath
 from spark_pipelines.store import OrderStore
 from txbridge.errors import ConfigurationError
 
@@ -41,6 +41,7 @@ class RunConfig:
         db_url: a SQLAlchemy URL shared by the paths, or "" for one SQLite file per path.
         partitions: partitions of each path's topic and of txbridge's internal topics.
         check_after: seconds before the first back-check of a txbridge transaction.
+        rocketmq_endpoint: the RocketMQ proxy's gRPC address ("" when the run has no rocketmq path).
     """
 
     run_id: str
@@ -50,12 +51,13 @@ class RunConfig:
     partitions: int = 3
     check_after: float = 2.0
     topics: dict[str, str] = field(default_factory=dict)
+    rocketmq_endpoint: str = ""
 
     @classmethod
     def create(
         cls, run_id: str, bootstrap: str, run_dir: Path, *, db_url: str = "", **kw: object
     ) -> RunConfig:
-        topics = {path: f"orders-{run_id}-{path}" for path in PATHS}
+        topics = {path: f"orders-{run_id}-{path}" for path in ALL_PATHS}
         return cls(run_id, bootstrap, str(run_dir), db_url, topics=topics, **kw)  # type: ignore[arg-type]
 
     def topics_for(self, paths: Sequence[str]) -> dict[str, str]:
@@ -69,6 +71,11 @@ class RunConfig:
     @property
     def group(self) -> str:
         return f"orders-{self.run_id}"
+
+    @property
+    def rocketmq_group(self) -> str:
+        """The RocketMQ watcher's consumer group."""
+        return f"watcher-{self.run_id}"
 
     @property
     def plan_file(self) -> Path:
@@ -124,4 +131,10 @@ def make_path(
             check_after=config.check_after,
             client_config=settings,
         )
-    raise ConfigurationError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
+    if path == ROCKETMQ:
+        from spark_pipelines.paths.rocketmq_path import RocketMQPath
+
+        if not config.rocketmq_endpoint:
+            raise ConfigurationError("the rocketmq path needs the RocketMQ endpoint in the run's config")
+        return RocketMQPath(config.rocketmq_endpoint, topic, store, Path(config.run_dir) / "logs")
+    raise ConfigurationError(f"unknown path {path!r}; choose one of {', '.join(ALL_PATHS)}")

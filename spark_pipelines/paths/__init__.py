@@ -1,4 +1,4 @@
-"""The three ways the order service publishes ``OrderCreated``.
+"""The four ways the order service publishes ``OrderCreated``.
 
 Each path handles one planned order at a time and reports an outcome; a
 ``crash`` callback marks the point where the runner SIGKILLs the process.
@@ -8,6 +8,9 @@ Each path handles one planned order at a time and reports an outcome; a
 | ``txbridge`` | half record, local transaction (DB + barrier row), op record; back-checks resolve the rest |
 | ``native`` | begin, produce, DB commit, Kafka commit |
 | ``plain`` | DB commit, then produce (at-least-once, no transaction, idempotence off) |
+| ``rocketmq`` | half message, local transaction (DB + barrier row), end; broker checks do the rest |
+
+The first three publish to Kafka; ``rocketmq`` to a RocketMQ (``spark_pipelines/rocketmq.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ from spark_pipelines.faults import Fault, PlannedOrder
 from spark_pipelines.schema import OrderCreated
 from spark_pipelines.store import OrderStore
 
-PATHS = ("txbridge", "native", "plain")
+KAFKA_PATHS = ("txbridge", "native", "plain")
+ROCKETMQ = "rocketmq"
+#: Every path, in the order of the report.
+ALL_PATHS = (*KAFKA_PATHS, ROCKETMQ)
+#: What runs with nothing but Kafka: ``run_workload``'s default.
+PATHS = KAFKA_PATHS
+#: Paths whose open transactions are finished by back-checks: the run waits for them to settle.
+CHECKED_PATHS = ("txbridge", ROCKETMQ)
 
 #: Called at a planned crash point with the step's name; never returns (the process is killed).
 CrashPoint = Callable[[str], NoReturn]
