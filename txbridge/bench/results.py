@@ -85,6 +85,21 @@ _UNITS = {
     "seconds_to_first_republish": "s from the kill to the first republish",
     "survivor_partitions_max_visible_s": "max commit-to-visible s on the partitions that stayed",
     "unseen": "committed but not seen (must be 0)",
+    "instance_cpu_us_per_msg_min": "per-instance CPU µs per message it republished, min",
+    "instance_cpu_us_per_msg_max": "per-instance CPU µs per message it republished, max",
+    "instance_idle_cpu_ms_per_s": "per-instance idle CPU ms/s",
+    "partitions_per_instance_min": "half partitions per instance, min",
+    "partitions_per_instance_max": "half partitions per instance, max",
+    "latency_rate_msgs_per_s": "commit-to-visible at msgs/s",
+    "load_msgs_per_s": "steady load msgs/s",
+    "seen_once": "committed, seen exactly once",
+    "steady_partition_pause_s": "steady: longest gap on one partition s",
+    "add_partition_pause_s": "add: longest pause on one partition s",
+    "add_topic_pause_s": "add: longest pause, whole topic s",
+    "add_max_visible_s": "add: max commit-to-visible s",
+    "remove_partition_pause_s": "SIGTERM: longest pause on one partition s",
+    "remove_topic_pause_s": "SIGTERM: longest pause, whole topic s",
+    "remove_max_visible_s": "SIGTERM: max commit-to-visible s",
 }
 
 

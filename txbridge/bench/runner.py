@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.process import CoordinatorProcess
+from txbridge.bench import scaleout
 from txbridge.bench import txbridge_runs as tb
 from txbridge.bench.floor import floor, floor_latency
 from txbridge.bench.kafka_native import CpuMeter, Figure, native_transactions, raw_produce
@@ -48,6 +49,8 @@ STEPS = (
     "memory",
     "failover",
     "restart",
+    "scaleout",
+    "addremove",
 )
 
 
@@ -189,10 +192,14 @@ class BenchRun:
             figure = tb.backcheck_drain(self.env, size=size, count=m.checks, concurrency=self.in_flight)
         elif name == "memory":
             figure = tb.memory(self.env, size=size, pending=m.pending, cache_bytes=16 * 2**20)
-        elif name == "failover":
-            figure = tb.failover(self.env, size=size)
-        elif name == "restart":
-            figure = tb.restart(self.env, size=size)
+        elif name in ("failover", "restart"):
+            figure = (tb.failover if name == "failover" else tb.restart)(self.env, size=size)
+        elif name in ("scaleout", "addremove"):
+            # The same workload through 1, 2 (and 4) coordinators; one added and one SIGTERMed under load.
+            *before, figure = scaleout.run(
+                name, self.env, quick=m == MODES["quick"], size=size, in_flight=self.in_flight
+            )
+            self.figures.extend(before)
         else:
             raise ValueError(f"unknown benchmark step {name!r}; known: {STEPS}")
         self.figures.append(figure)
