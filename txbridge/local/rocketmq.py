@@ -261,6 +261,12 @@ class LocalRocketMQ:
             f"-Xmx{heap}",
             "-Xms64m",
             "-XX:+UseG1GC",
+            # Out of memory (heap, metaspace) ends the process, so start-up fails
+            # at once with the cause instead of running on without the thread that died, and the
+            # JVM's crash files go to the logs, not to the current folder.
+            "-XX:+ExitOnOutOfMemoryError",
+            f"-XX:ErrorFile={self.log_dir}/hs_err_pid%p.log",
+            f"-XX:ReplayDataFile={self.log_dir}/replay_pid%p.log",
             "-Djava.awt.headless=true",
             # No ROCKETMQ_HOME: the startup classes read this property instead,
             # and RocketMQ's logback configurations write under ${user.home}/logs.
@@ -361,7 +367,7 @@ class LocalRocketMQ:
 
     def _fail(self, message: str) -> BrokerError:
         tail = self.log_tail()
-        self.stop()
+        self.stop(timeout=10)  # a process that failed start-up gets no long graceful shutdown
         return BrokerError(f"{message}; logs in {self.log_dir}:\n{tail}")
 
     def _wait_for_line(
@@ -369,8 +375,13 @@ class LocalRocketMQ:
     ) -> None:
         out = self.log_dir / f"{name}.out"
         while True:
-            if out.is_file() and line in out.read_text(errors="replace"):
+            text = out.read_text(errors="replace") if out.is_file() else ""
+            if line in text:
                 return
+            if _OUT_OF_MEMORY.search(text):
+                # Not every out-of-memory ends the JVM (a thread that cannot start is only logged,
+                # and start-up then waits forever for it): fail now, with the cause.
+                raise self._fail(f"the RocketMQ {name} failed during start-up: {_cause(out)}")
             code = process.poll()
             if code is not None:
                 cause = _cause(out)
@@ -466,17 +477,33 @@ class LocalRocketMQ:
         return stopped
 
 
+#: Lines that say the JVM ran out of memory (Java heap, metaspace, native threads, or memory for
+#: the JVM itself); they name the cause better than whatever the process printed after them.
+_OUT_OF_MEMORY = re.compile(
+    r"OutOfMemoryError|insufficient memory for the Java Runtime|Could not reserve enough space"
+    r"|Could not allocate|Native memory allocation \(\w+\) failed|pthread_create failed"
+)
+
+_JVM_LOG_PREFIX = re.compile(r"^(\[[^\]]*\])+\s*")
+
+
 def _cause(out: Path) -> str | None:
-    """The line of a process's stdout that says why it exited: its last exception or JVM error.
+    """The line of a process's stdout that says why it exited: out of memory, else its last
+    exception or JVM error.
 
     Stack frames and "... N more" lines are skipped, so a ``Caused by: java.net.BindException``
-    or the JVM's "Initial heap size set to a larger value ..." is what remains.
+    or the JVM's "Initial heap size set to a larger value ..." is what remains. An out-of-memory
+    line wins over later ones (the crash report's file name, a second thread's error).
     """
     try:
         lines = out.read_text(errors="replace").splitlines()
     except OSError:
         return None
-    causes = [line.strip() for line in lines if line.strip() and not line[:1].isspace()]
+    causes = [line.strip().lstrip("# ") for line in lines if line.strip() and not line[:1].isspace()]
+    # The JVM's own warnings start with their uptime and tags: "[12.3s][warning][os,thread] ...".
+    memory = [_JVM_LOG_PREFIX.sub("", line) for line in causes if _OUT_OF_MEMORY.search(line)]
+    if memory:
+        return f"out of memory: {memory[0]}"
     return causes[-1] if causes else None
 
 
