@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 from txbridge.bench.kafka_native import Figure
+from txbridge.bench.rocketmq import RocketMQOptions, StepSkipped
 from txbridge.bench.runner import MODES, STEPS, BenchRun
 from txbridge.cli import _one_line_errors, bootstrap_option, client_options, resolve_bootstrap
 from txbridge.client_config import ClientConfig
@@ -29,6 +32,17 @@ __all__ = ["Figure", "bench"]
     help="Producer processes of the e2e run, sharing --in-flight (default: one per four cores).",
 )
 @click.option("--only", multiple=True, type=click.Choice(STEPS), help="Run only these steps (repeatable).")
+@click.option("--skip", multiple=True, type=click.Choice(STEPS), help="Leave these steps out (repeatable).")
+@click.option(
+    "--rocketmq-endpoint",
+    default=None,
+    metavar="HOST:PORT",
+    help="The gRPC proxy of an existing RocketMQ 5 for the rocketmq step (default: start a local one).",
+)
+@click.option(
+    "--rocketmq-namesrv", default=None, metavar="HOST:PORT", help="Its name server (to create topics)."
+)
+@click.option("--rocketmq-cluster", default="DefaultCluster", show_default=True, help="Its cluster name.")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results"), show_default=True)
 @click.option("--keep-broker", is_flag=True, help="Leave a local broker this run started running.")
 @click.option("--keep-topics", is_flag=True, help="Keep this run's topics (deleted at the end by default).")
@@ -67,18 +81,37 @@ def _run(options: dict[str, object]) -> None:
     )
     if options["producers"] is not None:
         run.env.producers = int(options["producers"])  # type: ignore[call-overload]
+    run.rocketmq = RocketMQOptions(
+        endpoint=options["rocketmq_endpoint"],  # type: ignore[arg-type]
+        namesrv=options["rocketmq_namesrv"],  # type: ignore[arg-type]
+        cluster=str(options["rocketmq_cluster"]),
+        keep_topics=bool(options["keep_topics"]),
+    )
     started = time.monotonic()
-    only = set(options["only"] or STEPS)  # type: ignore[call-overload]
+    only = set(options["only"] or STEPS) - set(options["skip"])  # type: ignore[call-overload]
+    skipped: dict[str, str] = {}
     with run:
         for step in STEPS:
             if step not in only:
                 continue
+            run.progress = functools.partial(_progress, console, step)
+            before = len(run.figures)
             with console.status(f"[bold]{step}[/] ..."):
-                figure = run.step(step)
-            name, value = next(iter(figure.values.items()))
-            console.print(f"  {figure.name}: {name} = {value:,.2f}")
+                try:
+                    run.step(step)
+                except StepSkipped as reason:
+                    skipped[step] = str(reason)
+                    console.print(f"  {step}: skipped: {reason}")
+                    continue
+            for figure in run.figures[before:]:
+                name, value = next(iter(figure.values.items()))
+                console.print(f"  {figure.name}: {name} = {value:,.2f}")
     console.print(results.render(run.figures))
     out = Path(options["out"])  # type: ignore[arg-type]
-    path = results.write_json(run.figures, out, mode=mode, bootstrap=bootstrap)
+    path = results.write_json(run.figures, out, mode=mode, bootstrap=bootstrap, skipped=skipped)
     (out / f"latest-{mode}.md").write_text(results.markdown(run.figures, results.machine()))
     console.print(f"results: {path} ({time.monotonic() - started:.0f}s); logs in {run.env.work}")
+
+
+def _progress(console: Any, step: str, line: str) -> None:
+    console.print(f"  [dim]{step}: {line}[/]")

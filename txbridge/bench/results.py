@@ -7,7 +7,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,18 @@ def machine() -> dict[str, Any]:
         "librdkafka": confluent_kafka.libversion()[0],
         "confluent_kafka": confluent_kafka.version()[0],
         "kafka": jars.KAFKA_VERSION,
+        "rocketmq": jars.ROCKETMQ_VERSION,
+        "rocketmq_python_client": _version("rocketmq-python-client"),
     }
+
+
+def _version(distribution: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def ratios(figures: Sequence[Figure]) -> dict[str, float]:
@@ -39,6 +50,8 @@ def ratios(figures: Sequence[Figure]) -> dict[str, float]:
         ("txbridge end to end", "native txn per message", "txbridge / native txn per message"),
         ("floor end to end", "raw produce", "floor / raw produce"),
         ("txbridge end to end", "floor end to end", "txbridge / floor"),
+        ("txbridge end to end", "rocketmq txn end to end", "txbridge / rocketmq txn"),
+        ("rocketmq txn end to end", "rocketmq plain send", "rocketmq txn / rocketmq plain send"),
     ):
         if top in by_name and base in by_name and by_name[base].msgs_per_s > 0:
             out[label] = by_name[top].msgs_per_s / by_name[base].msgs_per_s
@@ -46,10 +59,22 @@ def ratios(figures: Sequence[Figure]) -> dict[str, float]:
     txbridge, floor = by_name.get("txbridge commit-to-visible"), by_name.get("floor commit-to-visible")
     if txbridge is not None and floor is not None and floor.values.get("p50_ms", 0.0) > 0:
         out["txbridge / floor latency p50"] = txbridge.values["p50_ms"] / floor.values["p50_ms"]
+    # The same at RocketMQ's commit-to-visible rate (the rocketmq step times txbridge at it too).
+    txbridge = by_name.get("txbridge commit-to-visible (RocketMQ's rate)")
+    rmq = by_name.get("rocketmq commit-to-visible")
+    if txbridge is not None and rmq is not None and rmq.values.get("p50_ms", 0.0) > 0:
+        out["txbridge / rocketmq latency p50"] = txbridge.values["p50_ms"] / rmq.values["p50_ms"]
     return out
 
 
-def write_json(figures: Sequence[Figure], out_dir: Path, *, mode: str, bootstrap: str) -> Path:
+def write_json(
+    figures: Sequence[Figure],
+    out_dir: Path,
+    *,
+    mode: str,
+    bootstrap: str,
+    skipped: Mapping[str, str] | None = None,
+) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = out_dir / f"bench-{mode}-{stamp}.json"
@@ -69,6 +94,7 @@ def write_json(figures: Sequence[Figure], out_dir: Path, *, mode: str, bootstrap
             for f in figures
         ],
         "ratios": {k: round(v, 3) for k, v in ratios(figures).items()},
+        "skipped": dict(skipped or {}),
     }
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
@@ -100,6 +126,9 @@ _UNITS = {
     "remove_partition_pause_s": "SIGTERM: longest pause on one partition s",
     "remove_topic_pause_s": "SIGTERM: longest pause, whole topic s",
     "remove_max_visible_s": "SIGTERM: max commit-to-visible s",
+    "client_cpu_us_per_msg": "client CPU µs/msg",
+    "call_p50_ms": "call p50 ms",
+    "call_p99_ms": "call p99 ms",
 }
 
 
@@ -125,7 +154,13 @@ def markdown(figures: Sequence[Figure], info: dict[str, Any]) -> str:
     lines = [
         f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} on {info['cpu_cores']} cores, "
         f"{info['memory_gib']} GiB, Python {info['python']}, librdkafka {info['librdkafka']}, "
-        f"Kafka {info['kafka']} (single local broker).",
+        f"Kafka {info['kafka']} (single local broker)"
+        + (
+            f", RocketMQ {info['rocketmq']} (one broker embedded in its proxy, "
+            f"rocketmq-python-client {info['rocketmq_python_client']})."
+            if any(f.name.startswith("rocketmq") for f in figures)
+            else "."
+        ),
         "",
         "| benchmark | figure | value |",
         "| --- | --- | ---: |",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.process import CoordinatorProcess
-from txbridge.bench import scaleout
+from txbridge.bench import rocketmq, scaleout
 from txbridge.bench import txbridge_runs as tb
 from txbridge.bench.floor import floor, floor_latency
 from txbridge.bench.kafka_native import CpuMeter, Figure, native_transactions, raw_produce
@@ -51,6 +51,7 @@ STEPS = (
     "restart",
     "scaleout",
     "addremove",
+    "rocketmq",
 )
 
 
@@ -82,6 +83,9 @@ class BenchRun:
         self.figures: list[Figure] = []
         self._ns: str | None = None
         self._coordinator: CoordinatorProcess | None = None
+        #: Where the rocketmq step finds RocketMQ (default: it starts a local one) and its progress lines.
+        self.rocketmq = rocketmq.RocketMQOptions(keep_topics=keep_topics)
+        self.progress: rocketmq.Progress = logger.info
 
     def __enter__(self) -> BenchRun:
         return self
@@ -198,6 +202,18 @@ class BenchRun:
             # The same workload through 1, 2 (and 4) coordinators; one added and one SIGTERMed under load.
             *before, figure = scaleout.run(
                 name, self.env, quick=m == MODES["quick"], size=size, in_flight=self.in_flight
+            )
+            self.figures.extend(before)
+        elif name == "rocketmq":
+            # The real RocketMQ with txbridge's message size and in-flight count; its figures come first.
+            *before, figure = rocketmq.run(
+                self.rocketmq,
+                rocketmq.Comparison(size, self.in_flight, m.native_s, m.latency_s, self._half_of_saturated()),
+                self.env.work,
+                txbridge_latency=lambda rate: tb.latency(
+                    self.env, self._shared_namespace(), size=size, rate=rate, duration_s=m.latency_s
+                ),
+                progress=self.progress,
             )
             self.figures.extend(before)
         else:
