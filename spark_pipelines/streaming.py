@@ -6,6 +6,12 @@ holds both the Kafka offsets and that state. Each micro-batch upserts the
 *absolute* running counts into a SQLite sink keyed by customer, so a batch that
 Spark replays after a restart rewrites the same numbers: stop the query, start
 it again on the same checkpoint, and nothing is counted twice.
+
+On a Spark cluster the executors write the state and the driver the offsets, both
+under the checkpoint: every host of the cluster must see it at the same path. A
+local path does on one machine (``local[N]``, or a cluster on 127.0.0.1); across
+hosts it must be a shared filesystem mounted at the same path, or an ``hdfs://`` or
+``s3a://`` URI (with the Hadoop connector on Spark's classpath).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from spark_pipelines.schema import ORDER_CREATED_JSON
 
@@ -69,9 +76,11 @@ class CustomerCounts:
         spark: the session.
         bootstrap: Kafka bootstrap servers.
         topic: the topic to count (txbridge's committed topic).
-        workdir: holds ``checkpoint/`` and ``counts.sqlite``.
+        workdir: holds ``counts.sqlite`` (written by the driver) and, by default, ``checkpoint/``.
         trigger: the micro-batch interval.
         client: the cluster's client settings (security), as ``kafka.``-prefixed Java client options.
+        checkpoint: the checkpoint location, a path or a URI (``hdfs://``, ``s3a://``) that every
+            executor reaches; ``workdir/checkpoint`` by default.
     """
 
     def __init__(
@@ -83,12 +92,14 @@ class CustomerCounts:
         *,
         trigger: str = "2 seconds",
         client: ClientConfig | None = None,
+        checkpoint: str | None = None,
     ) -> None:
         self.spark = spark
         self.bootstrap = bootstrap
         self._options = client.spark_options() if client is not None else {}
         self.topic = topic
-        self.checkpoint = workdir / "checkpoint"
+        # Absolute: a relative location would be resolved against each process's working directory.
+        self.checkpoint = checkpoint or str((workdir / "checkpoint").resolve())
         self.sink = CountSink(workdir / "counts.sqlite")
         self.trigger = trigger
         self.starts = 0
@@ -114,8 +125,23 @@ class CustomerCounts:
             events.where(F.col("e").isNotNull()).groupBy(F.col("e.customer_id").alias("customer_id")).count()
         )
 
+    def _check_checkpoint(self) -> None:
+        from spark_pipelines.session import runs_on_this_host
+
+        master = self.spark.sparkContext.master or ""
+        if urlsplit(self.checkpoint).scheme in ("", "file") and not runs_on_this_host(master):
+            logger.warning(
+                "the streaming checkpoint %s is a local path but %s may run executors on other hosts: "
+                "it must be on a filesystem every host mounts at that path (or pass an hdfs:// or "
+                "s3a:// location)",
+                self.checkpoint,
+                master,
+            )
+
     def start(self) -> None:
         """Start (or resume from the checkpoint)."""
+        if self.starts == 0:
+            self._check_checkpoint()
         sink = self.sink
         sink.path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -127,21 +153,28 @@ class CustomerCounts:
             self._counts()
             .writeStream.outputMode("update")
             .foreachBatch(write)
-            .option("checkpointLocation", str(self.checkpoint))
+            .option("checkpointLocation", self.checkpoint)
             .trigger(processingTime=self.trigger)
             .queryName(f"customer_counts_{self.starts}")
             .start()
         )
         logger.info("streaming count started (%d) on %s", self.starts, self.topic)
 
-    def stop(self, timeout: float = 60.0) -> None:
-        """Stop between micro-batches when possible (a batch interrupted mid-way is replayed anyway)."""
+    def stop(self, timeout: float = 300.0) -> None:
+        """Stop between micro-batches: wait up to ``timeout`` for the running one to end.
+
+        A batch interrupted mid-way is replayed on restart, so the counts stay right, but an
+        interrupted ``foreachBatch`` fails noisily in Spark; on a cluster whose executors are
+        still starting, the first batch takes minutes on a busy machine.
+        """
         query, self._query = self._query, None
         if query is None:
             return
         deadline = time.monotonic() + timeout
         while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
             time.sleep(0.05)
+        if query.isActive and query.status.get("isTriggerActive"):
+            logger.warning("the streaming batch still runs after %.0fs; interrupting it", timeout)
         query.stop()
 
     def restart(self) -> None:

@@ -33,6 +33,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from txbridge.errors import BrokerError
 from txbridge.local import jars
@@ -46,6 +47,7 @@ DEFAULT_WEBUI_PORT = 8090
 
 _MASTER_READY = "I have been elected leader"
 _WORKER_READY = "Successfully registered with master"
+_LIGHT_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 _MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 _WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
@@ -183,7 +185,7 @@ class LocalSparkCluster:
             return None
         return pid if _pid_alive(pid) else None
 
-    def master_state(self, timeout: float = 3.0) -> dict[str, object] | None:
+    def master_state(self, timeout: float = 3.0) -> dict[str, Any] | None:
         """The master's ``/json`` page (workers, applications), or None when it does not answer."""
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
         try:
@@ -226,6 +228,11 @@ class LocalSparkCluster:
             # Our (empty) conf dir: no spark-defaults.conf or spark-env.sh from elsewhere.
             SPARK_CONF_DIR=str(self.home / "conf"),
             SPARK_DAEMON_MEMORY=self.daemon_memory,
+            # The daemons only schedule and relay: the serial collector and the C1 compiler alone
+            # leave the cores to the executors (and start faster on 2 cores); the same for the
+            # short-lived launcher JVM of spark-class.
+            SPARK_DAEMON_JAVA_OPTS=_LIGHT_JVM,
+            SPARK_LAUNCHER_OPTS=_LIGHT_JVM,
             SPARK_LOCAL_IP=self.host,
             SPARK_LOCAL_DIRS=str(self.home / "local"),
         )
@@ -368,6 +375,7 @@ class LocalSparkCluster:
 
 
 _ERROR_LINE = re.compile(r"\b(ERROR|Exception|Error)\b")
+_JVM_INIT_ERROR = "Error occurred during initialization of VM"
 
 
 def _cause(out: Path) -> str | None:
@@ -376,9 +384,13 @@ def _cause(out: Path) -> str | None:
         lines = [line.strip() for line in out.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return None
-    errors = [line for line in lines if _ERROR_LINE.search(line) and not line.startswith("at ")]
-    found = errors or lines
-    return found[-1] if found else None
+    errors = [i for i, line in enumerate(lines) if _ERROR_LINE.search(line) and not line.startswith("at ")]
+    if not errors:
+        return lines[-1] if lines else None
+    last = errors[-1]
+    if lines[last] == _JVM_INIT_ERROR and last + 1 < len(lines):  # the reason is on the next line
+        return f"{lines[last]}: {lines[last + 1]}"
+    return lines[last]
 
 
 def _terminate_group(pid: int, timeout: float) -> None:
