@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
 import time
 import urllib.error
@@ -35,6 +36,8 @@ from txbridge.bench.kafka_native import BenchError, CpuMeter, Figure, payload
 from txbridge.local.broker import free_port
 from txbridge.transaction import Message
 from txbridge.wire import H_TX, TxState, header_dict
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -200,8 +203,11 @@ def scale_out(
             idle = idle_cpu(fleet, idle_s)
             meter = FleetMeter(fleet, broker_pid)
             e2e = tb.end_to_end(env, fleet.ns, size=size, count=messages, concurrency=in_flight, meter=meter)
-            if sorted(p for p in fleet.metric("assigned_partitions")) != sorted(partitions):
-                raise BenchError(f"{n} coordinators: the group rebalanced during the run")
+            # A loaded machine can miss a heartbeat: the row is kept, and says so.
+            after = [int(p) for p in fleet.metric("assigned_partitions")]
+            rebalanced = sorted(after) != sorted(partitions)
+            if rebalanced:
+                logger.warning("%d coordinators: the group rebalanced during the run (%s)", n, after)
             rate = rate or max(10.0, e2e.msgs_per_s / 2)
             latency = tb.latency(env, fleet.ns, size=size, rate=rate, duration_s=latency_s)
         finally:
@@ -231,6 +237,7 @@ def scale_out(
                     "count": messages,
                     "concurrency": in_flight,
                     "partitions": partitions,
+                    "rebalanced_during_run": rebalanced,
                     "republished": republished,
                     "instances": [{"cpu_s": round(c, 3), "republished": int(r)} for c, r in meter.instances],
                     "latency_s": latency_s,
