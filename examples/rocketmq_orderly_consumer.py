@@ -1,7 +1,9 @@
-"""An orderly consumer subscribed with `*`, printing topic, tag and body (RocketMQ's orderly demo).
+"""An orderly consumer subscribed with `*`, printing topic, tag and body.
 
-After rocketmq_transaction_producer.py (which creates TopicTest) it prints exactly TAGA and TAGC,
-then stops after --idle-exit seconds without a message.
+After RocketMQ's orderly consumer example, without its scripted suspends (every fifth call
+answers SUSPEND_CURRENT_QUEUE_A_MOMENT there; docs/consumers.md compares txbridge's suspend
+with RocketMQ's). After rocketmq_transaction_producer.py (which creates TopicTest) it prints
+exactly TAGA and TAGC, then stops after --idle-exit seconds without a message.
 """
 
 import argparse
