@@ -366,6 +366,7 @@ class Coordinator:
     # ------------------------------------------------------------------ rebalance
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        started = time.monotonic()
         numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
         light = self._take_committed(self._stable_committed(consumer, partitions))
         try:
@@ -376,6 +377,8 @@ class Coordinator:
             self._fatal = exc
             self._stop.set()
             return
+        pending = sum(len(self.partitions[n].pending) for n in numbers if n in self.partitions)
+        logger.info("restored %d pending transactions in %.3fs", pending, time.monotonic() - started)
         logger.info("assigned partitions %s", numbers)
         self.running.set()
 
