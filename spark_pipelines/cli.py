@@ -260,7 +260,8 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
             with console.status("waiting for RocketMQ ..."):
                 target = setup.wait()  # RocketMQ that cannot start fails the run here, saying why
             config = dataclasses.replace(config, rocketmq_endpoint=target.endpoint)
-            console.print(f"RocketMQ at {target.endpoint} (name server {target.namesrv})")
+            took = f", started in {target.start_s:.0f}s" if target.start_s is not None else ""
+            console.print(f"RocketMQ at {target.endpoint} (name server {target.namesrv}{took})")
         with Progress(console=console, transient=False) as progress:
             bars = {p: progress.add_task(p, total=orders) for p in paths}
             restart_at = orders // 3

@@ -125,8 +125,9 @@ def run_workload(
     }
     result = WorkloadResult()
     try:
-        for watcher in watchers.values():
-            watcher.start()
+        with ThreadPoolExecutor(len(watchers) or 1) as pool:  # each waits for its first fetch
+            for started in [pool.submit(w.start) for w in watchers.values()]:
+                started.result()
         with ThreadPoolExecutor(len(runners)) as pool:
             futures = {p: pool.submit(r.run) for p, r in runners.items()}
             result.paths = {p: f.result() for p, f in futures.items()}

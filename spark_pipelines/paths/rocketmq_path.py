@@ -212,7 +212,11 @@ def summarize(log_dir: Path, received: Sequence[Received] = ()) -> dict[str, Any
         the check); ``open_never_checked``; ``first_check_s``: seconds from the service
         leaving a transaction open to its first check (p50, max); ``received_more_than_once``:
         messages (by id) the watcher received more than once, and ``redelivered``: deliveries
-        with ``delivery_attempt`` > 1 (a consumer-side redelivery, not a second commit).
+        with ``delivery_attempt`` > 1 (a consumer-side redelivery, not a second commit);
+        ``order_violations_by_cause``: the order violations (as docs/demo.md counts them, in
+        the order received) of orders the broker's check committed (``resolved_by_check``:
+        late by the check's delay) and of orders the producer committed itself
+        (``ended_by_producer``: overtaken across the topic's queues).
     """
     ends = {t["message_id"]: t for t in _read_lines(log_dir / TRANSACTIONS_LOG)}
     checks = _read_lines(log_dir / CHECKS_LOG)
@@ -232,6 +236,10 @@ def summarize(log_dir: Path, received: Sequence[Received] = ()) -> dict[str, Any
     by_id: dict[str, int] = {}
     for record in received:
         by_id[record.message_id] = by_id.get(record.message_id, 0) + 1
+    ended_by_order = {t["order_id"]: t["end"] for t in ends.values()}
+    late = {"resolved_by_check": 0, "ended_by_producer": 0}
+    for order_id in _order_violations(received):
+        late["ended_by_producer" if ended_by_order.get(order_id) == "commit" else "resolved_by_check"] += 1
     return {
         "open_transactions": len(open_ids),
         "checks": len(checks),
@@ -246,4 +254,24 @@ def summarize(log_dir: Path, received: Sequence[Received] = ()) -> dict[str, Any
         },
         "received_more_than_once": sum(1 for n in by_id.values() if n > 1),
         "redelivered": sum(1 for r in received if r.delivery_attempt > 1),
+        "order_violations_by_cause": late,
     }
+
+
+def _order_violations(received: Sequence[Received]) -> list[str]:
+    """Order ids whose first delivery came after a later order of the same customer."""
+    highest: dict[str, int] = {}
+    seen: set[str] = set()
+    violations: list[str] = []
+    for record in received:
+        try:
+            event = schema.decode(record.body)
+        except ValueError:
+            continue
+        if event.order_id in seen:
+            continue
+        seen.add(event.order_id)
+        if event.customer_seq < highest.get(event.customer_id, 0):
+            violations.append(event.order_id)
+        highest[event.customer_id] = max(event.customer_seq, highest.get(event.customer_id, 0))
+    return violations

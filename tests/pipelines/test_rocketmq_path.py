@@ -221,6 +221,9 @@ def test_every_open_rocketmq_transaction_was_checked_and_answered_from_the_datab
     assert facts["checks"] == len(checks)
     assert facts["transaction_settings"] == DEMO_TRANSACTION_SETTINGS  # as the broker reports them
     assert facts["started_by_demo"] is True
+    # Each order violation is either an order the check committed late or one overtaken.
+    violations = four_paths.metrics[("rocketmq", "read_committed")]["order_violations"]
+    assert sum(facts["order_violations_by_cause"].values()) == violations
 
 
 def test_the_demo_stopped_its_rocketmq(four_paths: DemoRun) -> None:
