@@ -91,6 +91,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _discard(clients: list[Any]) -> None:
+    """Drop the last reference to a replaced client here, so that its destruction waits here."""
+    clients.clear()
+
+
 class Coordinator:
     """One coordinator instance. ``run()`` blocks until :meth:`stop` (or a fatal error).
 
@@ -176,16 +181,7 @@ class Coordinator:
         cfg = self.config
         self._watchdog.start()
         extra = dict(cfg.extra_config)
-        self._producer = _kafka.producer(
-            cfg.bootstrap,
-            extra,
-            transactional_id=cfg.transactional_id,
-            transaction_timeout_ms=cfg.transaction_timeout_ms,
-            linger_ms=5,
-            # A committed message to a missing topic is quarantined (and can be requeued once the
-            # topic exists), never published to a topic the broker made up with its defaults.
-            allow_auto_create_topics=False,
-        )
+        self._producer = self._new_producer()
         self._writer = TransactionWriter(self._producer)
         # The registry catches up in the loop: checks wait for it (_schedule_checks), publishing does not.
         self._registry = ProducerRegistry(
@@ -220,6 +216,40 @@ class Coordinator:
         logger.info(
             "coordinator %s started: %r, extra_config keys %s", cfg.instance_id, cfg, sorted(cfg.extra_config)
         )
+
+    def _new_producer(self) -> Any:
+        cfg = self.config
+        return _kafka.producer(
+            cfg.bootstrap,
+            cfg.extra_config,
+            transactional_id=cfg.transactional_id,
+            transaction_timeout_ms=cfg.transaction_timeout_ms,
+            linger_ms=5,
+            # A committed message to a missing topic is quarantined (and can be requeued once the
+            # topic exists), never published to a topic the broker made up with its defaults.
+            allow_auto_create_topics=False,
+        )
+
+    def _renew_producer(self) -> None:
+        """Replace the transactional producer with a new one of the same transactional id.
+
+        After the group's coordinator broker died, the old client may keep it cached as the
+        coordinator of ``send_offsets_to_transaction`` and wait for it forever
+        (confluentinc/librdkafka#5511; the chaos run hit it right after every rejoin). A new
+        client starts with an empty cache; its ``init_transactions`` fences the old one, and
+        no Kafka transaction is open between commit boundaries.
+        """
+        replaced = [self._producer]  # its only reference once self._producer is the new one
+        self._producer = self._new_producer()
+        self._writer.producer = self._producer
+        try:
+            with self._watchdog.deadline("init_transactions", 60):
+                _kafka.init_transactions(self._producer, 30)
+        except Exception as exc:
+            raise _kafka.to_error(exc, "initialising the coordinator's new transactional producer") from exc
+        # Destroying a client waits for its threads: not on the loop's thread.
+        threading.Thread(target=_discard, args=(replaced,), name="txbridge-discard", daemon=True).start()
+        del replaced
 
     def _join(self) -> None:
         """Create the half/op consumer and subscribe: the group assigns this instance its partitions."""
@@ -300,6 +330,13 @@ class Coordinator:
                 old.close()  # nothing to commit: its partitions were dropped above
         except Exception as exc:
             logger.info("closing the failed consumer: %s", exc)
+        try:
+            self._renew_producer()
+        except KafkaOperationError as exc:
+            logger.error("coordinator %s must stop: %s", instance, exc)  # noqa: TRY400 - no traceback wanted
+            self._fatal = exc
+            self._stop.set()
+            return
         self._join()
 
     def _shutdown(self) -> None:
@@ -906,7 +943,15 @@ class Coordinator:
             self._fatal = fatal
             self._stop.set()
             raise fatal from abort_exc
-        self._rewind()
+        if error.code == KafkaError.FENCED_INSTANCE_ID:
+            # The group fenced this static member (its consumer says so too, or soon will):
+            # nothing to rewind on this consumer; the loop replaces it (_rejoin).
+            self._consumer_failed = error
+            return
+        try:
+            self._rewind()
+        except Exception as rewind_exc:  # the consumer cannot seek or read its offsets: start afresh
+            self._consumer_failed = _kafka.to_error(rewind_exc, "rewinding to the committed offsets")
 
     def _end_transaction(self, *, commit: bool) -> None:
         """``commit_transaction`` or ``abort_transaction``, resumed while it fails retriably.

@@ -57,6 +57,7 @@ def to_error(err: KafkaError | KafkaException | Exception, context: str) -> Kafk
         retriable=kerr.retriable(),
         fatal=kerr.fatal(),
         txn_requires_abort=kerr.txn_requires_abort(),
+        code=kerr.code(),
     )
 
 

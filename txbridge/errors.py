@@ -57,6 +57,7 @@ class KafkaOperationError(TxBridgeError):
         retriable: True when librdkafka classifies the underlying error as retriable.
         fatal: True when the client instance can no longer be used.
         txn_requires_abort: True when the open Kafka transaction must be aborted.
+        code: librdkafka's error code (``confluent_kafka.KafkaError``), when there is one.
     """
 
     def __init__(
@@ -66,11 +67,13 @@ class KafkaOperationError(TxBridgeError):
         retriable: bool = False,
         fatal: bool = False,
         txn_requires_abort: bool = False,
+        code: int | None = None,
     ) -> None:
         super().__init__(message)
         self.retriable = retriable
         self.fatal = fatal
         self.txn_requires_abort = txn_requires_abort
+        self.code = code
 
 
 class ProducerFencedError(KafkaOperationError):

@@ -93,4 +93,4 @@ def test_a_consumer_fenced_again_and_again_stops_the_coordinator(
     assert not running.thread.is_alive()
     assert len(running.errors) == 1
     assert isinstance(running.errors[0], KafkaOperationError)
-    assert "consuming half and op" in str(running.errors[0])
+    assert "fenced" in str(running.errors[0]).lower()  # through the consumer or the offsets commit
