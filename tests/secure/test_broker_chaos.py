@@ -65,15 +65,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.cluster,
     pytest.mark.soak,
-    # Not in CI yet: after the writer fix, 1 of 3 runs still failed, with both coordinators'
-    # loops silent for over 2 minutes from the second kill (the transaction coordinator's broker)
-    # and deaf to SIGTERM: a blocking call that outlasts the broker failover, not found yet.
-    # Run it with TXBRIDGE_CHAOS=1 (issue 14 stays open on it).
-    pytest.mark.skipif(
-        os.environ.get("TXBRIDGE_CHAOS") != "1",
-        reason="broker chaos: a coordinator stall under a transaction-coordinator kill is open "
-        "(1 run in 3); run with TXBRIDGE_CHAOS=1",
-    ),
 ]
 
 SCALE = float(os.environ.get("TXBRIDGE_SOAK_SCALE", "1.0"))
