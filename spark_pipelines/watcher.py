@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -186,22 +187,27 @@ class RocketMQWatcher:
         return len(self.received)
 
     def start(self, timeout: float = 60.0) -> RocketMQWatcher:
-        """Start receiving; return after the first receive that succeeded.
+        """Start receiving; return once the proxy accepted a receive.
 
         The proxy answers the first ``receive()`` of a fresh consumer with an internal
-        error; the watcher retries until one succeeds, so it is really receiving before the
-        first order is sent.
+        error (for a second or two on a fresh proxy); the watcher retries until one is
+        accepted, so it is really receiving before the first order is sent.
 
         Raises:
-            RuntimeError: no receive succeeded within ``timeout`` seconds.
+            RuntimeError: no receive was accepted within ``timeout`` seconds, or the consumer
+                could not start.
         """
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.topic}", daemon=True)
         self._thread.start()
-        if not self._ready.wait(timeout):
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.2) and self._thread.is_alive() and time.monotonic() < deadline:
+            pass
+        if not self._ready.is_set():
             self._stop.set()
             cause = f": {self._error}" if self._error else ""
             raise RuntimeError(
-                f"RocketMQ watcher of {self.topic} could not receive within {timeout:.0f}s{cause}"
+                f"RocketMQ watcher of {self.topic} could not receive within {timeout:.0f}s{cause} "
+                f"(RocketMQ at {self.endpoint})"
             )
         return self
 
@@ -220,7 +226,7 @@ class RocketMQWatcher:
         try:
             while not self._stop.is_set():
                 try:
-                    messages = consumer.receive(32, self.invisible_s)
+                    messages = self._receive(consumer)
                 except Exception as exc:  # the client raises its own and gRPC errors; retried
                     self.receive_errors += 1
                     logger.debug("receive from %s failed (retrying): %s", self.topic, exc)
@@ -238,6 +244,18 @@ class RocketMQWatcher:
             self._error = exc
         finally:
             consumer.shutdown()
+
+    def _receive(self, consumer: Any) -> list[Any]:
+        """One receive. A refused one fails within ~0.1 s; one still open after a second is a
+        long poll the proxy accepted, which returns any message that arrives meanwhile: the
+        watcher counts as started then, not when an empty poll ends (about 5 s)."""
+        future = consumer.receive_async(32, self.invisible_s)
+        if not self._ready.is_set():
+            try:
+                return list(future.result(timeout=1.0))
+            except FutureTimeout:
+                self._ready.set()
+        return list(future.result())
 
     def _record(self, message: Any) -> None:
         seen_ms = int(time.time() * 1000)
