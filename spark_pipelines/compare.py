@@ -83,10 +83,18 @@ def read_events(
 def read_received(spark: SparkSession, source: Path) -> DataFrame:
     """``partition, offset, received_ms, event`` of every message a RocketMQ watcher received:
     ``partition`` 0 and ``offset`` the position in the order received; ``event`` as in
-    :func:`read_events`."""
+    :func:`read_events`.
+
+    The file is read here, on the driver, and shipped as rows: on a cluster across hosts the
+    executors cannot see the driver's files."""
     from pyspark.sql import functions as F
 
-    raw = spark.read.format("avro").load(str(source))
+    from spark_pipelines.watcher import load_received
+
+    raw = spark.createDataFrame(
+        [(r.seq, r.received_ms, r.body) for r in load_received(source)],
+        "seq long, received_ms long, body binary",
+    )
     framed = raw.select(
         F.lit(0).alias("partition"),
         F.col("seq").alias("offset"),
