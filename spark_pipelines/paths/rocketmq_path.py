@@ -209,8 +209,10 @@ def summarize(log_dir: Path, received: Sequence[Received] = ()) -> dict[str, Any
         producers answered, and ``check_answers`` by answer; ``checked_transactions``,
         ``checked_more_than_once``; ``checks_of_ended_transactions``: checks of a transaction
         the service had already committed or rolled back (its op record was not yet seen by
-        the check); ``open_never_checked``; ``first_check_s``: seconds from the service
-        leaving a transaction open to its first check (p50, max); ``received_more_than_once``:
+        the check); ``open_never_checked``; ``first_answered_check_s``: seconds from the
+        service leaving a transaction open to the first check a producer answered (p50, max;
+        a check the broker sent to a killed producer is never answered, nor seen here);
+        ``received_more_than_once``:
         messages (by id) the watcher received more than once, and ``redelivered``: deliveries
         with ``delivery_attempt`` > 1 (a consumer-side redelivery, not a second commit);
         ``order_violations_by_cause``: the order violations (as docs/demo.md counts them, in
@@ -248,7 +250,7 @@ def summarize(log_dir: Path, received: Sequence[Received] = ()) -> dict[str, Any
         "checked_more_than_once": sum(1 for c in per_message.values() if len(c) > 1),
         "checks_of_ended_transactions": sum(len(per_message[m]) for m in ended_ids if m in per_message),
         "open_never_checked": len(open_ids - per_message.keys()),
-        "first_check_s": {
+        "first_answered_check_s": {
             "p50": delays[len(delays) // 2] if delays else None,
             "max": delays[-1] if delays else None,
         },
