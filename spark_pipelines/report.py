@@ -139,7 +139,7 @@ def _charts(
             label = f"{m.path} (n={len(values)})"
             ax.step(values, ys, where="post", label=label, color=PATH_COLOURS.get(m.path))
     ax.set_xscale("symlog")
-    ax.set_xlabel("DB commit to first seen by a read_committed consumer (ms)")
+    ax.set_xlabel("DB commit to first seen by a read_committed consumer (RocketMQ: its consumer), ms")
     ax.set_ylabel("fraction of orders")
     ax.set_title("commit-to-visible latency, read_committed")
     ax.grid(alpha=0.3)
