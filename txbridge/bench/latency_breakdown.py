@@ -21,7 +21,8 @@ timestamps on one host clock:
 a      local commit done -> the op record's append time (``<ns>_op`` keeps LogAppendTime)
 b      op append -> the republished record's CreateTime (the coordinator's ``produce()``)
 c      CreateTime -> the read_committed watcher receives the record
-whole  local commit done -> the watcher receives the record
+whole  local commit done -> the watcher receives the record (``whole_d``: from the insert, just
+       before the DB commit, as the demo measures; ``native_d`` likewise)
 b1       op append -> the coordinator's loop receives the op record (its fetch)
 b2w      received -> its commit boundary begins (the eager wait, a boundary in progress)
 b2p      boundary begun -> produced
@@ -31,8 +32,17 @@ c2       commit returned -> received (the watcher's fetch)
 =====  ===================================================================================
 
 Native is split at ``commit_transaction``'s return: the call (n1) and the watcher (n2). Broker and
-CreateTime timestamps have millisecond resolution. The first ``--warmup`` orders of each
-path are left out (metadata, first AddPartitionsToTxn). Prints p50 / p99 / mean per part.
+CreateTime timestamps have millisecond resolution (``a`` can come out slightly negative). The
+first ``--warmup`` orders of each path are left out (metadata, first AddPartitionsToTxn).
+Prints p50 / p99 / mean per part, the p50 ratios, the load average, and the coordinator's
+commits, group-consumer fetches per second and CPU per second.
+
+``--saturate N`` checks a variant's cost at high load instead: N transactions of an asyncio
+producer, 256 in flight, with a coordinator; transactions/s, the SDK's produce requests per
+transaction, the coordinator's fetches per 1,000 transactions and its CPU per transaction.
+
+The machine is usually shared: compare variants within one invocation (``--repeats``
+interleaves them) and look at the ratios, whose two sides ran side by side.
 """
 
 from __future__ import annotations
@@ -67,19 +77,24 @@ class Knobs:
     """The settings one variant changes (None: the code's default)."""
 
     sdk_extra: Mapping[str, Any] = field(default_factory=dict)  # the SDK producer's extra_config
+    op_linger_ms: int | None = None  # txbridge.delivery.URGENT_LINGER_MS: the op records' producer
     coord_linger_ms: int | None = None  # the coordinator's transactional producer
     fetch_wait_ms: int | None = None  # coordinator.service.FETCH_WAIT_MS
     fetch_min_bytes: int | None = None  # coordinator.service.FETCH_MIN_BYTES
     eager: float | None = None  # coordinator.service._EAGER
     commit_interval_ms: int = 20
     watch_wait_ms: int = 10  # the watchers' fetch.wait.max.ms (the demo's: 10)
+    single_producer: bool = False  # op records on the half records' producer (before URGENT_LINGER_MS)
 
 
 VARIANTS: dict[str, Knobs] = {
     "base": Knobs(),
     "sdk_linger0": Knobs(sdk_extra={"linger.ms": 0}),
+    "op_linger5": Knobs(op_linger_ms=5),
+    "single_producer": Knobs(single_producer=True),
     "coord_linger0": Knobs(coord_linger_ms=0),
     "fetch_wait1": Knobs(fetch_wait_ms=1),
+    "fetch_wait2": Knobs(fetch_wait_ms=2),
     "fetch_min1": Knobs(fetch_min_bytes=1),
     "eager0": Knobs(eager=0.0),
     "interval50": Knobs(commit_interval_ms=50),
@@ -133,6 +148,8 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     boundaries: list[dict[str, float]] = []
     produced: dict[str, tuple[float, int]] = {}  # tx id -> (produce time, boundary index)
     op_seen: dict[str, float] = {}
+    op_phase: dict[str, str] = {}  # tx id -> its phase and _publishable after its op (debugging)
+    entered = [0.0]  # when the current _commit_boundary call began
 
     class Timed:
         """The transactional producer, timing the calls of each commit boundary."""
@@ -145,7 +162,7 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
             return getattr(self._inner, name)
 
         def begin_transaction(self) -> None:
-            self._current = {"begin": time.time()}
+            self._current = {"entered": entered[0], "begin": time.time()}
             self._inner.begin_transaction()
 
         def produce(self, topic: str, **kwargs: Any) -> None:
@@ -174,12 +191,29 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
             if msg.error() is None and msg.topic() == self.topics.op and msg.key():
                 op_seen.setdefault(msg.key().decode(), time.time())
             super()._on_record(msg)
+            if msg.error() is None and msg.topic() == self.topics.op and msg.key():
+                state = self.partitions.get(msg.partition())
+                tx = state.pending.get(msg.key().decode()) if state else None
+                op_phase.setdefault(msg.key().decode(), f"{tx.phase if tx else None}/{self._publishable}")
+
+        def _commit_boundary(self) -> None:
+            entered[0] = time.time()
+            super()._commit_boundary()
+
+    instance = f"breakdown-{uuid.uuid4().hex[:8]}"
+    fetches = [0]  # Fetch requests the group consumer (client.id = the instance id) sent so far
+
+    def on_stats(raw: str) -> None:
+        body = json.loads(raw)
+        if body.get("type") == "consumer" and body.get("client_id") == instance:
+            fetches[0] = sum(b.get("req", {}).get("Fetch", 0) for b in body["brokers"].values())
 
     config = CoordinatorConfig(
         bootstrap=spec.bootstrap,
         namespace=spec.namespace,
         group_id=f"{spec.namespace}-coordinator",
-        instance_id=f"breakdown-{uuid.uuid4().hex[:8]}",
+        instance_id=instance,
+        extra_config={"statistics.interval.ms": 500, "stats_cb": on_stats},
         secrets=Secrets(default=os.environ[_SECRET_ENV]),
         check_delay_s=2.0,  # the demo's --check-delay
         commit_interval_ms=knobs.commit_interval_ms,
@@ -187,23 +221,45 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     )
     coordinator = Instrumented(config)
 
+    marks: dict[str, float] = {}
+
     def signal_ready() -> None:
         if coordinator.running.wait(120):
+            time.sleep(1.0)  # a statistics report after the assignment
+            marks.update(start=time.monotonic(), cpu=time.process_time(), fetches=fetches[0])
             ready.set()
 
     def stop_on_request() -> None:
         stop.wait()
+        time.sleep(0.6)  # a last statistics report
+        marks.update(seconds=time.monotonic() - marks["start"], cpu=time.process_time() - marks["cpu"])
+        marks["fetches"] = fetches[0] - marks["fetches"]
         coordinator.stop()
 
     threading.Thread(target=signal_ready, daemon=True).start()
     threading.Thread(target=stop_on_request, daemon=True).start()
     coordinator.run()
     out.put(
-        {"boundaries": boundaries, "produced": produced, "op_seen": op_seen, "stats": dict(coordinator.stats)}
+        {
+            "boundaries": boundaries,
+            "produced": produced,
+            "op_seen": op_seen,
+            "op_phase": op_phase,
+            "stats": {str(k): v for k, v in coordinator.stats.items()},
+            "fetches": marks["fetches"],
+            "cpu_s": marks["cpu"],
+            "fetches_per_s": marks["fetches"] / marks["seconds"],
+            "cpu_per_s": marks["cpu"] / marks["seconds"],
+        }
     )
 
 
 # ---------------------------------------------------------------------------- producer children
+
+
+#: What a producer reports per committed order: (order, tx id, wall time of the insert (the demo's
+#: ``committed_ms``: just before the DB commit), of the DB commit's return, of the call's return).
+Row = tuple[int, str, float, float, float]
 
 
 def _value(order: int) -> bytes:
@@ -218,8 +274,12 @@ def _pace(go_at: float, order: int, rate: float) -> None:
 
 def _txbridge_main(spec: Spec, out: Any, go: Any) -> None:
     """A txbridge producer: half record, SQLite commit, op record; one transaction per order."""
-    from txbridge import Message, SqliteBarrier, TransactionProducer, TxState
+    from txbridge import Message, SqliteBarrier, TransactionProducer, TxState, delivery
 
+    if spec.knobs.op_linger_ms is not None:
+        delivery.URGENT_LINGER_MS = spec.knobs.op_linger_ms
+    if spec.knobs.single_producer:
+        _single_producer()
     barrier = SqliteBarrier(str(Path(spec.work) / "txbridge.db"))
     producer = TransactionProducer(
         spec.bootstrap,
@@ -230,18 +290,19 @@ def _txbridge_main(spec: Spec, out: Any, go: Any) -> None:
         partitions=PARTITIONS,
         extra_config=dict(spec.knobs.sdk_extra),
     )
-    rows: list[tuple[int, str, float, float]] = []
+    rows: list[Row] = []
     with producer:
         with barrier.local_transaction("warm-up") as conn:
             conn.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, body BLOB)")
         out.put("ready")
         go_at = go.get()
-        committed = [0.0]  # when the last local transaction's commit returned
+        times = [0.0, 0.0]  # the last local transaction: its insert done, its commit returned
 
         def execute(txn: Any, number: int) -> TxState:
             with barrier.local_transaction(txn.tx_id) as conn:
                 conn.execute("INSERT INTO orders VALUES (?, ?)", (number, _value(number)))
-            committed[0] = time.time()
+                times[0] = time.time()
+            times[1] = time.time()
             return TxState.COMMIT
 
         for order in range(spec.orders):
@@ -252,7 +313,7 @@ def _txbridge_main(spec: Spec, out: Any, go: Any) -> None:
             )
             result = producer.send_in_transaction(message, execute, order)
             if result.state is TxState.COMMIT and result.error is None:
-                rows.append((order, result.tx_id, committed[0], time.time()))
+                rows.append((order, result.tx_id, times[0], times[1], time.time()))
     out.put(rows)
 
 
@@ -264,7 +325,7 @@ def _native_main(spec: Spec, out: Any, go: Any) -> None:
     producer.init_transactions(30)
     db = sqlite3.connect(str(Path(spec.work) / "native.db"), isolation_level=None)
     db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, body BLOB)")
-    rows: list[tuple[int, str, float, float]] = []
+    rows: list[Row] = []
     out.put("ready")
     go_at = go.get()
     topic = spec.topics["native"]
@@ -274,10 +335,11 @@ def _native_main(spec: Spec, out: Any, go: Any) -> None:
         producer.produce(topic, key=f"customer-{order % CUSTOMERS}", value=_value(order))
         db.execute("BEGIN IMMEDIATE")
         db.execute("INSERT INTO orders VALUES (?, ?)", (order, _value(order)))
+        inserted = time.time()
         db.execute("COMMIT")
         committed = time.time()
         producer.commit_transaction(30)
-        rows.append((order, "", committed, time.time()))
+        rows.append((order, "", inserted, committed, time.time()))
     producer.flush(30)
     db.close()
     out.put(rows)
@@ -328,8 +390,9 @@ def _watch_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
 # ---------------------------------------------------------------------------- one run
 
 
-#: The table's parts: txbridge's a, b, c and whole, native's whole (see the module docstring).
-MAIN = ("a", "b", "c", "whole", "native")
+#: The table's parts: txbridge's a, b, c and whole, native's whole (see the module docstring), and
+#: both wholes from just before the DB commit (``_d``: where the demo's latency starts).
+MAIN = ("a", "b", "c", "whole", "native", "whole_d", "native_d")
 #: b1; b2 as the wait for a boundary (b2w) and its start (b2p); c1 as the rest of the boundary up
 #: to commit_transaction (c1o: send_offsets_to_transaction mostly) and the commit call itself
 #: (c1c); c2; native's commit call (n1) and its watcher (n2).
@@ -402,8 +465,8 @@ def run_once(
     try:
         for proc in procs:
             proc.start()
-        if not coord_ready.wait(120) or not watch_ready.wait(60):
-            raise RuntimeError("the coordinator or the watcher did not start")
+        _wait(coord_ready, procs, 120)
+        _wait(watch_ready, procs, 60)
         for path in topics:
             if _get(outs[path], procs, 120) != "ready":
                 raise RuntimeError(f"the {path} producer did not start")
@@ -450,10 +513,19 @@ def _get(source: Any, procs: list[Any], timeout: float) -> Any:
                 raise RuntimeError(f"no answer from a child process (failed: {dead})") from None
 
 
+def _wait(event: Any, procs: list[Any], timeout: float) -> None:
+    """``event.wait()``, failing at once when a child process died."""
+    deadline = time.monotonic() + timeout
+    while not event.wait(1.0):
+        dead = [p.name for p in procs if p.exitcode not in (None, 0)]
+        if dead or time.monotonic() > deadline:
+            raise RuntimeError(f"a child process did not start (failed: {dead})")
+
+
 def _split(
     variant: str,
     *,
-    sent: Mapping[str, list[tuple[int, str, float, float]]],
+    sent: Mapping[str, list[Row]],
     seen: Mapping[tuple[str, int], tuple[float, int]],
     appended: Mapping[str, int],
     coordinator: Mapping[str, Any],
@@ -464,7 +536,7 @@ def _split(
     parts: dict[str, list[float]] = {k: [] for k in (*MAIN, *DETAIL)}
     boundaries, produced, op_seen = coordinator["boundaries"], coordinator["produced"], coordinator["op_seen"]
     lost = {path: 0 for path in sent}
-    for order, tx, committed, _returned in sent["txbridge"]:
+    for order, tx, inserted, committed, _returned in sent["txbridge"]:
         visible = seen.get(("txbridge", order))
         if visible is None:
             lost["txbridge"] += 1
@@ -482,6 +554,7 @@ def _split(
             ("b", created_s - op_at),
             ("c", at - created_s),
             ("whole", at - committed),
+            ("whole_d", at - inserted),
             ("b1", received - op_at),
             ("b2w", boundary["begin"] - received),
             ("b2p", produced_at - boundary["begin"]),
@@ -490,7 +563,7 @@ def _split(
             ("c2", at - boundary["committed"]),
         ):
             parts[name].append(value * 1000)
-    for order, _tx, committed, returned in sent["native"]:
+    for order, _tx, inserted, committed, returned in sent["native"]:
         visible = seen.get(("native", order))
         if visible is None:
             lost["native"] += 1
@@ -499,10 +572,13 @@ def _split(
             continue
         at = visible[0]
         parts["native"].append((at - committed) * 1000)
+        parts["native_d"].append((at - inserted) * 1000)
         parts["n1"].append((returned - committed) * 1000)
         parts["n2"].append((at - returned) * 1000)
     stats = coordinator.get("stats", {})
     kept = {k: int(stats.get(k, 0)) for k in ("kafka_transactions", "resolved_published", "kafka_aborts")}
+    kept["fetches_per_s"] = round(coordinator["fetches_per_s"])
+    kept["cpu_ms_per_s"] = round(coordinator["cpu_per_s"] * 1000)
     return RunResult(variant, parts, load, lost, kept)
 
 
@@ -516,25 +592,157 @@ def _cell(values: list[float]) -> str:
     return f"{percentile(ordered, 50):.1f}/{percentile(ordered, 99):.0f}/{statistics.fmean(values):.1f}"
 
 
+def _ratio(txbridge: list[float], native: list[float]) -> float:
+    if not txbridge or not native:
+        return math.nan
+    return percentile(sorted(txbridge), 50) / percentile(sorted(native), 50)
+
+
 def render(results: list[RunResult], columns: tuple[str, ...] = MAIN) -> str:
     """A markdown table: one row per run, p50/p99/mean ms per part, and the p50 ratio."""
-    head = ["variant", *columns, "ratio p50", "load 1/5/15", "commits", "lost"]
+    head = [
+        "variant",
+        *columns,
+        "ratio p50",
+        "ratio_d p50",
+        "load 1/5/15",
+        "commits",
+        "fetches/s",
+        "CPU ms/s",
+        "lost",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for result in results:
-        whole = sorted(result.parts["whole"])
-        native = sorted(result.parts["native"])
-        ratio = percentile(whole, 50) / percentile(native, 50) if whole and native else math.nan
+        ratios = [
+            _ratio(result.parts[t], result.parts[n])
+            for t, n in (("whole", "native"), ("whole_d", "native_d"))
+        ]
         lost = "/".join(str(v) for v in result.lost.values())
         cells = [
             result.variant,
             *(_cell(result.parts[c]) for c in columns),
-            f"{ratio:.2f}",
+            *(f"{r:.2f}" for r in ratios),
             result.load,
             str(result.coordinator.get("kafka_transactions", 0)),
+            str(result.coordinator.get("fetches_per_s", "")),
+            str(result.coordinator.get("cpu_ms_per_s", "")),
             lost,
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- saturation check
+
+
+def _single_producer() -> None:
+    """Make TransactionProducer write op records with the half records' producer (as before)."""
+    from txbridge import delivery, producer
+
+    class Single(delivery.DeliveryPump):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.pop("urgent_topics", None)
+            super().__init__(*args, **kwargs)
+
+    producer.DeliveryPump = Single  # type: ignore[misc]
+
+
+def _saturate_main(spec: Spec, out: Any) -> None:
+    """The asyncio SDK producer at saturation: transactions/s and produce requests per transaction."""
+    import asyncio
+
+    from txbridge import AsyncTransactionProducer, Message, TxState, delivery
+
+    if spec.knobs.single_producer:
+        _single_producer()
+    if spec.knobs.op_linger_ms is not None:
+        delivery.URGENT_LINGER_MS = spec.knobs.op_linger_ms
+    stats: dict[str, dict[str, Any]] = {}
+
+    def on_stats(raw: str) -> None:
+        body = json.loads(raw)
+        if body.get("type") == "producer":
+            stats[body["name"]] = body
+
+    extra = {**spec.knobs.sdk_extra, "statistics.interval.ms": 500, "stats_cb": on_stats}
+
+    async def main() -> float:
+        producer = AsyncTransactionProducer(
+            spec.bootstrap,
+            f"{spec.namespace}-orders",
+            secret=os.environ[_SECRET_ENV],
+            check=lambda _txn: TxState.COMMIT,
+            namespace=spec.namespace,
+            partitions=12,
+            extra_config=extra,
+        )
+        async with producer:
+            pending = iter(range(spec.orders))
+            started = time.monotonic()
+
+            async def worker() -> None:
+                for order in pending:
+                    message = Message(spec.topics["txbridge"], _value(order), key=f"k{order % 4096}".encode())
+                    await producer.send_in_transaction(message, lambda _t, _a: TxState.COMMIT)
+
+            await asyncio.gather(*(worker() for _ in range(256)))
+            elapsed = time.monotonic() - started
+            await asyncio.sleep(1.2)  # a last statistics report
+        return elapsed
+
+    elapsed = asyncio.run(main())
+    produce = sum(
+        broker.get("req", {}).get("Produce", 0)
+        for body in stats.values()
+        for broker in body["brokers"].values()
+    )
+    out.put({"elapsed": elapsed, "produce_requests": produce, "producers": len(stats)})
+
+
+def saturate(bootstrap: str, variant: str, knobs: Knobs, *, count: int) -> str:
+    """One saturation run of ``variant`` (its own namespace; 12 partitions as ``txbridge bench``)."""
+    from txbridge.topics import init_topics
+
+    run = uuid.uuid4().hex[:8]
+    namespace = f"__txb_breakdown_{run}"
+    topic = f"breakdown-{run}-txbridge"
+    init_topics(bootstrap, namespace, 12)
+    _kafka.ensure_topics(bootstrap, [_kafka.TopicSpec(topic, 6)])
+    spec = Spec(bootstrap, namespace, {"txbridge": topic}, "", count, 0.0, knobs)
+    os.environ.setdefault(_SECRET_ENV, os.urandom(16).hex())
+    ctx = multiprocessing.get_context("spawn")
+    out, coord_out, coord_ready, coord_stop = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
+    coordinator = ctx.Process(
+        target=_coordinator_main, args=(spec, coord_out, coord_ready, coord_stop), name="coordinator"
+    )
+    proc = ctx.Process(target=_saturate_main, args=(spec, out), name="saturate")
+    procs = [coordinator, proc]
+    try:
+        coordinator.start()
+        _wait(coord_ready, procs, 120)
+        proc.start()
+        figures = _get(out, procs, 600)
+        time.sleep(2.0)  # the coordinator publishes the last transactions
+        coord_stop.set()
+        coord = _get(coord_out, procs, 60)
+    finally:
+        coord_stop.set()
+        for child in procs:
+            child.join(30)
+            if child.is_alive():
+                child.kill()
+        _kafka.delete_topics_with_prefix(bootstrap, namespace)
+        _kafka.delete_topics_with_prefix(bootstrap, f"breakdown-{run}-")
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    rate = count / figures["elapsed"]
+    per_tx = figures["produce_requests"] / count
+    published = coord["stats"].get("resolved_published", 0)
+    fetches = coord["fetches"] / count * 1000
+    cpu = coord["cpu_s"] / count * 1e6
+    return (
+        f"| {variant} | {rate:,.0f} | {per_tx:.2f} | {figures['producers']} | {published} | "
+        f"{fetches:.0f} | {cpu:.0f} | {coord['fetches_per_s']:.0f} | {load} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -550,8 +758,27 @@ def main(argv: list[str] | None = None) -> None:
         "--variant", action="append", choices=sorted(VARIANTS), help="repeatable; default: all"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write every sample here")
+    parser.add_argument(
+        "--saturate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N transactions of the asyncio SDK producer, 256 in flight, with a coordinator, "
+        "per variant (transactions/s, produce requests per transaction, the coordinator's fetches and CPU)",
+    )
     args = parser.parse_args(argv)
     names = args.variant or list(VARIANTS)
+    if args.saturate:
+        print(
+            "| variant | transactions/s | produce requests / transaction | producers | published "
+            "| coordinator fetches / 1000 tx | coordinator CPU µs / tx | fetches/s | load 1/5/15 |"
+        )
+        print("|" + " --- |" * 9)
+        for repeat in range(args.repeats):
+            for name in names:
+                line = saturate(args.bootstrap, f"{name} #{repeat + 1}", VARIANTS[name], count=args.saturate)
+                print(line, flush=True)
+        return
     results: list[RunResult] = []
     for repeat in range(args.repeats):
         for name in names:
