@@ -182,7 +182,10 @@ class TransactionProducer:
         #: The ASGI app answering back-checks (``POST /txbridge/check``), to mount when
         #: ``serve_checks=False``.
         self.check_app: Starlette = build_check_app(self.settings.group, self.settings.secret, check)
-        self._pump = DeliveryPump(self.settings.bootstrap, self.settings.extra_config)
+        # Op records on a producer of their own that does not linger (see DeliveryPump).
+        self._pump = DeliveryPump(
+            self.settings.bootstrap, self.settings.extra_config, urgent_topics=(self.settings.topics.op,)
+        )
         #: Partition counts of the real topics (internal seam with the asyncio producer).
         self.catalog = TopicCatalog()
         self._metadata_lock = threading.Lock()  # one listing at a time; the others use its answer
