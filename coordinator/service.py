@@ -59,11 +59,17 @@ _RETURNS_INTERVAL_S = 0.5  # how often producers that came back or went silent a
 _REGISTRY_WAIT_S = 10.0  # checks wait at most this long after start for the registry to be read
 #: Ready messages wait at most this share of commit_interval_ms after the previous commit
 #: (measured at 1,500 msgs/s on 2 cores: p50 40 ms with 1.0, 28 ms with 0.25, 48 ms with 0).
+#: Only a commit that published starts the wait, and the loop's poll ends with it: at 20
+#: orders/s the poll waited for the tick, a ready message for its commit 8-12 ms on average
+#: (0.2-0.5 ms now; txbridge/bench/latency_breakdown.py).
 _EAGER = 0.25
 #: The half/op consumer's fetches: the broker answers after 5 ms or 64 KiB, not at the first
 #: record. Measured at 3,500 msgs/s on 2 cores: 445 fetches/s instead of 1,320, the broker's
 #: CPU per message 20% lower, and p50 / p99 commit-to-visible 20-22 / 73-105 ms instead of
 #: 23-27 / 105-279 ms (the same run, settings flipped with --kafka-config).
+#: At 20 orders/s this wait is the largest part of op append -> the loop has the op: 3.6-4.5 ms
+#: p50 with 5, 1.8-2.8 with 2, which sends 1.8x the fetches under load and 2x when idle
+#: (txbridge/bench/latency_breakdown.py --variant fetch_wait2, --saturate): kept at 5.
 FETCH_WAIT_MS = 5
 FETCH_MIN_BYTES = 64 * 1024
 #: A crashed instance's partitions move after this: the least a broker allows by default
@@ -369,8 +375,14 @@ class Coordinator:
         next_schedule = 0.0
         next_returns = 0.0
         last_commit = 0.0
+        stalled = False
         while not self._stop.is_set():
-            wait = min(max(next_commit - time.monotonic(), 0.0), 0.1)
+            due = next_commit
+            if self._publishable and not stalled:  # a ready message waits for its quarter, not the tick
+                due = min(due, last_commit + interval * _EAGER)
+            # librdkafka takes whole milliseconds: a poll under 1 ms returns at once (a busy loop).
+            remaining = due - time.monotonic()
+            wait = 0.0 if remaining <= 0 else min(max(remaining, 0.001), 0.1)
             for msg in _kafka.consume_available(self._consumer, _BATCH, wait):
                 self._on_record(msg)
                 if self._consumer_failed is not None:
@@ -393,9 +405,12 @@ class Coordinator:
             # Ready messages go out at once unless a commit ended less than a quarter interval ago;
             # anything else (offsets, state entries) waits for the interval.
             if now >= next_commit or (self._publishable and now >= last_commit + interval * _EAGER):
+                published = self.stats[Stat.MESSAGES_REPUBLISHED]
                 self._commit_boundary()
-                last_commit = time.monotonic()
-                next_commit = last_commit + interval
+                stalled = self._publishable  # it could not publish: the tick, not a spin, retries
+                next_commit = time.monotonic() + interval
+                if self.stats[Stat.MESSAGES_REPUBLISHED] != published:  # the quarter batches publishing
+                    last_commit = time.monotonic()  # commits: an offsets-only one holds nothing back
             if now >= next_log:
                 self._log_counts()
                 next_log = now + self.config.log_interval_s
