@@ -427,6 +427,12 @@ def _after_first_failure(calls: list[tuple[float, str]]) -> tuple[float, list[st
     return calls[again][0] - calls[first][0], [body for _t, body in calls[first + 1 : again]]
 
 
+def _after_redelivery(calls: list[tuple[float, str]]) -> list[str]:
+    """Bodies consumed after the failed message's redelivery."""
+    again = [i for i, (_t, body) in enumerate(calls) if body == FAILS_ONCE][1]
+    return [body for _t, body in calls[again + 1 :]]
+
+
 def test_a_suspended_message_comes_back_after_a_second_and_holds_its_key(
     session: SessionRocketMQ, names: Names, kafka_bootstrap: str, topic_factory: Callable[..., str]
 ) -> None:
@@ -443,15 +449,18 @@ def test_a_suspended_message_comes_back_after_a_second_and_holds_its_key(
             expected = [body for g, body in ORDERED if g == group]
             assert mine == ([expected[0], FAILS_ONCE, *expected[1:]] if group == "g1" else expected), calls
     txbridge_gap, txbridge_between = _after_first_failure(on_txbridge)
-    rocketmq_gap, rocketmq_between = _after_first_failure(on_rocketmq)
+    rocketmq_gap, _ = _after_first_failure(on_rocketmq)
     # Both come back after about a second: txbridge's suspend_s, RocketMQ 5's first FIFO backoff.
     assert delays[0] == SUSPEND_S
     assert SUSPEND_S - 0.1 <= txbridge_gap < SUSPEND_S + 2.0
     assert SUSPEND_S - 0.1 <= rocketmq_gap < SUSPEND_S + 2.0
     # By design: txbridge suspends the partition (every key on it waits, as RocketMQ 4 suspends its
     # queue); RocketMQ 5 holds only the failing message group, the other group goes on meanwhile.
+    # RocketMQ's two callback threads may take g2's first messages before g1-m1 fails, so the
+    # check is that none of g2 waited for the redelivery: all of it came before.
     assert txbridge_between == []
-    assert [body for body in rocketmq_between if body.startswith("g2")] == ["g2-m1", "g2-m2"]
+    g2_after_redelivery = [body for body in _after_redelivery(on_rocketmq) if body.startswith("g2")]
+    assert g2_after_redelivery == [], on_rocketmq
     # Later redeliveries: RocketMQ 5 backs off along its delay levels (1 s, 5 s, 10 s, 30 s, ...),
     # txbridge waits suspend_s each time; both give up after 17 deliveries (16 redeliveries).
     assert delays == [1, 5, *ROCKETMQ_DELAYS_S]
