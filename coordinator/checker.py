@@ -80,10 +80,13 @@ class Checker:
         )
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="txbridge-check")
 
-    def can_submit(self, group: str) -> bool:
-        """Whether ``group`` has a free request slot (see ``check_concurrency_per_group``)."""
+    def free_slots(self, group: str) -> int:
+        """How many more requests ``group`` may have in flight now (``check_concurrency_per_group``).
+
+        Only the caller's own submissions take slots, so a pass may plan that many at once.
+        """
         with self._lock:
-            return self._in_flight[group] < self._config.check_concurrency_per_group
+            return max(0, self._config.check_concurrency_per_group - self._in_flight[group])
 
     def submit(self, job: CheckJob) -> bool:
         """Start ``job`` unless its group already has its share in flight. Returns whether it started."""

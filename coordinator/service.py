@@ -680,17 +680,26 @@ class Coordinator:
                 if writer not in targets:
                     targets[writer] = tuple(self._registry.view.targets(tx.group, tx.instance, now))
                 batches.setdefault((tx.group, targets[writer]), []).append((number, tx))
+        # Plan every request of the pass first, within each group's free request slots (the rest
+        # wait for a later pass), so that evicted or restored payloads are re-read in one go: one
+        # read per half partition per pass, not one per request (a request's transactions span
+        # the partitions, so reading per request re-read each partition once per request).
         size = self.config.check_batch_size
+        slots = {group: self._checker.free_slots(group) for group, _urls in batches}
+        planned: list[tuple[tuple[str, ...], list[tuple[int, PendingTx]]]] = []
         for (group, urls), txs in batches.items():
             for start in range(0, len(txs), size):
-                if not self._checker.can_submit(group):
-                    break  # its group is at its concurrency limit: the rest wait for a later pass
-                part = txs[start : start + size]
-                self._load_payloads([tx for _number, tx in part])  # a check shows the user's headers
-                chunk = [CheckJob(number, self._check_request(tx), urls) for number, tx in part]
-                self._checker.submit_batch(chunk)
-                self.stats[Stat.CHECKS] += len(chunk)
-                self.stats[Stat.CHECK_REQUESTS] += 1
+                if slots[group] == 0:
+                    break
+                slots[group] -= 1
+                planned.append((urls, txs[start : start + size]))
+        self._load_payloads([tx for _urls, part in planned for _number, tx in part])  # checks show headers
+        for urls, part in planned:
+            chunk = [CheckJob(number, self._check_request(tx), urls) for number, tx in part]
+            if not self._checker.submit_batch(chunk):
+                continue  # cannot happen while only this loop takes slots; asked at a later pass
+            self.stats[Stat.CHECKS] += len(chunk)
+            self.stats[Stat.CHECK_REQUESTS] += 1
 
     def _consumer_positions(self, numbers: list[int]) -> dict[tuple[str, int], int] | None:
         """The consumer's positions on the owned half and op partitions (None: not known now).

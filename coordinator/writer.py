@@ -42,6 +42,8 @@ RECORD_FAULTS = frozenset(
 
 class RecordRefusedError(KafkaOperationError):
     """The client or the broker refused a record for a fault of its own (:data:`RECORD_FAULTS`)."""
+
+
 _MISSING_CACHE_S = 1.0
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from coordinator.payloads import HalfReader
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
@@ -226,3 +229,50 @@ def test_a_check_carries_the_user_headers_even_when_the_payload_was_evicted(
     assert [(s.value, s.headers.get("trace")) for s in seen] == [(b"v", b"t-1")]
     [call] = check_server.calls_for(tx_id)
     assert [(m.key, dict(m.headers).get("trace")) for m in call.messages] == [(b"order-9", b"t-1")]
+
+
+def test_restored_payloads_are_read_back_once_per_pass_not_once_per_request(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restored transaction has no payload; its check needs the user's headers. Each request
+    asks about transactions from every half partition, so re-reading per request read each
+    partition once per request: 20,000 pending took 48 s to check instead of 4 (issue 18)."""
+    topic = topic_factory(partitions=3)
+    check_server.script = lambda _req: TxState.COMMIT
+    groups = ("g0", "g1", "g2")
+    for group in groups:
+        env.producer.heartbeat(check_server.url, group=group)
+    # offset_metadata_bytes 0: every open transaction is a <ns>_state entry, restored without payload.
+    first = env.start(check_delay_s=3600.0, offset_metadata_bytes=0)
+    count = 300
+    tx_ids = []
+    for i in range(count):
+        env.producer.group = groups[i % len(groups)]  # a request (one group) spans the partitions
+        message = Msg(topic, f"m{i}".encode(), key=f"k{i}".encode(), headers=(("trace", f"t-{i}".encode()),))
+        tx_ids.append(env.producer.halves([message], flush=False)[0])
+    env.producer.flush()
+    assert eventually(lambda: first.service.stats["half_records"] == count)
+    first.stop()  # commits: 300 open transactions in <ns>_state
+    reads: list[tuple[int, list[int]]] = []
+    read = HalfReader.read
+
+    def counted(self: HalfReader, partition: int, offsets: list[int], timeout: float = 30.0) -> Any:
+        reads.append((partition, list(offsets)))
+        return read(self, partition, offsets, timeout)
+
+    monkeypatch.setattr(HalfReader, "read", counted)
+
+    # 30 requests of 10 (10 per group), all in flight at once: one pass asks about every due one.
+    env.start(check_delay_s=0.5, check_batch_size=10, check_concurrency_per_group=40)
+
+    seen = wait_for(env.bootstrap, topic, count)
+    assert sorted(s.headers["txb.tx"].decode() for s in seen) == sorted(tx_ids)
+    assert sorted(c.tx_id for c in check_server.calls) == sorted(tx_ids)  # each asked exactly once
+    assert {c.tx_id: dict(c.messages[0].headers)["trace"] for c in check_server.calls} == {
+        tx_id: f"t-{i}".encode() for i, tx_id in enumerate(tx_ids)
+    }
+    # Each half partition read once (a second read only if its ops were caught up in two passes),
+    # and the records spanned add up to about the 300 halves, not 300 per request.
+    per_partition = Counter(partition for partition, _offsets in reads)
+    assert max(per_partition.values()) <= 2, reads
+    assert sum(offsets[-1] - offsets[0] + 1 for _p, offsets in reads) <= 2 * count, reads
