@@ -95,6 +95,10 @@ class Stat(StrEnum):
     KAFKA_ABORTS = "kafka_aborts", "Kafka transactions aborted (state rewound to the committed offsets)"
     COMMIT_RETRIES = "commit_retries", "commit_transaction calls resumed after a retriable failure"
     ABORT_RETRIES = "abort_retries", "abort_transaction calls resumed after a retriable failure"
+    PRODUCER_FATAL_ERRORS = (
+        "producer_fatal_errors",
+        "transactional producers replaced in-process after a fatal error other than fencing",
+    )
     CONSUMER_REJOINS = (
         "consumer_rejoins",
         "half/op consumers replaced in-process after a fatal error (a static member that fenced itself)",

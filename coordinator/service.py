@@ -85,7 +85,7 @@ OWNER_PREFIX = "txb-owner:"
 #: abort). A broker failover takes seconds; a call that times out is retried (commit) or its
 #: transaction aborted and the work done again. Every such call runs under the watchdog.
 TXN_CALL_TIMEOUT_S = 15.0
-#: A consumer that fails fatally is replaced in-process (_rejoin) at most this many times in
+#: Clients that fail fatally are replaced in-process (_rejoin) at most this many times in
 #: _REJOIN_WINDOW_S; more means another process uses the same instance id: the coordinator stops.
 _REJOINS_MAX = 5
 _REJOIN_WINDOW_S = 300.0
@@ -154,7 +154,7 @@ class Coordinator:
         self._writer: TransactionWriter = TransactionWriter(None)
         self._consumed_since_commit = 0
         self._fatal: KafkaOperationError | None = None  # set once the producer is fenced or broken
-        self._consumer_failed: KafkaOperationError | None = None  # the consumer's fatal error (_rejoin)
+        self._clients_failed: KafkaOperationError | None = None  # a client's fatal error: _rejoin renews both
         self._rejoins: list[float] = []  # monotonic times of recent rejoins
         self._started = 0.0  # monotonic time _start() began reading the registry
         self.running = threading.Event()  # set once partitions may be served (tests wait on it)
@@ -283,7 +283,10 @@ class Coordinator:
         )
 
     def _rejoin(self) -> None:
-        """Replace a consumer that failed fatally, in-process, as a restart would.
+        """Replace the clients after one failed fatally, in-process, as a restart would.
+
+        A transactional producer's fatal error other than fencing comes here too
+        (:meth:`_on_transaction_error`); so does the consumer's:
 
         librdkafka fences its own static member when the broker acting as the group's
         coordinator dies (confluentinc/librdkafka#3437): the consumer never fetches again.
@@ -296,14 +299,14 @@ class Coordinator:
         :data:`_REJOIN_WINDOW_S` stop the coordinator: that is another process using the
         same instance id, not a broker failover.
         """
-        error, self._consumer_failed = self._consumer_failed, None
+        error, self._clients_failed = self._clients_failed, None
         assert error is not None
         now = time.monotonic()
         self._rejoins = [t for t in self._rejoins if now - t < _REJOIN_WINDOW_S] + [now]
         instance = self.config.instance_id
         if len(self._rejoins) > _REJOINS_MAX:
             logger.error(
-                "coordinator %s must stop: its consumer failed %d times in %.0fs (does another coordinator "
+                "coordinator %s must stop: its clients failed %d times in %.0fs (does another coordinator "
                 "run with instance id %s?): %s",
                 instance,
                 len(self._rejoins),
@@ -315,7 +318,7 @@ class Coordinator:
             self._stop.set()
             return
         logger.warning(
-            "coordinator %s: its consumer failed (%s); joining the group again with a new one",
+            "coordinator %s: a client failed (%s); joining the group again with a new consumer and producer",
             instance,
             error,
         )
@@ -385,9 +388,9 @@ class Coordinator:
             wait = 0.0 if remaining <= 0 else min(max(remaining, 0.001), 0.1)
             for msg in _kafka.consume_available(self._consumer, _BATCH, wait):
                 self._on_record(msg)
-                if self._consumer_failed is not None:
+                if self._clients_failed is not None:
                     break
-            if self._consumer_failed is not None:
+            if self._clients_failed is not None:
                 self._rejoin()
                 continue
             assert self._registry is not None
@@ -614,7 +617,7 @@ class Coordinator:
         if err is not None:
             if err.fatal() or err.code() == KafkaError._FATAL:  # e.g. its static membership fenced
                 # This consumer never fetches again: the loop replaces it (_rejoin).
-                self._consumer_failed = _kafka.to_error(err, "consuming half and op")
+                self._clients_failed = _kafka.to_error(err, "consuming half and op")
             elif not _kafka.is_partition_eof(err):
                 logger.warning("consume: %s", err)
             return
@@ -949,10 +952,20 @@ class Coordinator:
 
     def _on_transaction_error(self, exc: Exception) -> None:
         error = exc if isinstance(exc, KafkaOperationError) else _kafka.to_error(exc, "committing")
-        if isinstance(error, ProducerFencedError) or error.fatal:
+        if isinstance(error, ProducerFencedError):  # another instance took the transactional id
             logger.error("coordinator %s must stop: %s", self.config.instance_id, error)
             self._fatal = error
             raise error from exc
+        if error.fatal:
+            # The producer is unusable (e.g. librdkafka's idempotence "sequence desynchronization"
+            # after a leader failover; the chaos run hit it). librdkafka's remedy is a new client:
+            # _rejoin renews both clients, as a restart would but in-process. The new producer's
+            # init_transactions (same transactional id) aborts this open transaction; the dropped
+            # partitions come back from the committed offsets. No abort on a fatal producer.
+            logger.warning("coordinator %s: its producer failed fatally (%s)", self.config.instance_id, error)
+            self.stats[Stat.PRODUCER_FATAL_ERRORS] += 1
+            self._clients_failed = error
+            return
         logger.warning("Kafka transaction aborted, rewinding to the committed offsets: %s", error)
         self.stats[Stat.KAFKA_ABORTS] += 1
         try:
@@ -970,12 +983,12 @@ class Coordinator:
         if error.code == KafkaError.FENCED_INSTANCE_ID:
             # The group fenced this static member (its consumer says so too, or soon will):
             # nothing to rewind on this consumer; the loop replaces it (_rejoin).
-            self._consumer_failed = error
+            self._clients_failed = error
             return
         try:
             self._rewind()
         except Exception as rewind_exc:  # the consumer cannot seek or read its offsets: start afresh
-            self._consumer_failed = _kafka.to_error(rewind_exc, "rewinding to the committed offsets")
+            self._clients_failed = _kafka.to_error(rewind_exc, "rewinding to the committed offsets")
 
     def _end_transaction(self, *, commit: bool) -> None:
         """``commit_transaction`` or ``abort_transaction``, resumed while it fails retriably.

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 import coordinator.service as service_module
 from coordinator.metrics import Stat
@@ -94,3 +95,50 @@ def test_a_consumer_fenced_again_and_again_stops_the_coordinator(
     assert len(running.errors) == 1
     assert isinstance(running.errors[0], KafkaOperationError)
     assert "fenced" in str(running.errors[0]).lower()  # through the consumer or the offsets commit
+
+
+def test_a_fatal_producer_error_renews_the_clients_and_loses_nothing(
+    env: Env, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """librdkafka's remedy for a fatal producer error (the chaos run's "sequence desynchronization"
+    after a leader failover) is a new client. The fault is raised at the commit of a transaction
+    that republished messages; the broker and every client are real, so the open transaction is
+    really aborted by the new producer's init_transactions, and its messages come again once."""
+    topic = topic_factory()
+    armed: list[int] = []  # the republished count when armed
+    end_transaction = service_module.Coordinator._end_transaction
+
+    def failing(self: service_module.Coordinator, *, commit: bool) -> None:
+        if commit and armed and self.stats[Stat.MESSAGES_REPUBLISHED] > armed[0]:
+            armed.clear()
+            error = KafkaError(KafkaError._FATAL, "sequence desynchronization (injected)", fatal=True)
+            raise KafkaException(error)
+        end_transaction(self, commit=commit)
+
+    monkeypatch.setattr(service_module.Coordinator, "_end_transaction", failing)
+    running = env.start(instance_id="renewed")
+    before = [
+        env.producer.transaction([Msg(topic, f"before-{i}".encode(), key=b"k")], TxState.COMMIT)
+        for i in range(3)
+    ]
+    wait_for(env.bootstrap, topic, 3)
+    armed.append(int(running.service.stats[Stat.MESSAGES_REPUBLISHED]))
+    after = [
+        env.producer.transaction([Msg(topic, f"after-{i}".encode(), key=b"k")], TxState.COMMIT)
+        for i in range(5)
+    ]
+
+    wait_for(env.bootstrap, topic, 8, timeout=60)
+    time.sleep(2)  # a duplicate would show up now
+
+    assert armed == [], "the fault was never raised"
+    assert running.service.stats[Stat.PRODUCER_FATAL_ERRORS] == 1
+    assert running.service.stats[Stat.CONSUMER_REJOINS] == 1
+    seen = read_topic(env.bootstrap, topic)
+    assert [s.value for s in seen] == [
+        *(f"before-{i}".encode() for i in range(3)),
+        *(f"after-{i}".encode() for i in range(5)),
+    ]
+    assert {s.headers["txb.tx"] for s in seen} == {t.encode() for t in [*before, *after]}
+    assert running.thread.is_alive()
+    assert running.errors == []
