@@ -23,11 +23,13 @@ demo: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: setup
 	$(BIN)/txbridge bench $(ARGS)

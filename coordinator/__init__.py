@@ -14,9 +14,27 @@ Small collaborators, pure logic apart from I/O:
 - :mod:`coordinator.payloads`: the payload byte budget and re-reads by offset;
 - :mod:`coordinator.metrics`: Prometheus counters and gauges;
 - :mod:`coordinator.service`: the loop that ties them together.
+
+:class:`Coordinator` loads on first use, so that :mod:`coordinator.cli` (which the ``txbridge``
+command registers) imports without the ``coordinator`` extra: the command then says what to install.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from coordinator.config import CoordinatorConfig
-from coordinator.service import Coordinator
+
+if TYPE_CHECKING:
+    from coordinator.service import Coordinator
 
 __all__ = ["Coordinator", "CoordinatorConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    if name != "Coordinator":
+        raise AttributeError(f"module 'coordinator' has no attribute {name!r}")
+    from coordinator.service import Coordinator
+
+    globals()[name] = Coordinator  # later lookups skip this function
+    return Coordinator

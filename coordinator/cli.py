@@ -2,6 +2,12 @@
 
 The CLI reads flags, ``TXBRIDGE_*`` env vars and ``--config file.toml``, configures
 logging and installs SIGTERM/SIGINT handlers; the library does none of that.
+
+The service imports nothing of the tooling (:mod:`txbridge.tools`), so this module declares its
+Kafka options itself, with the names, env vars and errors of the ``txbridge`` command's
+(:mod:`txbridge.tools.cli.options`). Run as ``txbridge coordinator``, it resolves its bootstrap
+as every subcommand does (the local broker when none is given), through :data:`BOOTSTRAP_RESOLVER`;
+run as ``python -m coordinator``, it needs one.
 """
 
 from __future__ import annotations
@@ -11,16 +17,48 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
+from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from txbridge.cli import _one_line_errors, bootstrap_option, client_config_flags, resolve_bootstrap
+from txbridge.client_config import COMMAND_CONFIG_ENV
+from txbridge.errors import ConfigurationError, TxBridgeError
+
+if TYPE_CHECKING:
+    from txbridge.client_config import ClientConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+#: The key in the click context's ``meta`` of a ``resolve_bootstrap(bootstrap, *, client)`` that
+#: replaces the plain reachability check (the ``txbridge`` group sets it).
+BOOTSTRAP_RESOLVER = "txbridge.resolve_bootstrap"
+
+
+def _one_line_errors(func: F) -> F:
+    """A TxBridgeError is ``error: <message>`` and exit code 2, no traceback."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except TxBridgeError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @click.command("coordinator")
-@bootstrap_option
+@click.option(
+    "--bootstrap",
+    envvar=BOOTSTRAP_ENV,
+    default=None,
+    help=f"Kafka bootstrap servers (env {BOOTSTRAP_ENV}); default: the local broker (txbridge coordinator).",
+)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file with the settings.")
 @click.option("--namespace", help="Internal topic prefix (default __txbridge).")
 @click.option("--group-id", help="The coordinators' consumer group.")
@@ -60,7 +98,25 @@ from txbridge.cli import _one_line_errors, bootstrap_option, client_config_flags
     default=None,
     help="Assert the state's invariants after every step (debugging; a pass over the pending set each time).",
 )
-@client_config_flags(x_aliases=("--kafka-config",))
+@click.option(
+    "--command-config",
+    "command_config",
+    envvar=COMMAND_CONFIG_ENV,
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=(
+        "Kafka client properties file, as the Kafka CLIs take it: security.protocol, sasl.*, ssl.* "
+        f"(env {COMMAND_CONFIG_ENV})."
+    ),
+)
+@click.option(
+    "-X",
+    "--kafka-config",
+    "client_overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Kafka client setting on top of --command-config (repeatable; Java or librdkafka name).",
+)
 @_one_line_errors
 def coordinator(
     bootstrap: str | None,
@@ -83,9 +139,7 @@ def coordinator(
     if secrets:
         flags["secrets"] = parse_pairs(secrets, "--secret")
     config = CoordinatorConfig.load(flags=flags, env=os.environ, toml_path=config_path)
-    config = config.replace(
-        bootstrap=resolve_bootstrap(config.bootstrap or None, client=config.client_config)
-    )
+    config = config.replace(bootstrap=_resolve_bootstrap(config.bootstrap or None, config.client_config))
     service = Coordinator(config, on_wedged=_end_wedged_process)
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -98,6 +152,24 @@ def coordinator(
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     service.run()
     sys.exit(0)
+
+
+def _resolve_bootstrap(bootstrap: str | None, client: ClientConfig) -> str:
+    """The bootstrap to use: the given one, else the client file's ``bootstrap.servers``; checked
+    with the client settings. Under ``txbridge``, its resolver (which also finds the local broker)."""
+    from txbridge._kafka import check_reachable
+
+    resolver = click.get_current_context().meta.get(BOOTSTRAP_RESOLVER)
+    if resolver is not None:
+        return str(resolver(bootstrap, client=client))
+    bootstrap = bootstrap or client.bootstrap
+    if not bootstrap:
+        raise ConfigurationError(
+            f"no bootstrap given: pass --bootstrap, set {BOOTSTRAP_ENV} or TXBRIDGE_BOOTSTRAP, "
+            "or name it in --config or --command-config"
+        )
+    check_reachable(bootstrap, extra=client.librdkafka())
+    return bootstrap
 
 
 def _end_wedged_process(wedged: Any) -> None:

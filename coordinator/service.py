@@ -61,7 +61,7 @@ _REGISTRY_WAIT_S = 10.0  # checks wait at most this long after start for the reg
 #: (measured at 1,500 msgs/s on 2 cores: p50 40 ms with 1.0, 28 ms with 0.25, 48 ms with 0).
 #: Only a commit that published starts the wait, and the loop's poll ends with it: at 20
 #: orders/s the poll waited for the tick, a ready message for its commit 8-12 ms on average
-#: (0.2-0.5 ms now; txbridge/bench/latency_breakdown.py).
+#: (0.2-0.5 ms now; txbridge/tools/bench/latency_breakdown.py).
 _EAGER = 0.25
 #: The half/op consumer's fetches: the broker answers after 5 ms or 64 KiB, not at the first
 #: record. Measured at 3,500 msgs/s on 2 cores: 445 fetches/s instead of 1,320, the broker's
@@ -69,7 +69,7 @@ _EAGER = 0.25
 #: 23-27 / 105-279 ms (the same run, settings flipped with --kafka-config).
 #: At 20 orders/s this wait is the largest part of op append -> the loop has the op: 3.6-4.5 ms
 #: p50 with 5, 1.8-2.8 with 2, which sends 1.8x the fetches under load and 2x when idle
-#: (txbridge/bench/latency_breakdown.py --variant fetch_wait2, --saturate): kept at 5.
+#: (txbridge/tools/bench/latency_breakdown.py --variant fetch_wait2, --saturate): kept at 5.
 FETCH_WAIT_MS = 5
 FETCH_MIN_BYTES = 64 * 1024
 #: A crashed instance's partitions move after this: the least a broker allows by default

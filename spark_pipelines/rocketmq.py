@@ -1,6 +1,6 @@
 """The RocketMQ of the ``rocketmq`` path: one the demo starts and stops, or an existing one.
 
-The demo's own RocketMQ is :class:`txbridge.local.rocketmq.LocalRocketMQ` in
+The demo's own RocketMQ is :class:`txbridge.tools.local.rocketmq.LocalRocketMQ` in
 ``<cache>/rocketmq-demo`` on ports the OS says are free (so neither a
 ``txbridge rocketmq start`` instance nor anything on 8081 or 9876 is in the way),
 with :data:`DEMO_TRANSACTION_SETTINGS`. An existing RocketMQ is given by its proxy's
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from txbridge.errors import BrokerError, ConfigurationError
-from txbridge.local import jars
-from txbridge.local.broker import free_port, port_in_use
-from txbridge.local.rocketmq import CLUSTER_NAME, LocalRocketMQ, free_broker_port
+from txbridge.tools.local import jars
+from txbridge.tools.local.broker import free_port, port_in_use
+from txbridge.tools.local.rocketmq import CLUSTER_NAME, LocalRocketMQ, free_broker_port
 
 logger = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coordinator.process import CoordinatorProcess
 from spark_pipelines.faults import FaultPlan
 from spark_pipelines.paths import CHECKED_PATHS, KAFKA_PATHS, PATHS, ROCKETMQ
 from spark_pipelines.processes import PathResult, ProducerRunner
 from spark_pipelines.watcher import RocketMQWatcher, VisibilityWatcher
 from spark_pipelines.workload import RunConfig
 from txbridge import _kafka
+from txbridge.tools.local.coordinator_process import CoordinatorProcess
 
 if TYPE_CHECKING:
     from txbridge.client_config import ClientConfig

@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from txbridge._secrets import MASK, is_secret
 from txbridge.errors import (
     ConfigurationError,
     KafkaOperationError,
@@ -174,7 +175,6 @@ def _unreachable(
     bootstrap: str, timeout: float, errors: list[KafkaError], extra: Mapping[str, Any]
 ) -> TxBridgeError:
     """The error of a failed probe: authentication and TLS failures are named as such."""
-    from txbridge.client_config import MASK, is_secret
 
     def reason(code: int) -> str | None:
         found = next((e.str() for e in errors if e.code() == code), None)

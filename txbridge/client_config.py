@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from txbridge._java_client_names import JAVA_CLIENT_NAMES
+from txbridge._secrets import MASK, is_secret
 from txbridge.errors import ConfigurationError
 
 __all__ = [
@@ -68,10 +69,6 @@ __all__ = [
 
 #: The environment variable naming the properties file when ``--command-config`` is not given.
 COMMAND_CONFIG_ENV = "TXBRIDGE_COMMAND_CONFIG"
-
-MASK = "***"
-
-_SECRET_PARTS = ("password", "secret", "jaas", "passphrase", "key.pem", "keystore.key", "oauthbearer.config")
 
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
 PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -130,12 +127,6 @@ _COMMON_LIBRDKAFKA = (
     "message.timeout.ms",
     "debug",
 )
-
-
-def is_secret(name: str) -> bool:
-    """True for a setting whose value must never be shown (passwords, JAAS, private keys)."""
-    lowered = name.lower()
-    return any(part in lowered for part in _SECRET_PARTS)
 
 
 def _shown(name: str, value: Any) -> str:

@@ -26,7 +26,7 @@ DEFAULT_MESSAGE_TIMEOUT_MS = 30_000
 #: linger.ms of the second producer that writes the ``urgent_topics`` (the op records). An op
 #: record is a single write its caller waits for, and nothing is published before it: with linger
 #: 5 it reached the broker 5-5.5 ms after the local commit, at 20 orders/s commit-to-visible p50
-#: 12.8-17.5 ms instead of 7.6-11.8 (txbridge/bench/latency_breakdown.py). Half records and
+#: 12.8-17.5 ms instead of 7.6-11.8 (txbridge/tools/bench/latency_breakdown.py). Half records and
 #: heartbeats keep linger 5: linger 0 for every record took 14-62% of `txbridge bench --quick`'s
 #: end-to-end throughput (3 pairs, 2 loaded cores) and 0.38-0.53 produce requests per transaction
 #: at saturation (0.18-0.31 with one producer, 0.29-0.36 with this one).

@@ -35,7 +35,7 @@ from spark_pipelines.watcher import load_visibility
 from spark_pipelines.workload import RunConfig
 from tests.cluster.conftest import SessionSparkCluster
 from txbridge.errors import BrokerError
-from txbridge.local.spark_cluster import LocalSparkCluster
+from txbridge.tools.local.spark_cluster import LocalSparkCluster
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,7 +80,7 @@ def cluster_run(
     command = [
         sys.executable,
         "-m",
-        "txbridge.cli",
+        "txbridge.tools.cli.main",
         "demo",
         *("--bootstrap", kafka_bootstrap, "--master", spark_cluster.cluster.master_url),
         *("--orders", str(ORDERS), "--customers", "8", "--seed", "18"),
@@ -180,7 +180,7 @@ def test_the_streaming_count_on_the_cluster_survives_a_restart_and_equals_local_
 
 def test_spark_status_names_the_cluster_and_its_workers(spark_cluster: SessionSparkCluster) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "txbridge.cli", "spark", "status"],
+        [sys.executable, "-m", "txbridge.tools.cli.main", "spark", "status"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -199,7 +199,7 @@ def test_a_taken_master_port_is_a_one_line_error(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "txbridge.cli", "spark", "start", "--master-port", str(port)],
+            [sys.executable, "-m", "txbridge.tools.cli.main", "spark", "start", "--master-port", str(port)],
             capture_output=True,
             text=True,
             timeout=60,

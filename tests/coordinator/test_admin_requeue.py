@@ -12,7 +12,7 @@ from tests.coordinator.conftest import Env, RunningCoordinator, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge import _kafka
-from txbridge.cli import main
+from txbridge.tools.cli.main import main
 from txbridge.wire import OpSource, TxState, decode_op
 
 pytestmark = pytest.mark.integration

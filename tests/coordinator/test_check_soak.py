@@ -41,7 +41,7 @@ from tests.coordinator.check_server import CheckServer, Misbehaviour
 from tests.coordinator.conftest import Env, RunningCoordinator
 from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import read_topic
-from txbridge.local.broker import free_port
+from txbridge.tools.local.broker import free_port
 from txbridge.wire import CheckRequest, TxState, new_tx_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]

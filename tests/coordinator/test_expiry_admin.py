@@ -11,7 +11,7 @@ from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge.cli import main
+from txbridge.tools.cli.main import main
 from txbridge.wire import OpSource, TxState, decode_op
 
 pytestmark = pytest.mark.integration

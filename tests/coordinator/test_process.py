@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from tests.coordinator.conftest import SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge.cli import main
-from txbridge.local.broker import free_port
+from txbridge.tools.cli.main import main
+from txbridge.tools.local.broker import free_port
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration

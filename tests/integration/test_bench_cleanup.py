@@ -7,8 +7,8 @@ import time
 import pytest
 
 from txbridge import _kafka
-from txbridge.bench.floor import floor_latency
-from txbridge.bench.runner import MODES, BenchRun
+from txbridge.tools.bench.floor import floor_latency
+from txbridge.tools.bench.runner import MODES, BenchRun
 
 pytestmark = pytest.mark.integration
 

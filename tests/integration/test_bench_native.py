@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from txbridge import _kafka
-from txbridge.bench.kafka_native import native_transactions
+from txbridge.tools.bench.kafka_native import native_transactions
 
 pytestmark = pytest.mark.integration
 

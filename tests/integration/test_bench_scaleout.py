@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from txbridge.bench import scaleout
-from txbridge.bench.kafka_native import BenchError
-from txbridge.bench.runner import MODES, BenchRun
-from txbridge.bench.txbridge_runs import PARTITIONS
+from txbridge.tools.bench import scaleout
+from txbridge.tools.bench.kafka_native import BenchError
+from txbridge.tools.bench.runner import MODES, BenchRun
+from txbridge.tools.bench.txbridge_runs import PARTITIONS
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 from tests.kafka_helpers import read_topic
 from txbridge import _kafka
 from txbridge.errors import BrokerError
-from txbridge.local.broker import LocalKafka, free_port
+from txbridge.tools.local.broker import LocalKafka, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +131,7 @@ def test_spark_kafka_source_reads_exactly_the_committed_records(
 def _cli(*args: str, cache: Path) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "txbridge.cli", *args],
+        [sys.executable, "-m", "txbridge.tools.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,7 +17,7 @@ from tests.coordinator.conftest import PARTITIONS, Env, eventually
 from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import wait_for
 from tests.unit.test_partitioner import JAVA_12
-from txbridge.local import jars
+from txbridge.tools.local import jars
 from txbridge.topics import init_topics
 from txbridge.wire import Topics, TxState
 

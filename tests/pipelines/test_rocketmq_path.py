@@ -29,9 +29,9 @@ from spark_pipelines.rocketmq import DEMO_TRANSACTION_SETTINGS, demo_rocketmq, s
 from spark_pipelines.watcher import load_received
 from spark_pipelines.workload import RunConfig
 from tests.kafka_helpers import read_topic
-from txbridge.cli import main
 from txbridge.errors import BrokerError
-from txbridge.local import jars
+from txbridge.tools.cli.main import main
+from txbridge.tools.local import jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from txbridge import Message, TransactionProducer, TxState
 from txbridge.errors import ConfigurationError, KafkaUnavailableError, TransactionStateError
-from txbridge.local.broker import free_port
+from txbridge.tools.local.broker import free_port
 from txbridge.wire import Topics, half_partition
 
 from .conftest import PARTITIONS, SECRET

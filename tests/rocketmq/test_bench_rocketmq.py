@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from tests.rocketmq.conftest import SessionRocketMQ
-from txbridge.local import jars
-from txbridge.local.broker import free_port
-from txbridge.local.rocketmq import CLUSTER_NAME
+from txbridge.tools.local import jars
+from txbridge.tools.local.broker import free_port
+from txbridge.tools.local.rocketmq import CLUSTER_NAME
 
 pytestmark = [pytest.mark.rocketmq, pytest.mark.integration]
 

@@ -53,8 +53,8 @@ from txbridge.consumer import (
 )
 from txbridge.consumer.retry import DEFAULT_MAX_RECONSUME
 from txbridge.errors import BrokerError, ConfigurationError
-from txbridge.local.rocketmq import CLUSTER_NAME, LocalRocketMQ
 from txbridge.ordered import OrderedProducer
+from txbridge.tools.local.rocketmq import CLUSTER_NAME, LocalRocketMQ
 
 pytestmark = [pytest.mark.rocketmq, pytest.mark.integration]
 

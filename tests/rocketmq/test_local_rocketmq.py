@@ -25,10 +25,10 @@ from rocketmq import (
 )
 
 from tests.rocketmq.conftest import SessionRocketMQ
-from txbridge.cli import main
 from txbridge.errors import BrokerError
-from txbridge.local.broker import _pid_alive, free_port
-from txbridge.local.rocketmq import TRANSACTION_SETTINGS, LocalRocketMQ, free_broker_port
+from txbridge.tools.cli.main import main
+from txbridge.tools.local.broker import _pid_alive, free_port
+from txbridge.tools.local.rocketmq import TRANSACTION_SETTINGS, LocalRocketMQ, free_broker_port
 
 pytestmark = pytest.mark.rocketmq
 

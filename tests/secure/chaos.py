@@ -23,10 +23,10 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from coordinator.process import CoordinatorProcess
 from tests.secure import chaos_producer
 from tests.secure.conftest import SecureKafka
 from txbridge import _kafka
+from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics
 

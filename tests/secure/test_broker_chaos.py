@@ -38,7 +38,6 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.process import CoordinatorProcess
 from tests.secure.chaos import (
     OFFSETS_TOPIC,
     STALL_DUMP_S,
@@ -59,6 +58,7 @@ from tests.secure.chaos import (
 )
 from tests.secure.conftest import SecureKafka, read_committed
 from txbridge import _kafka
+from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import Topics
 
 pytestmark = [

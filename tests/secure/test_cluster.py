@@ -26,7 +26,7 @@ from coordinator.config import CoordinatorConfig, Secrets
 from tests.secure.conftest import SecureKafka, read_committed, running_coordinator
 from txbridge import Message, TransactionProducer, TxState, _kafka
 from txbridge.errors import BrokerError
-from txbridge.local.cluster import LocalCluster
+from txbridge.tools.local.cluster import LocalCluster
 from txbridge.topics import internal_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -137,7 +137,7 @@ def test_the_java_client_properties_file_names_the_admin_over_sasl_ssl(secure_ka
 
 def _cli(kafka_cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "txbridge.cli", *args],
+        [sys.executable, "-m", "txbridge.tools.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=60,

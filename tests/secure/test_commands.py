@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from coordinator.process import CoordinatorProcess
 from spark_pipelines import schema
 from spark_pipelines.compare import read_events
 from spark_pipelines.streaming import CustomerCounts
 from tests.secure.conftest import SecureKafka, read_committed
 from txbridge import Message, TransactionProducer, TxState, _kafka
 from txbridge.client_config import ClientConfig
+from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import Topics
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def _run(
         k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "TXBRIDGE_COMMAND_CONFIG")
     }
     result = subprocess.run(
-        [sys.executable, "-m", "txbridge.cli", *args],
+        [sys.executable, "-m", "txbridge.tools.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -18,7 +18,7 @@ from txbridge.client_config import (
     parse_properties,
 )
 from txbridge.errors import ConfigurationError
-from txbridge.local.certs import ensure_cluster_tls
+from txbridge.tools.local.certs import ensure_cluster_tls
 
 PASSWORD = "s3cr3t-Pa55"  # noqa: S105 - a test value that must never be shown
 

@@ -30,8 +30,8 @@ import yaml
 
 from coordinator.config import _ENV_SIMPLE, ENV_PREFIX, CoordinatorConfig, read_toml
 from tests.unit.installs import absent_modules, run_without
-from txbridge.cli import main
 from txbridge.client_config import ClientConfig
+from txbridge.tools.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
@@ -258,7 +258,9 @@ def test_the_image_installs_txbridge_with_the_coordinator_extra_only() -> None:
 
 
 _IMAGE_RUNNER = (
-    "import coordinator.service\nfrom txbridge.cli import main\nmain(sys.argv[1:], prog_name='txbridge')\n"
+    "import coordinator.service\n"
+    "from txbridge.tools.cli.main import main\n"
+    "main(sys.argv[1:], prog_name='txbridge')\n"
 )
 
 

@@ -18,14 +18,20 @@ import pytest
 from packaging.requirements import Requirement
 
 from tests.unit.installs import absent_modules, canonical, closure, declared, run_without
-from txbridge.cli import _EXTRAS, _PARTLY
+from txbridge.tools.cli.main import _EXTRAS, _PARTLY
 
-#: Tools, not the SDK: the local servers (Kafka, the secured cluster, RocketMQ, ...) and the bench.
-TOOLS = ("txbridge.bench", "txbridge.local")
-#: ... of which these serve the base install's own commands (smoke, setup).
-BASE_TOOLS = ("txbridge.local.broker", "txbridge.local.jars")
+#: Tools, not the SDK: the CLI, the local servers (Kafka, the secured cluster, RocketMQ, ...), the bench.
+TOOLS = ("txbridge.tools",)
+#: ... of which these serve the base install's own commands (the txbridge command, smoke, setup, acls).
+BASE_TOOLS = (
+    "txbridge.tools",
+    "txbridge.tools.acls",
+    "txbridge.tools.cli",
+    "txbridge.tools.local.broker",
+    "txbridge.tools.local.jars",
+)
 #: Tool modules that import their extra's packages when loaded, and that extra.
-EXTRA_OF = {"txbridge.bench.runner": "bench", "txbridge.local.certs": "local"}
+EXTRA_OF = {"txbridge.tools.bench.runner": "bench", "txbridge.tools.local.certs": "local"}
 HEAVY = {"pyspark", "matplotlib", "rich", "psutil", "numpy", "pandas", "httpx", "prometheus-client"}
 
 
@@ -36,7 +42,8 @@ def _modules(package: str) -> list[str]:
 
 def _sdk_modules() -> list[str]:
     sdk = [n for n in _modules("txbridge") if not any(n == t or n.startswith(t + ".") for t in TOOLS)]
-    return sorted([*sdk, *BASE_TOOLS])
+    cli = _modules("txbridge.tools.cli")
+    return sorted([*sdk, *BASE_TOOLS, *cli])
 
 
 def test_the_base_install_brings_no_spark_plots_or_tool_packages() -> None:
@@ -86,7 +93,7 @@ def test_every_module_imports_with_all_the_extras() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-_CLI = "from txbridge.cli import main\nmain(sys.argv[1:], prog_name='txbridge')\n"
+_CLI = "from txbridge.tools.cli.main import main\nmain(sys.argv[1:], prog_name='txbridge')\n"
 
 
 def test_the_base_install_lists_every_command_and_what_to_install_for_the_missing() -> None:

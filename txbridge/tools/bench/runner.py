@@ -8,13 +8,14 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.process import CoordinatorProcess
-from txbridge.bench import rocketmq, scaleout
-from txbridge.bench import txbridge_runs as tb
-from txbridge.bench.floor import floor, floor_latency
-from txbridge.bench.kafka_native import CpuMeter, Figure, native_transactions, raw_produce
 from txbridge.client_config import ClientConfig
 from txbridge.errors import TxBridgeError
+from txbridge.tools.bench import rocketmq, scaleout
+from txbridge.tools.bench import txbridge_runs as tb
+from txbridge.tools.bench.floor import floor, floor_latency
+from txbridge.tools.bench.kafka_native import CpuMeter, Figure, native_transactions, raw_produce
+from txbridge.tools.bench.steps import STEPS
+from txbridge.tools.local.coordinator_process import CoordinatorProcess
 
 logger = logging.getLogger(__name__)
 
@@ -37,22 +38,6 @@ MODES = {
         raw_count=500_000, native_s=20.0, e2e_count=30_000, latency_s=20.0, checks=10_000, pending=100_000
     ),
 }
-STEPS = (
-    "raw",
-    "native1",
-    "native100",
-    "e2e",
-    "floor",
-    "latency",
-    "floor_latency",
-    "checks",
-    "memory",
-    "failover",
-    "restart",
-    "scaleout",
-    "addremove",
-    "rocketmq",
-)
 
 
 class BenchRun:
@@ -119,7 +104,7 @@ class BenchRun:
 
     def _meter(self, *, coordinator: bool = False) -> CpuMeter:
         """CPU of the local broker (when the run uses it) and, if asked, of the shared coordinator."""
-        from txbridge.local.broker import LocalKafka
+        from txbridge.tools.local.broker import LocalKafka
 
         status = LocalKafka.from_home().status()
         pids = {"broker": status.pid if status.running and status.bootstrap == self.bootstrap else None}

@@ -1,4 +1,8 @@
-"""``txbridge bench``: txbridge against raw Kafka and native Kafka transactions, in one run."""
+"""``txbridge bench``: txbridge against raw Kafka and native Kafka transactions, in one run.
+
+The benchmark itself is :mod:`txbridge.tools.bench`, imported when the command runs (it needs the
+``bench`` extra: psutil, rich, the coordinator's packages).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,11 @@ from typing import Any
 
 import click
 
-from txbridge.bench.kafka_native import Figure
-from txbridge.bench.rocketmq import RocketMQOptions, StepSkipped
-from txbridge.bench.runner import MODES, STEPS, BenchRun
-from txbridge.cli import _one_line_errors, bootstrap_option, client_options, resolve_bootstrap
 from txbridge.client_config import ClientConfig
+from txbridge.tools.bench.steps import STEPS
+from txbridge.tools.cli.options import bootstrap_option, client_options, one_line_errors, resolve_bootstrap
 
-__all__ = ["Figure", "bench"]
+__all__ = ["bench"]
 
 
 @click.command()
@@ -46,10 +48,10 @@ __all__ = ["Figure", "bench"]
 @click.option("--out", type=click.Path(path_type=Path), default=Path("bench/results"), show_default=True)
 @click.option("--keep-broker", is_flag=True, help="Leave a local broker this run started running.")
 @click.option("--keep-topics", is_flag=True, help="Keep this run's topics (deleted at the end by default).")
-@_one_line_errors
+@one_line_errors
 def bench(**options: object) -> None:
     """Measure raw produce, native Kafka transactions and txbridge side by side."""
-    from txbridge.local.broker import LocalKafka
+    from txbridge.tools.local.broker import LocalKafka
 
     local = LocalKafka.from_home()
     client: ClientConfig = options["client"]  # type: ignore[assignment]
@@ -64,7 +66,9 @@ def bench(**options: object) -> None:
 def _run(options: dict[str, object]) -> None:
     from rich.console import Console
 
-    from txbridge.bench import results
+    from txbridge.tools.bench import results
+    from txbridge.tools.bench.rocketmq import RocketMQOptions, StepSkipped
+    from txbridge.tools.bench.runner import MODES, BenchRun
 
     console = Console()
     mode = "quick" if options["quick"] else "full"

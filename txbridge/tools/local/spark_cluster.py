@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from txbridge.errors import BrokerError
-from txbridge.local import jars
-from txbridge.local.broker import _pid_alive, free_port, port_in_use
+from txbridge.tools.local import jars
+from txbridge.tools.local.broker import _pid_alive, free_port, port_in_use
 
 logger = logging.getLogger(__name__)
 

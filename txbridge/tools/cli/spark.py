@@ -7,8 +7,8 @@ import time
 
 import click
 
-from txbridge.cli import _one_line_errors
-from txbridge.local import spark_cluster as local
+from txbridge.tools.cli.options import one_line_errors
+from txbridge.tools.local import spark_cluster as local
 
 
 @click.group()
@@ -28,7 +28,7 @@ def spark() -> None:
     help="Memory each worker offers to executors (at least spark.executor.memory, 1g by default).",
 )
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for every worker.")
-@_one_line_errors
+@one_line_errors
 def spark_start(
     *, workers: int, master_port: int, webui_port: int, worker_cores: int, worker_memory: str, timeout: float
 ) -> None:
@@ -51,7 +51,7 @@ def spark_start(
 
 
 @spark.command("stop")
-@_one_line_errors
+@one_line_errors
 def spark_stop() -> None:
     """Stop the workers (and their executors) and the master."""
     if local.LocalSparkCluster.from_home().stop():
@@ -61,7 +61,7 @@ def spark_stop() -> None:
 
 
 @spark.command("status")
-@_one_line_errors
+@one_line_errors
 def spark_status() -> None:
     """Say whether the master and the workers run, where, and their memory."""
     cluster = local.LocalSparkCluster.from_home()

@@ -17,13 +17,13 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
-from coordinator.process import CoordinatorProcess
 from txbridge import _kafka
 from txbridge.aio import AsyncTransactionProducer
 from txbridge.barrier import SqliteBarrier
-from txbridge.bench.kafka_native import NO_METER, BenchError, CpuMeter, Figure, latency_figure, payload
 from txbridge.client_config import ClientConfig
-from txbridge.local.broker import free_port
+from txbridge.tools.bench.kafka_native import NO_METER, BenchError, CpuMeter, Figure, latency_figure, payload
+from txbridge.tools.local.broker import free_port
+from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import init_topics
 from txbridge.transaction import LocalTransaction, Message
 from txbridge.wire import H_TX, TxState, half_partition, header_dict

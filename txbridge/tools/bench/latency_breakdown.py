@@ -1,6 +1,6 @@
 """Where txbridge's commit-to-visible time goes at light load, beside native Kafka transactions.
 
-``python -m txbridge.bench.latency_breakdown [--orders 300] [--rate 20] [--repeats 3] [--variant NAME]``
+``python -m txbridge.tools.bench.latency_breakdown [--orders 300] [--rate 20] [--repeats 3] [--variant NAME]``
 
 Each run of a variant has its own namespace and topics (3 partitions, as the demo's) and
 four child processes, so no two of them share a GIL:
@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from txbridge import _kafka
-from txbridge.bench.kafka_native import percentile
+from txbridge.tools.bench.kafka_native import percentile
 
 PARTITIONS = 3  # the demo's
 CUSTOMERS = 20
@@ -747,7 +747,7 @@ def saturate(bootstrap: str, variant: str, knobs: Knobs, *, count: int) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m txbridge.bench.latency_breakdown", description=__doc__.split("\n")[0]
+        prog="python -m txbridge.tools.bench.latency_breakdown", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--orders", type=int, default=300, help="orders per path and run")

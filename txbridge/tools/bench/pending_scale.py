@@ -14,7 +14,7 @@ Per N pending (undecided) transactions, against a real broker and real coordinat
   soon as it runs; distinct transactions asked per second by a check server answering
   UNKNOWN to everything (backoff 1 h: each is asked once), from the first to the last.
 
-Run: ``python -m txbridge.bench.pending_scale --sizes 2500,5000,10000,20000``. ``--tree DIR``
+Run: ``python -m txbridge.tools.bench.pending_scale --sizes 2500,5000,10000,20000``. ``--tree DIR``
 runs the coordinators from another checkout (a ``git worktree`` of an older commit), so a
 fix and what it replaced are measured side by side in one run.
 """
@@ -38,9 +38,9 @@ from typing import Any
 
 import psutil
 
-from coordinator.process import CoordinatorProcess
 from txbridge import _kafka
-from txbridge.local.broker import free_port
+from txbridge.tools.local.broker import free_port
+from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import init_topics
 from txbridge.wire import HalfMessage, ProducerInstance, Topics, half_partition
 

@@ -1,7 +1,7 @@
 """A local Apache RocketMQ 5 (name server + proxy with its broker embedded) on 127.0.0.1.
 
 It is the RocketMQ that txbridge is compared with. Both processes run from the
-Maven Central jars (:data:`txbridge.local.jars.ROCKETMQ`) with small heaps, without
+Maven Central jars (:data:`txbridge.tools.local.jars.ROCKETMQ`) with small heaps, without
 a RocketMQ distribution or ``ROCKETMQ_HOME``: ``-Drocketmq.home.dir`` points at
 ``home`` and ``-Duser.home`` too, so RocketMQ's own logs (``logs/rocketmqlogs/``),
 the proxy's and the name server's state stay in the cache.
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from txbridge.errors import BrokerError
-from txbridge.local import jars
-from txbridge.local.broker import _pid_alive, free_port, port_in_use
+from txbridge.tools.local import jars
+from txbridge.tools.local.broker import _pid_alive, free_port, port_in_use
 
 logger = logging.getLogger(__name__)
 

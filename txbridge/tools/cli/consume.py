@@ -20,6 +20,7 @@ from txbridge.consumer.model import (
     ConsumedMessage,
     ConsumeOrderlyStatus,
 )
+from txbridge.tools.cli.options import bootstrap_option, client_options, one_line_errors, resolve_bootstrap
 from txbridge.wire import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
@@ -67,8 +68,6 @@ class _Printer:
 
 
 def _options(func: Callable[..., Any]) -> Callable[..., Any]:
-    from txbridge.cli import bootstrap_option, client_options
-
     for option in reversed(
         [
             bootstrap_option,
@@ -109,18 +108,14 @@ def consume() -> None:
 @_options
 def orderly(**kwargs: Any) -> None:
     """One worker per partition, messages in offset order."""
-    from txbridge.cli import _one_line_errors
-
-    _one_line_errors(_consume)("orderly", **kwargs)
+    one_line_errors(_consume)("orderly", **kwargs)
 
 
 @consume.command("concurrent")
 @_options
 def concurrent(**kwargs: Any) -> None:
     """A worker pool; failures go through the group's retry topic."""
-    from txbridge.cli import _one_line_errors
-
-    _one_line_errors(_consume)("concurrent", **kwargs)
+    one_line_errors(_consume)("concurrent", **kwargs)
 
 
 def _consume(
@@ -135,7 +130,6 @@ def _consume(
     max_messages: int,
     idle_exit: float,
 ) -> None:
-    from txbridge.cli import resolve_bootstrap
     from txbridge.consumer.concurrent import ConcurrentConsumer
     from txbridge.consumer.orderly import OrderlyConsumer
     from txbridge.consumer.tags import parse_subscription

@@ -135,7 +135,7 @@ def _pom(jar_set: JarSet) -> str:
         )
     return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
-  <groupId>txbridge.local</groupId><artifactId>{jar_set.name}</artifactId>
+  <groupId>txbridge.tools.local</groupId><artifactId>{jar_set.name}</artifactId>
   <version>1</version><packaging>pom</packaging>
   <dependencies>{"".join(deps)}</dependencies>
   <build><plugins><plugin>

@@ -1,6 +1,7 @@
 """``txbridge demo`` and ``txbridge report``: the side-by-side run and its report.
 
-Registered by txbridge.cli (``_PLUGINS``); the demo replaces the smoke placeholder.
+The pipelines themselves are :mod:`spark_pipelines`, imported when a command runs (they need the
+``spark`` extra).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from txbridge.cli import _one_line_errors, bootstrap_option, client_options, resolve_bootstrap
+from txbridge.tools.cli.options import bootstrap_option, client_options, one_line_errors, resolve_bootstrap
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,7 +59,7 @@ def _sigterm_exits(func: F) -> F:
 
 
 def _broker_was_running() -> bool:
-    from txbridge.local.broker import LocalKafka
+    from txbridge.tools.local.broker import LocalKafka
 
     return LocalKafka.from_home().status().running
 
@@ -156,7 +157,7 @@ def _rocketmq_setup(
     show_default=True,
     help="Broker cluster of that RocketMQ that gets the run's topic.",
 )
-@_one_line_errors
+@one_line_errors
 @_sigterm_exits
 def demo(  # noqa: PLR0915 - the demo's steps read best in one place
     *,
@@ -302,7 +303,7 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
         if setup is not None:
             setup.stop()
         if started_broker and not keep_broker:
-            from txbridge.local.broker import LocalKafka
+            from txbridge.tools.local.broker import LocalKafka
 
             LocalKafka.from_home().stop()
 
@@ -321,7 +322,7 @@ def _rocketmq_facts(
     from spark_pipelines.paths.rocketmq_path import summarize
     from spark_pipelines.rocketmq import DEMO_TRANSACTION_SETTINGS, ROCKETMQ_DEFAULTS
     from spark_pipelines.watcher import load_received
-    from txbridge.local.jars import ROCKETMQ_VERSION
+    from txbridge.tools.local.jars import ROCKETMQ_VERSION
 
     started = target is not None and target.local is not None
     facts: dict[str, Any] = {
@@ -419,7 +420,7 @@ def _compare_and_report(
 
 @click.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@_one_line_errors
+@one_line_errors
 def report(run_dir: Path) -> None:
     """Print a finished run's table again and re-write its report (from RUN_DIR/metrics.json)."""
     from rich.console import Console

@@ -1,6 +1,6 @@
 """``txbridge acls``: print, and with ``--apply`` create, the least-privilege ACLs of one role.
 
-The ACLs themselves are computed in :mod:`txbridge.acls`; this module is only the command.
+The ACLs themselves are computed in :mod:`txbridge.tools.acls`; this module is only the command.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from txbridge.acls import Role, apply_acls, render_commands, render_table, role_acls
-from txbridge.cli import _one_line_errors, bootstrap_option, client_options, resolve_bootstrap
+from txbridge.tools.acls import Role, apply_acls, render_commands, render_table, role_acls
+from txbridge.tools.cli.options import bootstrap_option, client_options, one_line_errors, resolve_bootstrap
 from txbridge.wire import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 )
 @bootstrap_option
 @client_options
-@_one_line_errors
+@one_line_errors
 def acls(
     *,
     role: str,

@@ -26,7 +26,7 @@ producer's GIL.
 
 The broker: RocketMQ's default ``flushDiskType=ASYNC_FLUSH`` (the page cache, no fsync per
 message), as Kafka by default does not fsync per message either; one broker embedded in the
-proxy (``txbridge.local.rocketmq``); topics with 6 queues (txbridge's bench topics have 6
+proxy (``txbridge.tools.local.rocketmq``); topics with 6 queues (txbridge's bench topics have 6
 partitions); messages without keys (a RocketMQ key is an index entry, not a partitioning key;
 ordering keys, ``message_group``, are not allowed on transactional messages).
 """
@@ -47,10 +47,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txbridge.bench.kafka_native import BenchError, CpuMeter, Figure, latency_figure, payload, percentile
 from txbridge.errors import TxBridgeError
-from txbridge.local import jars
-from txbridge.local.broker import port_in_use
+from txbridge.tools.bench.kafka_native import (
+    BenchError,
+    CpuMeter,
+    Figure,
+    latency_figure,
+    payload,
+    percentile,
+)
+from txbridge.tools.local import jars
+from txbridge.tools.local.broker import port_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +106,7 @@ class _Target:
     endpoint: str
     namesrv: str
     cluster: str
-    admin: Any  # txbridge.local.rocketmq.LocalRocketMQ: runs mqadmin
+    admin: Any  # txbridge.tools.local.rocketmq.LocalRocketMQ: runs mqadmin
     #: the proxy (broker embedded) when the bench started it: its CPU is the broker's.
     broker_pid: int | None = None
     topics: list[str] = field(default_factory=list)
@@ -123,7 +130,7 @@ def skip_reason(options: RocketMQOptions) -> str | None:
 @contextmanager
 def _rocketmq(options: RocketMQOptions, work: Path, progress: Progress) -> Iterator[_Target]:
     """The RocketMQ to measure: the given one, or a local one started (and stopped) here."""
-    from txbridge.local.rocketmq import LocalRocketMQ
+    from txbridge.tools.local.rocketmq import LocalRocketMQ
 
     if options.endpoint is not None:
         if not options.namesrv:

@@ -8,7 +8,7 @@ implementation of the protocol can reach on this machine; compare it with raw
 produce to see what share of raw produce a transactional layer can reach at all.
 :func:`floor_latency` times the same I/O open loop, commit to visible, next to txbridge's.
 
-Run it on its own: ``python -m txbridge.bench.floor --bootstrap 127.0.0.1:9092``.
+Run it on its own: ``python -m txbridge.tools.bench.floor --bootstrap 127.0.0.1:9092``.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from confluent_kafka import TopicPartition
 
 from coordinator.service import FETCH_MIN_BYTES, FETCH_WAIT_MS
 from txbridge import _kafka
-from txbridge.bench.kafka_native import NO_METER, CpuMeter, Figure, latency_figure, payload
 from txbridge.errors import TxBridgeError
+from txbridge.tools.bench.kafka_native import NO_METER, CpuMeter, Figure, latency_figure, payload
 from txbridge.wire import H_TX
 
 #: The cluster's client settings (librdkafka names), as ``txbridge bench --command-config`` gives them.
 Extra = Mapping[str, Any] | None
 
 if TYPE_CHECKING:
-    from txbridge.bench.txbridge_runs import Watcher
+    from txbridge.tools.bench.txbridge_runs import Watcher
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def _running_floor(
 
     Yields ``(half, op, watcher)``; stops both and deletes the topics on exit.
     """
-    from txbridge.bench.txbridge_runs import Watcher
+    from txbridge.tools.bench.txbridge_runs import Watcher
 
     prefix = f"bench-floor-{uuid.uuid4().hex[:8]}-"
     half, op, real = (f"{prefix}{name}" for name in ("half", "op", "real"))

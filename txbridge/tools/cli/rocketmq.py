@@ -7,8 +7,8 @@ import time
 
 import click
 
-from txbridge.cli import _one_line_errors
-from txbridge.local import rocketmq as local
+from txbridge.tools.cli.options import one_line_errors
+from txbridge.tools.local import rocketmq as local
 
 
 @click.group()
@@ -33,7 +33,7 @@ def rocketmq() -> None:
     help="Embedded broker's listenPort (it also takes port-2 and port+1).",
 )
 @click.option("--timeout", default=180.0, show_default=True, help="Seconds to wait for both processes.")
-@_one_line_errors
+@one_line_errors
 def rocketmq_start(
     namesrv_port: int, grpc_port: int, remoting_port: int, broker_port: int, timeout: float
 ) -> None:
@@ -51,7 +51,7 @@ def rocketmq_start(
 
 
 @rocketmq.command("stop")
-@_one_line_errors
+@one_line_errors
 def rocketmq_stop() -> None:
     """Stop the local proxy and name server."""
     if local.LocalRocketMQ.from_home().stop():
@@ -61,7 +61,7 @@ def rocketmq_stop() -> None:
 
 
 @rocketmq.command("status")
-@_one_line_errors
+@one_line_errors
 def rocketmq_status() -> None:
     """Say whether the local name server and proxy run, where, and their memory."""
     status = local.LocalRocketMQ.from_home().status()

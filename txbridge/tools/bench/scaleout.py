@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import psutil
 from confluent_kafka import TopicPartition
 
-from coordinator.process import CoordinatorProcess
 from txbridge import _kafka
-from txbridge.bench import txbridge_runs as tb
-from txbridge.bench.kafka_native import BenchError, CpuMeter, Figure, payload
-from txbridge.local.broker import free_port
+from txbridge.tools.bench import txbridge_runs as tb
+from txbridge.tools.bench.kafka_native import BenchError, CpuMeter, Figure, payload
+from txbridge.tools.local.broker import free_port
+from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.transaction import Message
 from txbridge.wire import H_TX, TxState, header_dict
 
@@ -474,7 +474,7 @@ def read_topic(env: tb.Env, topic: str, timeout: float = 120.0, idle_s: float = 
 
 def broker_pid(bootstrap: str) -> int | None:
     """The local broker's pid when ``bootstrap`` is it (its CPU is then measured), else None."""
-    from txbridge.local.broker import LocalKafka
+    from txbridge.tools.local.broker import LocalKafka
 
     status = LocalKafka.from_home().status()
     if status.running and status.bootstrap == bootstrap and status.pid and psutil.pid_exists(status.pid):

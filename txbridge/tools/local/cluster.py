@@ -5,7 +5,7 @@ controller at once, topics are replicated three times with ``min.insync.replicas
 2 (the offsets topic and the transaction state log too), clients authenticate with
 SCRAM-SHA-512 over TLS, and ``StandardAuthorizer`` allows nothing without an ACL.
 It runs from the same Maven Central jars as the single-node broker
-(:mod:`txbridge.local.broker`).
+(:mod:`txbridge.tools.local.broker`).
 
 Listeners of each node, all on 127.0.0.1::
 
@@ -25,7 +25,7 @@ their passwords are generated then and kept in 0600 files.
 Layout of ``home`` (``.cache/kafka-cluster`` by default)::
 
     cluster.json                  cluster id, host and every node's ports
-    tls/                          ca.pem, node-<id>.pem, node-<id>.key  (txbridge.local.certs)
+    tls/                          ca.pem, node-<id>.pem, node-<id>.key  (txbridge.tools.local.certs)
     users/<user>.password         0600
     clients/<user>.properties     Java client settings (--command-config), 0600
     node-<id>/server.properties   0600: it holds the node's private key
@@ -47,11 +47,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from txbridge.errors import BrokerError, ConfigurationError
-from txbridge.local import jars
-from txbridge.local.broker import _cluster_id, _pid_alive, free_port, java_command, port_in_use
+from txbridge.tools.local import jars
+from txbridge.tools.local.broker import _cluster_id, _pid_alive, free_port, java_command, port_in_use
 
 if TYPE_CHECKING:
-    from txbridge.local import certs
+    from txbridge.tools.local import certs
 
 logger = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ class LocalCluster:
     def _node_config(
         self, node_id: int, ports: dict[int, NodePorts], tls: certs.ClusterTls
     ) -> dict[str, str]:
-        from txbridge.local import certs
+        from txbridge.tools.local import certs
 
         own = ports[node_id]
         rf, min_isr = "3", "2"
@@ -529,7 +529,7 @@ class LocalCluster:
 
     def _start(self, node_ids: list[int], timeout: float) -> ClusterStatus:
         # Imported here: status and stop work without the cryptography package.
-        from txbridge.local import certs
+        from txbridge.tools.local import certs
 
         started_at = time.monotonic()
         state = self._ensure_state()

@@ -1,7 +1,7 @@
 """A single-node Apache Kafka (KRaft, broker + controller) on 127.0.0.1.
 
 It is the embedded default of the demo, the tests and the benchmarks. The broker
-runs from the Maven Central jars (:mod:`txbridge.local.jars`), with replication
+runs from the Maven Central jars (:mod:`txbridge.tools.local.jars`), with replication
 factor and min ISR 1 for the internal topics so transactions work on one node.
 
 Layout of ``home`` (``.cache/kafka`` by default)::
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from txbridge.errors import BrokerError, KafkaUnavailableError
-from txbridge.local import jars
+from txbridge.tools.local import jars
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,11 @@
 """The ``txbridge`` command: one CLI for the whole project.
 
+The main group and its own commands (``kafka``, ``setup``, ``init``, ``smoke``); every other
+subcommand is a module of this package (the coordinator's is :mod:`coordinator.cli`, which
+``python -m coordinator`` runs too), added below with :meth:`click.Group.add_command`. Those
+modules import their heavy packages (pyspark, matplotlib, rich, psutil, the coordinator's)
+inside the command, so ``txbridge --help`` stays fast and the base install lists every command.
+
 The CLI is the only place that configures logging and reads the environment.
 """
 
@@ -10,48 +16,35 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable
-from functools import wraps
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from txbridge.client_config import COMMAND_CONFIG_ENV
+from coordinator.cli import BOOTSTRAP_RESOLVER, coordinator
 from txbridge.errors import TxBridgeError
+from txbridge.tools.cli import acls, admin, bench, consume, demo, rocketmq, spark
+from txbridge.tools.cli.options import (
+    bootstrap_option,
+    client_options,
+    one_line_errors,
+    resolve_bootstrap,
+)
 
 if TYPE_CHECKING:
     from txbridge.client_config import ClientConfig
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
-
-
-def _one_line_errors(func: F) -> F:
-    """Turn a TxBridgeError into ``error: <message>`` and exit code 2, no traceback."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except TxBridgeError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-
-    return wrapper  # type: ignore[return-value]
-
 
 class _Commands(click.Group):
-    """The CLI's group. Subcommands that live beside the part they drive (:data:`_PLUGINS`) load
-    when the command line or the help names them, so importing this module for its shared
-    options (the coordinator's own CLI does) loads neither the bench nor the Spark demo."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *(name for _module, name in _PLUGINS)})
+    """The CLI's group. A subcommand whose extra (:data:`_EXTRAS`) is not installed is listed
+    with what to install, and running it is a one-line error saying so."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        _register_plugins(cmd_name)
-        return super().get_command(ctx, cmd_name)
+        command = super().get_command(ctx, cmd_name)
+        extra = _EXTRAS.get(cmd_name)
+        if command is None or extra is None or cmd_name in _PARTLY:
+            return command
+        missing = _not_installed(extra)
+        return _needs_extra(cmd_name, _install_hint(cmd_name, extra, missing)) if missing else command
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -78,113 +71,17 @@ class _Commands(click.Group):
 
 @click.group(cls=_Commands)
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
-def main(verbose: int) -> None:
+@click.pass_context
+def main(ctx: click.Context, verbose: int) -> None:
     """txbridge: RocketMQ-style transactional messages on an existing Kafka."""
+    # `txbridge coordinator` finds the local broker when no bootstrap is given, as every command does.
+    ctx.meta[BOOTSTRAP_RESOLVER] = resolve_bootstrap
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:
         # librdkafka warns about transient broker states (coordinator loading,
         # reconnects) that it retries by itself; show them with -v.
         logging.getLogger("txbridge.librdkafka").setLevel(logging.ERROR)
-
-
-def bootstrap_option(func: F) -> F:
-    return click.option(
-        "--bootstrap",
-        envvar=BOOTSTRAP_ENV,
-        default=None,
-        help=f"Kafka bootstrap servers (env {BOOTSTRAP_ENV}); default: the local broker.",
-    )(func)
-
-
-def client_config_flags(*, x_aliases: tuple[str, ...] = ()) -> Callable[[F], F]:
-    """Add ``--command-config FILE`` (env ``TXBRIDGE_COMMAND_CONFIG``) and repeatable ``-X KEY=VALUE``.
-
-    The command receives them as ``command_config`` and ``client_overrides``; most commands
-    want :func:`client_options`, which turns them into one ``client`` argument.
-
-    Args:
-        x_aliases: further names of ``-X`` (the coordinator's ``--kafka-config``).
-    """
-
-    def decorate(func: F) -> F:
-        func = click.option(
-            "-X",
-            *x_aliases,
-            "client_overrides",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="A Kafka client setting on top of --command-config (repeatable; Java or librdkafka name).",
-        )(func)
-        return click.option(
-            "--command-config",
-            "command_config",
-            envvar=COMMAND_CONFIG_ENV,
-            type=click.Path(dir_okay=False),
-            default=None,
-            help=(
-                "Kafka client properties file, as the Kafka CLIs take it: security.protocol, sasl.*, ssl.* "
-                f"(env {COMMAND_CONFIG_ENV})."
-            ),
-        )(func)
-
-    return decorate
-
-
-def client_options(func: F) -> F:
-    """:func:`client_config_flags`, given to the command as ``client``: a checked ClientConfig.
-
-    A bad file or setting is a one-line error before the command runs.
-    """
-
-    @wraps(func)
-    def wrapper(
-        *args: Any, command_config: str | None, client_overrides: tuple[str, ...], **kwargs: Any
-    ) -> Any:
-        kwargs["client"] = _one_line_errors(load_client_config)(command_config, client_overrides)
-        return func(*args, **kwargs)
-
-    return cast(F, client_config_flags()(wrapper))
-
-
-def load_client_config(command_config: str | None, overrides: tuple[str, ...] = ()) -> ClientConfig:
-    """The client configuration of ``--command-config`` and ``-X``, checked for librdkafka.
-
-    Raises:
-        ConfigurationError: the file, a setting or a value is wrong; the message names it.
-    """
-    from txbridge.client_config import ClientConfig
-
-    client = ClientConfig.load(command_config, overrides)
-    client.librdkafka()  # every command uses librdkafka: a setting it cannot take fails here
-    return client
-
-
-def resolve_bootstrap(
-    bootstrap: str | None, *, start_local: bool = False, client: ClientConfig | None = None
-) -> str:
-    """The bootstrap to use: the given one, else the client file's ``bootstrap.servers``, else the
-    local broker; checked with the client settings (a secured cluster is probed as one)."""
-    from txbridge._kafka import check_reachable
-    from txbridge.local.broker import LocalKafka
-
-    settings = client.librdkafka() if client is not None else None
-    bootstrap = bootstrap or (client.bootstrap if client is not None else None)
-    if bootstrap:
-        check_reachable(bootstrap, extra=settings)
-        return bootstrap
-    broker = LocalKafka.from_home()
-    status = broker.status()
-    if not status.running:
-        if not start_local:
-            raise TxBridgeError(
-                "no --bootstrap given and the local broker is not running: "
-                "start it with 'txbridge kafka start' or pass --bootstrap"
-            )
-        click.echo(f"starting the local Kafka broker at {broker.bootstrap} ...", err=True)
-        status = broker.start()
-    check_reachable(status.bootstrap, extra=settings)
-    return status.bootstrap
 
 
 # --------------------------------------------------------------------------- kafka
@@ -209,10 +106,10 @@ def kafka() -> None:
     help="Nodes: 1 for the plaintext broker, 3 or more for the secured cluster (with --secure).",
 )
 @click.option("--secure", is_flag=True, help="SASL_SSL with SCRAM-SHA-512, TLS and ACLs (needs --brokers 3).")
-@_one_line_errors
+@one_line_errors
 def kafka_start(port: int, controller_port: int, timeout: float, brokers: int, secure: bool) -> None:
     """Fetch the jars (once), format (once) and start the broker in the background."""
-    from txbridge.local.broker import LocalKafka
+    from txbridge.tools.local.broker import LocalKafka
 
     if secure or brokers > 1:
         _start_cluster(brokers, secure, timeout)
@@ -226,7 +123,7 @@ def kafka_start(port: int, controller_port: int, timeout: float, brokers: int, s
 
 def _start_cluster(brokers: int, secure: bool, timeout: float) -> None:
     from txbridge.errors import ConfigurationError
-    from txbridge.local.cluster import LocalCluster
+    from txbridge.tools.local.cluster import LocalCluster
 
     if not secure or brokers < 3:
         raise ConfigurationError(
@@ -245,11 +142,11 @@ def _start_cluster(brokers: int, secure: bool, timeout: float) -> None:
 
 
 @kafka.command("stop")
-@_one_line_errors
+@one_line_errors
 def kafka_stop() -> None:
     """Stop the local broker and the local cluster, whichever runs."""
-    from txbridge.local.broker import LocalKafka
-    from txbridge.local.cluster import LocalCluster
+    from txbridge.tools.local.broker import LocalKafka
+    from txbridge.tools.local.cluster import LocalCluster
 
     broker_stopped = LocalKafka.from_home().stop()
     cluster_stopped = LocalCluster.from_home().stop()
@@ -264,12 +161,12 @@ def kafka_stop() -> None:
 @kafka.command("status")
 @bootstrap_option
 @client_options
-@_one_line_errors
+@one_line_errors
 def kafka_status(bootstrap: str | None, client: ClientConfig) -> None:
     """Say whether the local broker and cluster (or the broker at --bootstrap) answer."""
     from txbridge._kafka import check_reachable
-    from txbridge.local.broker import LocalKafka
-    from txbridge.local.cluster import LocalCluster
+    from txbridge.tools.local.broker import LocalKafka
+    from txbridge.tools.local.cluster import LocalCluster
 
     bootstrap = bootstrap or client.bootstrap
     if bootstrap:
@@ -300,13 +197,11 @@ def kafka_status(bootstrap: str | None, client: ClientConfig) -> None:
 
 @main.command()
 @click.option("--spark/--no-spark", default=True, help="Also fetch Spark's Kafka source jars.")
-@click.option(
-    "--rocketmq/--no-rocketmq", default=True, help="Also fetch Apache RocketMQ's jars (91 MB)."
-)
-@_one_line_errors
+@click.option("--rocketmq/--no-rocketmq", default=True, help="Also fetch Apache RocketMQ's jars (91 MB).")
+@one_line_errors
 def setup(spark: bool, rocketmq: bool) -> None:
     """Check Java and Maven and fetch every jar txbridge runs locally (once)."""
-    from txbridge.local import jars
+    from txbridge.tools.local import jars
 
     jars.check_prerequisites()
     sets = [jars.KAFKA_BROKER] + ([jars.SPARK_KAFKA] if spark else []) + ([jars.ROCKETMQ] if rocketmq else [])
@@ -323,7 +218,7 @@ def setup(spark: bool, rocketmq: bool) -> None:
 @click.option("--namespace", default="__txbridge", show_default=True, help="Internal topic prefix.")
 @click.option("--partitions", default=12, show_default=True, help="Partitions of half, op and state.")
 @click.option("--replication-factor", default=-1, help="Replicas per topic (default: the broker's).")
-@_one_line_errors
+@one_line_errors
 def init(
     bootstrap: str | None, client: ClientConfig, namespace: str, partitions: int, replication_factor: int
 ) -> None:
@@ -339,7 +234,7 @@ def init(
 @main.command()
 @bootstrap_option
 @client_options
-@_one_line_errors
+@one_line_errors
 def smoke(bootstrap: str | None, client: ClientConfig) -> None:
     """Send one message and read it back (starts the local broker if needed)."""
     from txbridge import _kafka
@@ -366,60 +261,19 @@ def smoke(bootstrap: str | None, client: ClientConfig) -> None:
     raise TxBridgeError(f"the smoke message did not come back from {topic} within 30s")
 
 
-@main.command()
-@bootstrap_option
-@client_config_flags()
-@click.pass_context
-def demo(
-    ctx: click.Context, bootstrap: str | None, command_config: str | None, client_overrides: tuple[str, ...]
-) -> None:
-    """The main job. Until the side-by-side comparison lands, a smoke run."""
-    ctx.invoke(smoke, bootstrap=bootstrap, command_config=command_config, client_overrides=client_overrides)
-
-
-# Subcommands that live beside the part they drive. Each module exposes a click
-# command (or group) under the given name; a later registration of a name
-# replaces an earlier one (the Spark ``demo`` replaces the smoke above).
-_PLUGINS = (
-    ("coordinator.cli", "coordinator"),
-    ("txbridge.admin", "admin"),
-    ("txbridge.acls_cli", "acls"),
-    ("txbridge.consumer.cli", "consume"),
-    ("spark_pipelines.cli", "demo"),
-    ("spark_pipelines.cli", "report"),
-    ("txbridge.bench", "bench"),
-    ("txbridge.local.rocketmq_cli", "rocketmq"),
-    ("txbridge.local.spark_cli", "spark"),
-)
-
-
-_registered: set[str] = set()
-
-
-def _register_plugins(name: str) -> None:
-    """Add the subcommand ``name`` from the modules that provide it (once)."""
-    import importlib
-
-    if name in _registered:
-        return
-    _registered.add(name)
-    for module_name, attr in _PLUGINS:
-        if attr != name:
-            continue
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # that part is not built (yet)
-            top = (exc.name or "").partition(".")[0]
-            if not top or top in _OUR_PACKAGES:
-                raise
-            # A package of its extra is missing: listed in --help, a one-line error when run.
-            main.add_command(_needs_extra(attr, _install_hint(attr, _EXTRAS.get(attr, "all"), [top])), attr)
-            continue
-        command = getattr(module, attr, None)
-        if command is not None:
-            main.add_command(command, attr)
+# Subcommands that live in modules of their own.
+for _command in (
+    coordinator,
+    admin.admin,
+    acls.acls,
+    consume.consume,
+    demo.demo,
+    demo.report,
+    bench.bench,
+    rocketmq.rocketmq,
+    spark.spark,
+):
+    main.add_command(_command)
 
 
 # --------------------------------------------------------------------------- extras
@@ -503,7 +357,6 @@ def _needs_extra(name: str, message: str) -> click.Command:
         add_help_option=False,
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     )
-
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,14 +11,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from txbridge.bench.kafka_native import Figure
+from txbridge.tools.bench.kafka_native import Figure
 
 
 def machine() -> dict[str, Any]:
     import confluent_kafka
     import psutil
 
-    from txbridge.local import jars
+    from txbridge.tools.local import jars
 
     return {
         "cpu_cores": os.cpu_count(),
