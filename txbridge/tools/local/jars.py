@@ -87,7 +87,7 @@ def cache_root() -> Path:
     env = os.environ.get("TXBRIDGE_CACHE")
     if env:
         return Path(env).expanduser().resolve()
-    checkout = Path(__file__).resolve().parents[2]
+    checkout = Path(__file__).resolve().parents[3]  # txbridge/tools/local/jars.py
     if (checkout / "pyproject.toml").is_file() and (checkout / "txbridge").is_dir():
         return checkout / ".cache"
     return Path.home() / ".cache" / "txbridge"
