@@ -11,7 +11,7 @@ import logging
 import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -44,6 +44,59 @@ def client_config(bootstrap: str, extra: Mapping[str, Any] | None = None, **defa
     config.update({k.replace("_", "."): v for k, v in defaults.items()})
     config.update(extra or {})
     return config
+
+
+#: A client's role: which librdkafka settings of a mixed set it takes (:func:`settings_for`).
+Role = Literal["producer", "consumer", "admin"]
+
+#: Settings only a producer takes (names or name prefixes); other clients warn about them, and
+#: reject ``on_delivery``.
+PRODUCER_ONLY = (
+    "linger.ms",
+    "acks",
+    "enable.idempotence",
+    "message.timeout.ms",
+    "delivery.",
+    "batch.",
+    "compression.",
+    "queue.buffering",
+    "partitioner",
+    "sticky.partitioning",
+    "transactional.id",
+    "transaction.timeout.ms",
+    "on_delivery",
+)
+#: Settings only a consumer takes (names or name prefixes): group tuning, offsets, isolation,
+#: fetches; other clients warn about them, and reject ``on_commit``.
+CONSUMER_ONLY = (
+    "group.",
+    "session.",
+    "heartbeat.",
+    "max.poll.",
+    "auto.",
+    "isolation.",
+    "enable.auto",
+    "enable.partition.eof",
+    "fetch.",
+    "partition.assignment.strategy",
+    "on_commit",
+)
+_DROPPED: dict[Role, tuple[str, ...]] = {
+    "producer": CONSUMER_ONLY,
+    "consumer": PRODUCER_ONLY,
+    "admin": PRODUCER_ONLY + CONSUMER_ONLY,
+}
+
+
+def settings_for(role: Role, settings: Mapping[str, Any]) -> Config:
+    """The part of ``settings`` (librdkafka names) that a client of ``role`` takes.
+
+    One set of client settings serves several clients (a consumer's extra config also
+    makes its dead-letter producer and its admin client): a producer drops the
+    consumer-only settings, a consumer the producer-only ones, an admin client both.
+    The rest (connection, security, logging) goes to every client.
+    """
+    return {k: v for k, v in settings.items() if not k.startswith(_DROPPED[role])}
 
 
 def to_error(err: KafkaError | KafkaException | Exception, context: str) -> KafkaOperationError:

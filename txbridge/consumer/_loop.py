@@ -192,9 +192,11 @@ class ConsumerLoop(Generic[ListenerT]):
 
     def _open(self) -> None:
         self._ensure_topics()
-        self._producer = _kafka.producer(self.bootstrap, self._extra_for_producer())
+        self._producer = _kafka.producer(self.bootstrap, _kafka.settings_for("producer", self._extra))
         self.forwarder = Forwarder(self._producer, self._stop)
-        self._consumer = _kafka.consumer(self.bootstrap, self.group, self._extra)
+        self._consumer = _kafka.consumer(
+            self.bootstrap, self.group, _kafka.settings_for("consumer", self._extra)
+        )
         self._consumer.subscribe(
             self._subscribed_topics(),
             on_assign=self._on_assign,
@@ -202,26 +204,13 @@ class ConsumerLoop(Generic[ListenerT]):
             on_lost=self._on_lost,
         )
 
-    def _extra_for_producer(self) -> dict[str, Any]:
-        # Consumer-only settings (group tuning) must not reach the producer.
-        consumer_only = (
-            "group.",
-            "session.",
-            "heartbeat.",
-            "max.poll.",
-            "auto.",
-            "isolation.",
-            "enable.auto",
-        )
-        return {k: v for k, v in self._extra.items() if not k.startswith(consumer_only)}
-
     def _ensure_topics(self) -> None:
         _kafka.ensure_topics(
             self.bootstrap, [_kafka.TopicSpec(self.dead_letter_topic)], extra=self._extra_admin()
         )
 
     def _extra_admin(self) -> dict[str, Any]:
-        return {k: v for k, v in self._extra.items() if k.startswith(("security.", "sasl.", "ssl."))}
+        return _kafka.settings_for("admin", self._extra)
 
     def _guarded_loop(self) -> None:
         try:
