@@ -22,7 +22,6 @@ import base64
 import json
 import logging
 import sys
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import Any
 
 from coordinator.state import HalfRef, PartitionState, PendingTx, Phase
 from txbridge import _kafka
-from txbridge.errors import KafkaOperationError, WireFormatError
+from txbridge.errors import WireFormatError
 from txbridge.wire import LIGHT_PREFIX, OpSource, encode_light
 
 logger = logging.getLogger(__name__)
@@ -185,30 +184,18 @@ def restore(
     entries: dict[int, dict[str, PendingTx]] = {}
     try:
         consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in partitions])
-        pending = set(partitions)
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise KafkaOperationError(
-                    f"restoring {topic} {sorted(pending)}: the end was not reached in time"
-                )
-            for msg in _kafka.consume_available(consumer, 1000, 0.1):  # consume() waits out its timeout
-                err = msg.error()
-                if err is not None:
-                    if not _kafka.is_partition_eof(err):
-                        raise _kafka.to_error(err, f"restoring {topic}/{msg.partition()}")
-                    pending.discard(msg.partition())
-                    continue
-                live = entries.setdefault(int(msg.partition() or 0), {})
-                key = (msg.key() or b"").decode("utf-8", "replace")
-                value = msg.value()
-                if value is None:
-                    live.pop(key, None)
-                    continue
-                try:
-                    live[key] = decode_entry(value)
-                except WireFormatError as exc:
-                    logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+        ends: dict[int, int | None] = dict.fromkeys(partitions)  # each at its end when read
+        for msg in _kafka.read_to_end(consumer, topic, ends, timeout=timeout, what=f"restoring {topic}"):
+            live = entries.setdefault(int(msg.partition() or 0), {})
+            key = (msg.key() or b"").decode("utf-8", "replace")
+            value = msg.value()
+            if value is None:
+                live.pop(key, None)
+                continue
+            try:
+                live[key] = decode_entry(value)
+            except WireFormatError as exc:
+                logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
     finally:
         consumer.close()
     return {p: list(txs.values()) for p, txs in entries.items() if txs}

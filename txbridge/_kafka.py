@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from txbridge._secrets import MASK, is_secret
@@ -412,6 +413,52 @@ def consume_available(client: Consumer, max_messages: int, timeout: float) -> li
     if max_messages <= 1:
         return [first]
     return [first, *client.consume(max_messages - 1, 0)]
+
+
+def read_to_end(
+    client: Consumer,
+    topic: str,
+    ends: Mapping[int, int | None],
+    *,
+    timeout: float,
+    what: str,
+    late: str = "",
+) -> Iterator[Message]:
+    """The records of ``topic``'s partitions assigned to ``client``, until each reaches its end.
+
+    A partition ends at ``ends[partition]``: once the consumer's position reaches that offset
+    (the position moves past control records and aborted records as well), or, for None, at
+    its partition-EOF event (``client`` made with ``enable_partition_eof=True``), the end it
+    has when the read catches up with it (the last stable offset under read_committed).
+    A partition's ``end`` must be above where it is assigned.
+
+    Args:
+        what: the read, for errors ("restoring t", "reading t").
+        late: added to the timeout's error (what may hold the read back).
+
+    Raises:
+        KafkaOperationError: a consumer error, or the ends were not reached within ``timeout``.
+    """
+    wanted = dict(ends)
+    deadline = time.monotonic() + timeout
+    while wanted:
+        if time.monotonic() > deadline:
+            raise KafkaOperationError(
+                f"{what}: partitions {sorted(wanted)} did not reach their end in {timeout:.0f}s{late}"
+            )
+        for msg in consume_available(client, 1000, 0.1):
+            err = msg.error()
+            if err is None:
+                yield msg
+            elif not is_partition_eof(err):
+                raise to_error(err, f"{what}/{msg.partition()}")
+            elif (partition := msg.partition() or 0) in wanted and wanted[partition] is None:
+                del wanted[partition]
+        by_offset = [partition_at(topic, p) for p, end in wanted.items() if end is not None]
+        for tp in client.position(by_offset) if by_offset else ():
+            end = wanted[tp.partition]
+            if end is not None and tp.offset >= end:
+                del wanted[tp.partition]
 
 
 def partition_at(topic: str, partition: int, offset: int | None = None) -> TopicPartition:
