@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -98,6 +98,23 @@ def settings_for(role: Role, settings: Mapping[str, Any]) -> Config:
     The rest (connection, security, logging) goes to every client.
     """
     return {k: v for k, v in settings.items() if not k.startswith(_DROPPED[role])}
+
+
+#: Record headers as ``Producer.produce`` takes them.
+Headers = list[tuple[str, str | bytes | None]]
+
+_Client = TypeVar("_Client", Consumer, Producer)
+
+
+def opened(client: _Client | None, what: str) -> _Client:
+    """``client``, made: a client used before it is made, or after it was dropped, is a bug.
+
+    Raises:
+        TxBridgeError: ``client`` is None.
+    """
+    if client is None:
+        raise TxBridgeError(f"{what} is not open")
+    return client
 
 
 def to_error(err: KafkaError | KafkaException | Exception, context: str) -> KafkaOperationError:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from txbridge import _kafka
+from txbridge._kafka import Producer
 from txbridge.errors import TxBridgeError
 from txbridge.wire import H_CHECKS, H_ORIGIN, H_REASON, HalfMessage
 
@@ -125,7 +126,7 @@ def check_destinations(
 
 
 def produce(
-    producer: Any,
+    producer: Producer,
     topic: str,
     key: bytes | None,
     value: bytes | None,

@@ -31,6 +31,7 @@ from typing import Any
 
 from txbridge import _kafka
 from txbridge._admin_once import RESOLVE, AlreadyDecidedError, Marker, decide_once, decode_marker
+from txbridge._kafka import Producer
 from txbridge._quarantine import Quarantined, RequeueResult, list_quarantine, requeue, requeue_all
 from txbridge._side_topics import (
     Extra,
@@ -176,7 +177,7 @@ def resolve(
         ops = admin_decisions(bootstrap, namespace, tx_id, partition, extra)
         return Marker(tx_id, RESOLVE, ops[0].state, attempt="op") if ops else None
 
-    def write(producer: Any) -> None:
+    def write(producer: Producer) -> None:
         if state is TxState.COMMIT:
             for msg in entry.messages:
                 headers = msg.republish_headers()
