@@ -5,15 +5,15 @@ Key = tx id, value = compact JSON of the pending transaction without payloads
 resolved. The entry goes to the same partition number as the transaction's half
 and op records, so the coordinator that owns partition p restores exactly p.
 
-*Light* transactions get no entry. A young transaction (OPEN, never checked, not
+*Young* transactions get no entry. A young transaction (OPEN, never checked, not
 yet due) is all in its half records, so the commit lists its half offsets in the
 metadata of the half partition's committed offset instead (:func:`plan`,
 ``txb1:`` then the distances back from the committed offset, see
-:func:`txbridge.wire.encode_light`). Most transactions
+:func:`txbridge.wire.encode_young`). Most transactions
 are decided within a commit or two, so most commits then write no ``<ns>_state``
 record at all: one entry and one tombstone fewer per transaction, and about half
 as many partitions in each Kafka transaction. The next owner re-reads the listed
-halves (:func:`txbridge.wire.decode_light`); their ops lie after the committed op offset.
+halves (:func:`txbridge.wire.decode_young`); their ops lie after the committed op offset.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from coordinator.state import HalfRef, PartitionState, PendingTx, Phase
 from txbridge import _kafka
 from txbridge.errors import WireFormatError
-from txbridge.wire import LIGHT_PREFIX, OpSource, encode_light
+from txbridge.wire import YOUNG_PREFIX, OpSource, encode_young
 
 logger = logging.getLogger(__name__)
 
@@ -43,18 +43,18 @@ class Plan:
 
     Attributes:
         entries: transactions that get a ``<ns>_state`` entry.
-        light: transactions listed in ``metadata`` instead.
-        metadata: the half partition's committed-offset metadata ("" when nothing is light).
+        young: transactions listed in ``metadata`` instead.
+        metadata: the half partition's committed-offset metadata ("" when it lists none).
         tombstones: resolved transactions whose entries are deleted.
     """
 
     entries: list[PendingTx] = field(default_factory=list)
     tombstones: set[str] = field(default_factory=set)
-    light: list[PendingTx] = field(default_factory=list)
+    young: list[PendingTx] = field(default_factory=list)
     metadata: str = ""
 
 
-def is_light(tx: PendingTx) -> bool:
+def is_young(tx: PendingTx) -> bool:
     """Everything the coordinator knows of ``tx`` is in its half records (and its op, still unread)."""
     return (
         tx.phase is Phase.OPEN
@@ -66,7 +66,7 @@ def is_light(tx: PendingTx) -> bool:
 
 
 def plan(state: PartitionState, position: int | None, budget: int) -> Plan:
-    """Split the transactions the next commit must cover between entries and light ones.
+    """Split the transactions the next commit must cover between entries and young ones.
 
     Args:
         state: the partition.
@@ -75,18 +75,18 @@ def plan(state: PartitionState, position: int | None, budget: int) -> Plan:
     """
     out = Plan(tombstones=set(state.tombstones))
     offsets: list[int] = []
-    used = len(LIGHT_PREFIX)
-    for tx in state.light_candidates():
-        if position is not None and budget > 0 and is_light(tx):
+    used = len(YOUNG_PREFIX)
+    for tx in state.young_candidates():
+        if position is not None and budget > 0 and is_young(tx):
             back = [position - ref.offset for ref in tx.ordered_halves()]
             cost = sum(len(str(b)) + 1 for b in back)
             if all(b > 0 for b in back) and used + cost - 1 <= budget:
-                out.light.append(tx)
+                out.young.append(tx)
                 offsets.extend(ref.offset for ref in tx.ordered_halves())
                 used += cost
                 continue
         out.entries.append(tx)
-    out.metadata = encode_light(position or 0, offsets)
+    out.metadata = encode_young(position or 0, offsets)
     return out
 
 

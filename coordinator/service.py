@@ -48,8 +48,8 @@ from txbridge.wire import (
     Topics,
     TxState,
     decode_half,
-    decode_light,
     decode_op,
+    decode_young,
 )
 
 logger = logging.getLogger(__name__)
@@ -425,9 +425,9 @@ class Coordinator:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         started = time.monotonic()
         numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
-        light = self._take_committed(self._stable_committed(consumer, partitions))
+        young = self._take_committed(self._stable_committed(consumer, partitions))
         try:
-            self._restore(numbers, light)
+            self._restore(numbers, young)
         except KafkaOperationError as exc:
             # Serving without them would lose their messages; raising here is unsafe: stop the loop.
             logger.exception("restoring partitions %s failed", numbers)
@@ -520,21 +520,21 @@ class Coordinator:
         return {m.group_instance_id or m.client_id for m in described.members}
 
     def _take_committed(self, committed: list[Any]) -> dict[int, list[int]]:
-        """Positions from the committed offsets; returns the light halves' offsets per partition."""
-        light: dict[int, list[int]] = {}
+        """Positions from the committed offsets; returns the young halves' offsets per partition."""
+        young: dict[int, list[int]] = {}
         for tp in committed:
             if tp.offset < 0:
                 continue
             self._positions[(tp.topic, tp.partition)] = tp.offset
             if tp.topic == self.topics.half:
                 try:
-                    light[tp.partition] = decode_light(tp.offset, tp.metadata)
+                    young[tp.partition] = decode_young(tp.offset, tp.metadata)
                 except WireFormatError:
                     logger.exception("%s/%d: its young transactions are lost", tp.topic, tp.partition)
-        return light
+        return young
 
-    def _restore(self, numbers: list[int], light: dict[int, list[int]]) -> None:
-        """Rebuild the partitions' state from ``<ns>_state`` and the light halves (re-read)."""
+    def _restore(self, numbers: list[int], listed: dict[int, list[int]]) -> None:
+        """Rebuild the partitions' state from ``<ns>_state`` and the young halves (re-read)."""
         restored = changelog.restore(
             self.config.bootstrap, self.topics.state, numbers, self.config.extra_config
         )
@@ -551,7 +551,7 @@ class Coordinator:
                 state.debug = True
             for tx in restored.get(number, []):
                 state.add_restored(tx)
-            young = self._restore_light(state, light.get(number, []))
+            young = self._restore_young(state, listed.get(number, []))
             self.partitions[number] = state
             self._owned = frozenset(self.partitions)
             if number in restored or young:
@@ -562,7 +562,7 @@ class Coordinator:
                     young,
                 )
 
-    def _restore_light(self, state: PartitionState, offsets: list[int]) -> int:
+    def _restore_young(self, state: PartitionState, offsets: list[int]) -> int:
         """Re-read the halves the committed offset lists; returns how many transactions they make."""
         if not offsets:
             return 0
@@ -926,7 +926,7 @@ class Coordinator:
         self.stats[Stat.KAFKA_TRANSACTIONS] += 1
         for number, plan in plans.items():
             if number in self.partitions:
-                self.partitions[number].mark_persisted(plan.entries, plan.tombstones, plan.light)
+                self.partitions[number].mark_persisted(plan.entries, plan.tombstones, plan.young)
         self._batch.clear()
         self._expiring.clear()
         self._incomplete.clear()
@@ -1036,11 +1036,11 @@ class Coordinator:
         with self._watchdog.deadline("reading the committed offsets", 30):
             committed = self._client().committed([_kafka.partition_at(t, p) for t, p in pairs], timeout=30)
         self._positions.clear()
-        light = self._take_committed(committed)
+        young = self._take_committed(committed)
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else _kafka.OFFSET_BEGINNING
             self._client().seek(_kafka.partition_at(tp.topic, tp.partition, offset))
-        self._restore(numbers, light)
+        self._restore(numbers, young)
 
     def _on_wedged(self, wedged: Wedged) -> None:
         self.stats[Stat.WEDGED_CALLS] += 1

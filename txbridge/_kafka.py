@@ -422,7 +422,7 @@ def consume_available(client: Consumer, max_messages: int, timeout: float) -> li
 
     ``Consumer.consume(n, timeout)`` returns early only once ``n`` records are there: with
     fewer it waits out the whole timeout, which would add up to ``timeout`` of latency to
-    every record of a light stream.
+    every record of a sparse stream.
     """
     first = client.poll(timeout)
     if first is None:

@@ -54,8 +54,8 @@ from txbridge.wire import (
     Topics,
     TxState,
     decode_half,
-    decode_light,
     decode_op,
+    decode_young,
     header_dict,
 )
 
@@ -233,7 +233,7 @@ def _young(
         if meta is None or meta.error is not None:
             return []
         committed = consumer.committed([_kafka.partition_at(half_topic, p) for p in meta.partitions], 10)
-        wanted = {tp.partition: decode_light(tp.offset, tp.metadata) for tp in committed if tp.offset > 0}
+        wanted = {tp.partition: decode_young(tp.offset, tp.metadata) for tp in committed if tp.offset > 0}
         found: dict[str, dict[str, Any]] = {}
         for partition, offsets in wanted.items():
             if not offsets:
