@@ -1,8 +1,15 @@
-"""The one module that calls confluent_kafka directly.
+"""The one module that calls confluent_kafka directly: txbridge's Kafka layer.
 
-Everything above it (producer semantics, consumers, coordinator) uses these
-helpers, so client defaults, error translation and librdkafka logging are
-decided in one place.
+Everything above it (producer semantics, consumers, coordinator, tools, pipelines) uses these
+helpers, so client defaults, error translation and librdkafka logging are decided in one
+place: the client factories (:func:`producer`, :func:`consumer`, :func:`admin`), which
+librdkafka settings suit a client's role (:func:`settings_for`), reading partitions to
+their end (:func:`read_to_end`). Clients are typed as confluent_kafka's own classes,
+re-exported here (``Consumer``, ``Producer``, ``TopicPartition``, ``Message``).
+
+Public inside the project, not to SDK users: the leading underscore keeps it out of
+the SDK's API (``txbridge.__all__``); some 70 files across the packages and tests import it by
+this name.
 """
 
 from __future__ import annotations
