@@ -5,15 +5,15 @@ Key = tx id, value = compact JSON of the pending transaction without payloads
 resolved. The entry goes to the same partition number as the transaction's half
 and op records, so the coordinator that owns partition p restores exactly p.
 
-*Light* transactions get no entry. A young transaction (OPEN, never checked, not
+*Young* transactions get no entry. A young transaction (OPEN, never checked, not
 yet due) is all in its half records, so the commit lists its half offsets in the
 metadata of the half partition's committed offset instead (:func:`plan`,
 ``txb1:`` then the distances back from the committed offset, see
-:func:`txbridge.wire.encode_light`). Most transactions
+:func:`txbridge.wire.encode_young`). Most transactions
 are decided within a commit or two, so most commits then write no ``<ns>_state``
 record at all: one entry and one tombstone fewer per transaction, and about half
 as many partitions in each Kafka transaction. The next owner re-reads the listed
-halves (:func:`txbridge.wire.decode_light`); their ops lie after the committed op offset.
+halves (:func:`txbridge.wire.decode_young`); their ops lie after the committed op offset.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import base64
 import json
 import logging
 import sys
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,8 +29,8 @@ from typing import Any
 
 from coordinator.state import HalfRef, PartitionState, PendingTx, Phase
 from txbridge import _kafka
-from txbridge.errors import KafkaOperationError, WireFormatError
-from txbridge.wire import LIGHT_PREFIX, OpSource, encode_light
+from txbridge.errors import WireFormatError
+from txbridge.wire import YOUNG_PREFIX, OpSource, encode_young
 
 logger = logging.getLogger(__name__)
 
@@ -44,18 +43,18 @@ class Plan:
 
     Attributes:
         entries: transactions that get a ``<ns>_state`` entry.
-        light: transactions listed in ``metadata`` instead.
-        metadata: the half partition's committed-offset metadata ("" when nothing is light).
+        young: transactions listed in ``metadata`` instead.
+        metadata: the half partition's committed-offset metadata ("" when it lists none).
         tombstones: resolved transactions whose entries are deleted.
     """
 
     entries: list[PendingTx] = field(default_factory=list)
     tombstones: set[str] = field(default_factory=set)
-    light: list[PendingTx] = field(default_factory=list)
+    young: list[PendingTx] = field(default_factory=list)
     metadata: str = ""
 
 
-def is_light(tx: PendingTx) -> bool:
+def is_young(tx: PendingTx) -> bool:
     """Everything the coordinator knows of ``tx`` is in its half records (and its op, still unread)."""
     return (
         tx.phase is Phase.OPEN
@@ -67,7 +66,7 @@ def is_light(tx: PendingTx) -> bool:
 
 
 def plan(state: PartitionState, position: int | None, budget: int) -> Plan:
-    """Split the transactions the next commit must cover between entries and light ones.
+    """Split the transactions the next commit must cover between entries and young ones.
 
     Args:
         state: the partition.
@@ -76,18 +75,18 @@ def plan(state: PartitionState, position: int | None, budget: int) -> Plan:
     """
     out = Plan(tombstones=set(state.tombstones))
     offsets: list[int] = []
-    used = len(LIGHT_PREFIX)
-    for tx in state.light_candidates():
-        if position is not None and budget > 0 and is_light(tx):
+    used = len(YOUNG_PREFIX)
+    for tx in state.young_candidates():
+        if position is not None and budget > 0 and is_young(tx):
             back = [position - ref.offset for ref in tx.ordered_halves()]
             cost = sum(len(str(b)) + 1 for b in back)
             if all(b > 0 for b in back) and used + cost - 1 <= budget:
-                out.light.append(tx)
+                out.young.append(tx)
                 offsets.extend(ref.offset for ref in tx.ordered_halves())
                 used += cost
                 continue
         out.entries.append(tx)
-    out.metadata = encode_light(position or 0, offsets)
+    out.metadata = encode_young(position or 0, offsets)
     return out
 
 
@@ -185,30 +184,18 @@ def restore(
     entries: dict[int, dict[str, PendingTx]] = {}
     try:
         consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in partitions])
-        pending = set(partitions)
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise KafkaOperationError(
-                    f"restoring {topic} {sorted(pending)}: the end was not reached in time"
-                )
-            for msg in _kafka.consume_available(consumer, 1000, 0.1):  # consume() waits out its timeout
-                err = msg.error()
-                if err is not None:
-                    if not _kafka.is_partition_eof(err):
-                        raise _kafka.to_error(err, f"restoring {topic}/{msg.partition()}")
-                    pending.discard(msg.partition())
-                    continue
-                live = entries.setdefault(int(msg.partition() or 0), {})
-                key = (msg.key() or b"").decode("utf-8", "replace")
-                value = msg.value()
-                if value is None:
-                    live.pop(key, None)
-                    continue
-                try:
-                    live[key] = decode_entry(value)
-                except WireFormatError as exc:
-                    logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+        ends: dict[int, int | None] = dict.fromkeys(partitions)  # each at its end when read
+        for msg in _kafka.read_to_end(consumer, topic, ends, timeout=timeout, what=f"restoring {topic}"):
+            live = entries.setdefault(int(msg.partition() or 0), {})
+            key = (msg.key() or b"").decode("utf-8", "replace")
+            value = msg.value()
+            if value is None:
+                live.pop(key, None)
+                continue
+            try:
+                live[key] = decode_entry(value)
+            except WireFormatError as exc:
+                logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
     finally:
         consumer.close()
     return {p: list(txs.values()) for p, txs in entries.items() if txs}

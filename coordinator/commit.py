@@ -93,13 +93,13 @@ class TransactionContent:
         self.partitions[tx.partition].finish(tx, phase)
 
     def write_changelog(
-        self, positions: dict[int, int | None], light_budget: int
+        self, positions: dict[int, int | None], young_budget: int
     ) -> dict[int, changelog.Plan]:
-        """``<ns>_state`` entries and tombstones, per partition; young transactions go light.
+        """``<ns>_state`` entries and tombstones, per partition; young transactions listed in offsets.
 
         Args:
             positions: the half offset this transaction commits, per partition.
-            light_budget: characters of committed-offset metadata for light transactions (0: none).
+            young_budget: characters of committed-offset metadata for young transactions (0: none).
 
         Returns:
             What was written, for :meth:`PartitionState.mark_persisted` once the transaction
@@ -107,7 +107,7 @@ class TransactionContent:
         """
         plans: dict[int, changelog.Plan] = {}
         for number, state in self.partitions.items():
-            plan = changelog.plan(state, positions.get(number), light_budget)
+            plan = changelog.plan(state, positions.get(number), young_budget)
             for tx_id in plan.tombstones:
                 self.writer.produce(OutRecord(self.topics.state, tx_id.encode(), None, [], number))
             for tx in plan.entries:

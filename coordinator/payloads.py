@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from coordinator.state import HalfRef, PartitionState, PendingTx
 from txbridge import _kafka
+from txbridge._kafka import Consumer
 from txbridge.errors import KafkaOperationError, WireFormatError
 from txbridge.wire import HalfMessage, decode_half
 
@@ -72,7 +73,7 @@ class HalfReader:
 
     def __init__(self, bootstrap: str, topic: str, extra: Mapping[str, Any] | None = None) -> None:
         self._bootstrap, self._topic, self._extra = bootstrap, topic, extra
-        self._consumer: Any = None
+        self._consumer: Consumer | None = None
 
     def load(self, txs: Iterable[PendingTx], timeout: float = 30.0) -> None:
         """Fill in ``message`` of every half of ``txs`` whose payload is missing.

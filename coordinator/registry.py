@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from txbridge import _kafka
+from txbridge._kafka import Consumer
 from txbridge.errors import WireFormatError
 from txbridge.wire import ProducerInstance, decode_producer
 
@@ -105,7 +106,7 @@ class ProducerRegistry:
         self.view = RegistryView(liveness_s)
         self.caught_up = False
         self._bootstrap, self._topic, self._extra = bootstrap, topic, extra
-        self._consumer: Any = None
+        self._consumer: Consumer | None = None
         self.malformed = 0
 
     def start(self) -> None:
@@ -119,7 +120,9 @@ class ProducerRegistry:
         self._consumer.assign([_kafka.partition_at(self._topic, 0, _kafka.FROM_START)])
 
     def poll(self, timeout: float = 0.0) -> None:
-        for msg in _kafka.consume_available(self._consumer, 500, timeout):
+        for msg in _kafka.consume_available(
+            _kafka.opened(self._consumer, "the registry's consumer"), 500, timeout
+        ):
             err = msg.error()
             if err is not None:
                 if _kafka.is_partition_eof(err):

@@ -38,6 +38,7 @@ from coordinator.state import PartitionState, PendingTx, Phase
 from coordinator.watchdog import Watchdog, Wedged
 from coordinator.writer import TransactionWriter
 from txbridge import _kafka
+from txbridge._kafka import Consumer, Producer
 from txbridge.errors import KafkaOperationError, ProducerFencedError, WireFormatError
 from txbridge.wire import (
     CheckMessage,
@@ -47,8 +48,8 @@ from txbridge.wire import (
     Topics,
     TxState,
     decode_half,
-    decode_light,
     decode_op,
+    decode_young,
 )
 
 logger = logging.getLogger(__name__)
@@ -140,8 +141,8 @@ class Coordinator:
         self._incomplete: list[tuple[PendingTx, str]] = []
         self._stop = threading.Event()
         self._transport = transport
-        self._consumer: Any = None
-        self._producer: Any = None
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
         self._registry: ProducerRegistry | None = None
         self._checker: Checker | None = None
         self._resumer: ExpiryResumer | None = None
@@ -149,7 +150,7 @@ class Coordinator:
         self._expedited: set[tuple[str, str]] = set()  # silent producer instances already expedited
         self._left: set[tuple[str, str]] = set()  # decisive instances that left, not expedited yet
         self._reader: HalfReader | None = None
-        self._offsets: Any = None  # a never-subscribed consumer for end-offset queries
+        self._offsets: Consumer | None = None  # a never-subscribed consumer for end-offset queries
         self._metrics_server: Any = None
         self._writer: TransactionWriter = TransactionWriter(None)
         self._consumed_since_commit = 0
@@ -336,7 +337,8 @@ class Coordinator:
         old, self._consumer = self._consumer, None
         try:
             with self._watchdog.deadline("closing the failed consumer", 30):
-                old.close()  # nothing to commit: its partitions were dropped above
+                # nothing to commit: its partitions were dropped above
+                _kafka.opened(old, "the failed consumer").close()
         except Exception as exc:
             logger.info("closing the failed consumer: %s", exc)
         try:
@@ -386,7 +388,7 @@ class Coordinator:
             # librdkafka takes whole milliseconds: a poll under 1 ms returns at once (a busy loop).
             remaining = due - time.monotonic()
             wait = 0.0 if remaining <= 0 else min(max(remaining, 0.001), 0.1)
-            for msg in _kafka.consume_available(self._consumer, _BATCH, wait):
+            for msg in _kafka.consume_available(self._client(), _BATCH, wait):
                 self._on_record(msg)
                 if self._clients_failed is not None:
                     break
@@ -420,12 +422,12 @@ class Coordinator:
 
     # ------------------------------------------------------------------ rebalance
 
-    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         started = time.monotonic()
         numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
-        light = self._take_committed(self._stable_committed(consumer, partitions))
+        young = self._take_committed(self._stable_committed(consumer, partitions))
         try:
-            self._restore(numbers, light)
+            self._restore(numbers, young)
         except KafkaOperationError as exc:
             # Serving without them would lose their messages; raising here is unsafe: stop the loop.
             logger.exception("restoring partitions %s failed", numbers)
@@ -437,7 +439,7 @@ class Coordinator:
         logger.info("assigned partitions %s", numbers)
         self.running.set()
 
-    def _stable_committed(self, consumer: Any, partitions: list[Any]) -> list[Any]:
+    def _stable_committed(self, consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """The committed offsets of newly assigned partitions, fencing a dead owner that holds them.
 
         A previous owner that crashed mid-transaction leaves its offsets unstable (and the
@@ -518,21 +520,21 @@ class Coordinator:
         return {m.group_instance_id or m.client_id for m in described.members}
 
     def _take_committed(self, committed: list[Any]) -> dict[int, list[int]]:
-        """Positions from the committed offsets; returns the light halves' offsets per partition."""
-        light: dict[int, list[int]] = {}
+        """Positions from the committed offsets; returns the young halves' offsets per partition."""
+        young: dict[int, list[int]] = {}
         for tp in committed:
             if tp.offset < 0:
                 continue
             self._positions[(tp.topic, tp.partition)] = tp.offset
             if tp.topic == self.topics.half:
                 try:
-                    light[tp.partition] = decode_light(tp.offset, tp.metadata)
+                    young[tp.partition] = decode_young(tp.offset, tp.metadata)
                 except WireFormatError:
                     logger.exception("%s/%d: its young transactions are lost", tp.topic, tp.partition)
-        return light
+        return young
 
-    def _restore(self, numbers: list[int], light: dict[int, list[int]]) -> None:
-        """Rebuild the partitions' state from ``<ns>_state`` and the light halves (re-read)."""
+    def _restore(self, numbers: list[int], listed: dict[int, list[int]]) -> None:
+        """Rebuild the partitions' state from ``<ns>_state`` and the young halves (re-read)."""
         restored = changelog.restore(
             self.config.bootstrap, self.topics.state, numbers, self.config.extra_config
         )
@@ -540,7 +542,7 @@ class Coordinator:
             start = self._positions.get((self.topics.half, number))
             if start is None:
                 with self._watchdog.deadline("reading a half partition's offsets", 10):
-                    low, _high = self._consumer.get_watermark_offsets(
+                    low, _high = self._client().get_watermark_offsets(
                         _kafka.partition_at(self.topics.half, number), timeout=10
                     )
                 start = max(low, 0)
@@ -549,7 +551,7 @@ class Coordinator:
                 state.debug = True
             for tx in restored.get(number, []):
                 state.add_restored(tx)
-            young = self._restore_light(state, light.get(number, []))
+            young = self._restore_young(state, listed.get(number, []))
             self.partitions[number] = state
             self._owned = frozenset(self.partitions)
             if number in restored or young:
@@ -560,7 +562,7 @@ class Coordinator:
                     young,
                 )
 
-    def _restore_light(self, state: PartitionState, offsets: list[int]) -> int:
+    def _restore_young(self, state: PartitionState, offsets: list[int]) -> int:
         """Re-read the halves the committed offset lists; returns how many transactions they make."""
         if not offsets:
             return 0
@@ -580,7 +582,7 @@ class Coordinator:
                 txs.add(tx.tx_id)
         return len(txs)
 
-    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Commit while the partitions are still ours; the group metadata is still valid.
         try:
             self._commit_boundary()
@@ -594,10 +596,14 @@ class Coordinator:
                 self._stop.set()
         self._drop(partitions)
 
-    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         logger.warning("partitions lost (session timeout): dropping their state without committing")
         self._batch.clear()
         self._drop(partitions)
+
+    def _client(self) -> Consumer:
+        """The group's consumer (half + op), while the coordinator holds one."""
+        return _kafka.opened(self._consumer, "the coordinator's consumer")
 
     def _drop(self, partitions: list[Any]) -> None:
         for tp in partitions:
@@ -713,7 +719,7 @@ class Coordinator:
         """
         tps = [_kafka.partition_at(t, n) for n in numbers for t in (self.topics.half, self.topics.op)]
         try:
-            return {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(tps)}
+            return {(tp.topic, tp.partition): tp.offset for tp in self._client().position(tps)}
         except Exception as exc:  # transient: checks and waits look again at the next pass
             logger.debug("partition positions: %s", exc)
             return None
@@ -785,7 +791,7 @@ class Coordinator:
         for number, tp in zip(numbers, tps, strict=True):
             previous = self._op_ends.get(number)
             try:  # no request: the ends (last stable offset) seen in the latest fetch response
-                low, end = self._consumer.get_watermark_offsets(tp, cached=True)
+                low, end = self._client().get_watermark_offsets(tp, cached=True)
             except Exception:
                 low, end = -1, -1
             # librdkafka's position moves past control records and aborted records too.
@@ -911,7 +917,7 @@ class Coordinator:
                 # librdkafka#5511: this call can wait forever after the group coordinator's broker died.
                 with self._watchdog.deadline("send_offsets_to_transaction", TXN_CALL_TIMEOUT_S):
                     self._producer.send_offsets_to_transaction(
-                        offsets, self._consumer.consumer_group_metadata(), TXN_CALL_TIMEOUT_S
+                        offsets, self._client().consumer_group_metadata(), TXN_CALL_TIMEOUT_S
                     )
             self._end_transaction(commit=True)
         except Exception as exc:
@@ -920,7 +926,7 @@ class Coordinator:
         self.stats[Stat.KAFKA_TRANSACTIONS] += 1
         for number, plan in plans.items():
             if number in self.partitions:
-                self.partitions[number].mark_persisted(plan.entries, plan.tombstones, plan.light)
+                self.partitions[number].mark_persisted(plan.entries, plan.tombstones, plan.young)
         self._batch.clear()
         self._expiring.clear()
         self._incomplete.clear()
@@ -1028,13 +1034,13 @@ class Coordinator:
         numbers = sorted(self.partitions)
         pairs = [(t, p) for p in numbers for t in (self.topics.half, self.topics.op)]
         with self._watchdog.deadline("reading the committed offsets", 30):
-            committed = self._consumer.committed([_kafka.partition_at(t, p) for t, p in pairs], timeout=30)
+            committed = self._client().committed([_kafka.partition_at(t, p) for t, p in pairs], timeout=30)
         self._positions.clear()
-        light = self._take_committed(committed)
+        young = self._take_committed(committed)
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else _kafka.OFFSET_BEGINNING
-            self._consumer.seek(_kafka.partition_at(tp.topic, tp.partition, offset))
-        self._restore(numbers, light)
+            self._client().seek(_kafka.partition_at(tp.topic, tp.partition, offset))
+        self._restore(numbers, young)
 
     def _on_wedged(self, wedged: Wedged) -> None:
         self.stats[Stat.WEDGED_CALLS] += 1

@@ -450,7 +450,7 @@ class PartitionState:
         self._due: dict[str, PendingTx] = {}  # OPEN, next_check_ms reached: due until rescheduled
         # Young transactions the last commit carried as half offsets in the committed offset's
         # metadata instead of as <ns>_state entries (see coordinator.changelog.plan).
-        self._light: dict[str, PendingTx] = {}
+        self._young: dict[str, PendingTx] = {}
 
     # ------------------------------------------------------------------ input
 
@@ -784,22 +784,22 @@ class PartitionState:
         """Pending transactions whose ``<ns>_state`` entry is missing or stale."""
         return list(self._dirty.values())
 
-    def light_candidates(self) -> list[PendingTx]:
-        """What the next commit must cover: the light transactions so far, then the dirty ones."""
-        light = self._light
-        return [*light.values(), *(t for t in self._dirty.values() if t.tx_id not in light)]
+    def young_candidates(self) -> list[PendingTx]:
+        """What the next commit must cover: the young transactions so far, then the dirty ones."""
+        young = self._young
+        return [*young.values(), *(t for t in self._dirty.values() if t.tx_id not in young)]
 
     def mark_persisted(
-        self, txs: list[PendingTx], tombstoned: set[str], light: list[PendingTx] | None = None
+        self, txs: list[PendingTx], tombstoned: set[str], young: list[PendingTx] | None = None
     ) -> None:
-        """After a Kafka transaction committed ``txs``' entries and listed ``light`` in its offsets."""
+        """After a Kafka transaction committed ``txs``' entries and listed ``young`` in its offsets."""
         for tx in txs:
             tx.dirty, tx.persisted = False, True
-        self._light = {}
-        for tx in light or ():
+        self._young = {}
+        for tx in young or ():
             if tx._owner is self:  # still pending here
                 tx.dirty = False
-                self._light[tx.tx_id] = tx
+                self._young[tx.tx_id] = tx
         if not self._dirty:
             self._dirty = {}  # a dict keeps its largest table until refilled: let it go
         self.tombstones -= tombstoned
@@ -937,7 +937,7 @@ class PartitionState:
         tx_id = tx.tx_id
         if self.pending.pop(tx_id, None) is tx:
             self._dirty.pop(tx_id, None)
-            self._light.pop(tx_id, None)
+            self._young.pop(tx_id, None)
             self.payload_bytes -= tx.cached_bytes()
             tx._owner = None
         if tx_id not in self._resolved:

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from coordinator.republisher import OutRecord
 from txbridge import _kafka
+from txbridge._kafka import Producer
 from txbridge.errors import KafkaOperationError
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class TransactionWriter:
     the producer's own metadata (which a partition computed from another count could contradict).
     """
 
-    def __init__(self, producer: Any) -> None:
+    def __init__(self, producer: Producer | None) -> None:
         self.producer = producer
         self.poisoned: dict[str, str] = {}  # tx id -> why it cannot be republished
         self._topic_sizes: dict[str, tuple[int | None, float]] = {}
@@ -71,11 +72,12 @@ class TransactionWriter:
             kwargs["partition"] = record.partition
         if tx_id is not None:
             kwargs["on_delivery"] = partial(self._delivered, tx_id)
+        producer = _kafka.opened(self.producer, "the coordinator's producer")
         while True:
             try:
-                self.producer.produce(record.topic, **kwargs)
+                producer.produce(record.topic, **kwargs)
             except BufferError:
-                self.producer.poll(0.1)  # the local queue is full: let deliveries drain
+                producer.poll(0.1)  # the local queue is full: let deliveries drain
             except KafkaException as exc:
                 kerr = exc.args[0] if exc.args else None
                 if isinstance(kerr, KafkaError) and kerr.code() in RECORD_FAULTS:
@@ -126,7 +128,11 @@ class TransactionWriter:
         ttl = _TOPIC_CACHE_S if cached is not None and cached[0] is not None else _MISSING_CACHE_S
         if cached is not None and time.monotonic() - cached[1] < ttl:
             return cached[0]
-        metadata = self.producer.list_topics(topic, timeout=10).topics.get(topic)
+        metadata = (
+            _kafka.opened(self.producer, "the coordinator's producer")
+            .list_topics(topic, timeout=10)
+            .topics.get(topic)
+        )
         size = None if metadata is None or metadata.error is not None else len(metadata.partitions)
         self._topic_sizes[topic] = (size, time.monotonic())
         return size

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from txbridge import _kafka
+from txbridge._kafka import Producer
 from txbridge._side_topics import produce, read_committed
 from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError
 from txbridge.wire import H_ORIGIN, VERSION, TxState, header_dict
@@ -220,7 +221,7 @@ def decide_once(
     return mine
 
 
-def _abort_quietly(producer: Any, tx_id: str) -> bool:
+def _abort_quietly(producer: Producer, tx_id: str) -> bool:
     try:
         producer.abort_transaction(_KAFKA_TIMEOUT_S)
     except Exception as exc:  # it is aborted by the broker after the transaction timeout anyway
@@ -230,7 +231,7 @@ def _abort_quietly(producer: Any, tx_id: str) -> bool:
 
 
 def _settle(
-    producer: Any, mine: Marker, error: KafkaOperationError, reread: Callable[[], list[Marker]]
+    producer: Producer, mine: Marker, error: KafkaOperationError, reread: Callable[[], list[Marker]]
 ) -> Marker:
     """After a failed commit: find out whether this attempt, another one, or none committed."""
     tx_id = mine.tx_id

@@ -1,19 +1,27 @@
-"""The one module that calls confluent_kafka directly.
+"""The one module that calls confluent_kafka directly: txbridge's Kafka layer.
 
-Everything above it (producer semantics, consumers, coordinator) uses these
-helpers, so client defaults, error translation and librdkafka logging are
-decided in one place.
+Everything above it (producer semantics, consumers, coordinator, tools, pipelines) uses these
+helpers, so client defaults, error translation and librdkafka logging are decided in one
+place: the client factories (:func:`producer`, :func:`consumer`, :func:`admin`), which
+librdkafka settings suit a client's role (:func:`settings_for`), reading partitions to
+their end (:func:`read_to_end`). Clients are typed as confluent_kafka's own classes,
+re-exported here (``Consumer``, ``Producer``, ``TopicPartition``, ``Message``).
+
+Public inside the project, not to SDK users: the leading underscore keeps it out of
+the SDK's API (``txbridge.__all__``); some 70 files across the packages and tests import it by
+this name.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from txbridge._secrets import MASK, is_secret
@@ -44,6 +52,76 @@ def client_config(bootstrap: str, extra: Mapping[str, Any] | None = None, **defa
     config.update({k.replace("_", "."): v for k, v in defaults.items()})
     config.update(extra or {})
     return config
+
+
+#: A client's role: which librdkafka settings of a mixed set it takes (:func:`settings_for`).
+Role = Literal["producer", "consumer", "admin"]
+
+#: Settings only a producer takes (names or name prefixes); other clients warn about them, and
+#: reject ``on_delivery``.
+PRODUCER_ONLY = (
+    "linger.ms",
+    "acks",
+    "enable.idempotence",
+    "message.timeout.ms",
+    "delivery.",
+    "batch.",
+    "compression.",
+    "queue.buffering",
+    "partitioner",
+    "sticky.partitioning",
+    "transactional.id",
+    "transaction.timeout.ms",
+    "on_delivery",
+)
+#: Settings only a consumer takes (names or name prefixes): group tuning, offsets, isolation,
+#: fetches; other clients warn about them, and reject ``on_commit``.
+CONSUMER_ONLY = (
+    "group.",
+    "session.",
+    "heartbeat.",
+    "max.poll.",
+    "auto.",
+    "isolation.",
+    "enable.auto",
+    "enable.partition.eof",
+    "fetch.",
+    "partition.assignment.strategy",
+    "on_commit",
+)
+_DROPPED: dict[Role, tuple[str, ...]] = {
+    "producer": CONSUMER_ONLY,
+    "consumer": PRODUCER_ONLY,
+    "admin": PRODUCER_ONLY + CONSUMER_ONLY,
+}
+
+
+def settings_for(role: Role, settings: Mapping[str, Any]) -> Config:
+    """The part of ``settings`` (librdkafka names) that a client of ``role`` takes.
+
+    One set of client settings serves several clients (a consumer's extra config also
+    makes its dead-letter producer and its admin client): a producer drops the
+    consumer-only settings, a consumer the producer-only ones, an admin client both.
+    The rest (connection, security, logging) goes to every client.
+    """
+    return {k: v for k, v in settings.items() if not k.startswith(_DROPPED[role])}
+
+
+#: Record headers as ``Producer.produce`` takes them.
+Headers = list[tuple[str, str | bytes | None]]
+
+_Client = TypeVar("_Client", Consumer, Producer)
+
+
+def opened(client: _Client | None, what: str) -> _Client:
+    """``client``, made: a client used before it is made, or after it was dropped, is a bug.
+
+    Raises:
+        TxBridgeError: ``client`` is None.
+    """
+    if client is None:
+        raise TxBridgeError(f"{what} is not open")
+    return client
 
 
 def to_error(err: KafkaError | KafkaException | Exception, context: str) -> KafkaOperationError:
@@ -351,7 +429,7 @@ def consume_available(client: Consumer, max_messages: int, timeout: float) -> li
 
     ``Consumer.consume(n, timeout)`` returns early only once ``n`` records are there: with
     fewer it waits out the whole timeout, which would add up to ``timeout`` of latency to
-    every record of a light stream.
+    every record of a sparse stream.
     """
     first = client.poll(timeout)
     if first is None:
@@ -359,6 +437,52 @@ def consume_available(client: Consumer, max_messages: int, timeout: float) -> li
     if max_messages <= 1:
         return [first]
     return [first, *client.consume(max_messages - 1, 0)]
+
+
+def read_to_end(
+    client: Consumer,
+    topic: str,
+    ends: Mapping[int, int | None],
+    *,
+    timeout: float,
+    what: str,
+    late: str = "",
+) -> Iterator[Message]:
+    """The records of ``topic``'s partitions assigned to ``client``, until each reaches its end.
+
+    A partition ends at ``ends[partition]``: once the consumer's position reaches that offset
+    (the position moves past control records and aborted records as well), or, for None, at
+    its partition-EOF event (``client`` made with ``enable_partition_eof=True``), the end it
+    has when the read catches up with it (the last stable offset under read_committed).
+    A partition's ``end`` must be above where it is assigned.
+
+    Args:
+        what: the read, for errors ("restoring t", "reading t").
+        late: added to the timeout's error (what may hold the read back).
+
+    Raises:
+        KafkaOperationError: a consumer error, or the ends were not reached within ``timeout``.
+    """
+    wanted = dict(ends)
+    deadline = time.monotonic() + timeout
+    while wanted:
+        if time.monotonic() > deadline:
+            raise KafkaOperationError(
+                f"{what}: partitions {sorted(wanted)} did not reach their end in {timeout:.0f}s{late}"
+            )
+        for msg in consume_available(client, 1000, 0.1):
+            err = msg.error()
+            if err is None:
+                yield msg
+            elif not is_partition_eof(err):
+                raise to_error(err, f"{what}/{msg.partition()}")
+            elif (partition := msg.partition() or 0) in wanted and wanted[partition] is None:
+                del wanted[partition]
+        by_offset = [partition_at(topic, p) for p, end in wanted.items() if end is not None]
+        for tp in client.position(by_offset) if by_offset else ():
+            end = wanted[tp.partition]
+            if end is not None and tp.offset >= end:
+                del wanted[tp.partition]
 
 
 def partition_at(topic: str, partition: int, offset: int | None = None) -> TopicPartition:

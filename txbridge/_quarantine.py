@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from txbridge._admin_once import REQUEUE, AlreadyDecidedError, Marker, decide_once, decode_marker
+from txbridge._kafka import Producer
 from txbridge._side_topics import (
     Extra,
     as_dict,
@@ -212,7 +212,7 @@ def _requeue(bootstrap: str, namespace: str, entry: Quarantined, extra: Extra) -
     new_id = new_tx_id()
     partition = _partition(entry, new_id, len(metadata[topics.half].partitions))
 
-    def write(producer: Any) -> None:
+    def write(producer: Producer) -> None:
         for msg in entry.messages:
             half = replace(msg, tx_id=new_id, check_after_s=None)
             produce(

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from txbridge import _kafka
-from txbridge.errors import KafkaOperationError, TxBridgeError
+from txbridge._kafka import Producer
+from txbridge.errors import TxBridgeError
 from txbridge.wire import H_CHECKS, H_ORIGIN, H_REASON, HalfMessage
 
 Extra = Mapping[str, Any] | None
@@ -46,25 +46,10 @@ def read_committed(
     try:
         wanted = {p: end for p, (low, end) in ends.items() if end > low}
         consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in wanted])
-        records: list[Any] = []
-        deadline = time.monotonic() + timeout
-        while wanted:
-            if time.monotonic() > deadline:
-                held = " (an open Kafka transaction holds them back)" if wait_for_open else ""
-                raise KafkaOperationError(
-                    f"reading {topic}: partitions {sorted(wanted)} did not reach their end "
-                    f"in {timeout:.0f}s{held}"
-                )
-            for msg in consumer.consume(1000, 0.2):
-                err = msg.error()
-                if err is not None:
-                    raise _kafka.to_error(err, f"reading {topic}")
-                records.append(msg)
-            # The position moves past control records and aborted records as well.
-            for tp in consumer.position([_kafka.partition_at(topic, p) for p in wanted]):
-                if tp.offset >= wanted[tp.partition]:
-                    del wanted[tp.partition]
-        return records
+        held = " (an open Kafka transaction holds them back)" if wait_for_open else ""
+        return list(
+            _kafka.read_to_end(consumer, topic, wanted, timeout=timeout, what=f"reading {topic}", late=held)
+        )
     finally:
         consumer.close()
 
@@ -141,7 +126,7 @@ def check_destinations(
 
 
 def produce(
-    producer: Any,
+    producer: Producer,
     topic: str,
     key: bytes | None,
     value: bytes | None,

@@ -31,6 +31,7 @@ from typing import Any
 
 from txbridge import _kafka
 from txbridge._admin_once import RESOLVE, AlreadyDecidedError, Marker, decide_once, decode_marker
+from txbridge._kafka import Producer
 from txbridge._quarantine import Quarantined, RequeueResult, list_quarantine, requeue, requeue_all
 from txbridge._side_topics import (
     Extra,
@@ -53,8 +54,8 @@ from txbridge.wire import (
     Topics,
     TxState,
     decode_half,
-    decode_light,
     decode_op,
+    decode_young,
     header_dict,
 )
 
@@ -176,7 +177,7 @@ def resolve(
         ops = admin_decisions(bootstrap, namespace, tx_id, partition, extra)
         return Marker(tx_id, RESOLVE, ops[0].state, attempt="op") if ops else None
 
-    def write(producer: Any) -> None:
+    def write(producer: Producer) -> None:
         if state is TxState.COMMIT:
             for msg in entry.messages:
                 headers = msg.republish_headers()
@@ -232,7 +233,7 @@ def _young(
         if meta is None or meta.error is not None:
             return []
         committed = consumer.committed([_kafka.partition_at(half_topic, p) for p in meta.partitions], 10)
-        wanted = {tp.partition: decode_light(tp.offset, tp.metadata) for tp in committed if tp.offset > 0}
+        wanted = {tp.partition: decode_young(tp.offset, tp.metadata) for tp in committed if tp.offset > 0}
         found: dict[str, dict[str, Any]] = {}
         for partition, offsets in wanted.items():
             if not offsets:

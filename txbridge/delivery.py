@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from txbridge import _kafka
+from txbridge._kafka import Producer
 from txbridge.errors import KafkaOperationError, TransactionStateError
 from txbridge.wire import Headers
 
@@ -69,9 +70,9 @@ class DeliveryPump:
         self._message_timeout_s = (
             float(self._extra.get("message.timeout.ms", DEFAULT_MESSAGE_TIMEOUT_MS)) / 1000
         )
-        self._producer: Any = None
+        self._producer: Producer | None = None
         self._urgent_topics = frozenset(urgent_topics)
-        self._urgent: Any = None  # the producer of the urgent topics
+        self._urgent: Producer | None = None  # the producer of the urgent topics
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
 
@@ -103,14 +104,14 @@ class DeliveryPump:
         for thread in self._threads:
             thread.start()
 
-    def _serve(self, producer: Any) -> None:
+    def _serve(self, producer: Producer) -> None:
         while not self._stop.is_set():
             producer.poll(self._poll_interval_s)
 
     def list_topics(self, timeout: float) -> dict[str, int | None]:
         """``{topic: partition count}`` of the cluster's topics (metadata through the producer)."""
         try:
-            metadata = self._producer.list_topics(timeout=timeout)
+            metadata = _kafka.opened(self._producer, "the producer").list_topics(timeout=timeout)
         except Exception as exc:  # KafkaException: translated, with its classification
             raise _kafka.to_error(exc, "reading topic metadata") from exc
         return {
@@ -146,7 +147,9 @@ class DeliveryPump:
         deadline = 0.0
         while True:
             try:
-                producer.produce(topic, value, key, partition, on_delivery, headers=headers)
+                producer.produce(
+                    topic, value, key, partition, on_delivery, headers=cast("_kafka.Headers | None", headers)
+                )
             except BufferError:
                 # The local queue is full: the poll thread drains it; wait, bounded.
                 now = time.monotonic()

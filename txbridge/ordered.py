@@ -18,9 +18,10 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from txbridge import _kafka
+from txbridge._kafka import Producer
 from txbridge.client_config import ClientConfig
 from txbridge.consumer.tags import validate_tag
 from txbridge.errors import ConfigurationError, KafkaOperationError
@@ -106,7 +107,7 @@ class OrderedProducer:
         self._bootstrap = bootstrap
         self._selector = selector
         self._extra = {**ClientConfig.coerce(client_config).librdkafka(), **(extra_config or {})}
-        self._producer: Any = None
+        self._producer: Producer | None = None
         self._counts: dict[str, int] = {}
         self._errors: list[KafkaOperationError] = []
         self._lock = threading.Lock()
@@ -129,7 +130,11 @@ class OrderedProducer:
             ConfigurationError: the topic does not exist.
         """
         if topic not in self._counts:
-            meta = self.start()._producer.list_topics(topic, timeout=timeout).topics.get(topic)
+            meta = (
+                _kafka.opened(self.start()._producer, "the producer")
+                .list_topics(topic, timeout=timeout)
+                .topics.get(topic)
+            )
             if meta is None or meta.error is not None or not meta.partitions:
                 raise ConfigurationError(f"topic {topic} does not exist: create it before ordered sends")
             self._counts[topic] = len(meta.partitions)
@@ -158,10 +163,16 @@ class OrderedProducer:
         partition = select_partition(
             message, self.partition_count(topic), selector=selector or self._selector, arg=arg
         )
-        self._producer.produce(
-            topic, value=value, key=key, headers=all_headers, partition=partition, on_delivery=self._delivered
+        producer = _kafka.opened(self._producer, "the producer")  # started by partition_count
+        producer.produce(
+            topic,
+            value=value,
+            key=key,
+            headers=cast("_kafka.Headers", all_headers),
+            partition=partition,
+            on_delivery=self._delivered,
         )
-        self._producer.poll(0)
+        producer.poll(0)
         return partition
 
     def _delivered(self, err: Any, msg: Any) -> None:

@@ -226,7 +226,9 @@ class TransactionProducer:
             if self._state is not _Lifecycle.NEW:
                 raise TransactionStateError(f"the producer is {self._state}: a producer starts once")
             settings = self.settings
-            _kafka.check_reachable(settings.bootstrap, extra=_client_only(settings.extra_config))
+            _kafka.check_reachable(
+                settings.bootstrap, extra=_kafka.settings_for("admin", settings.extra_config)
+            )
             try:
                 self._pump.start()
                 self._check_topics()
@@ -527,18 +529,3 @@ def _url(host: str, port: int) -> str:
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{port}{CHECK_PATH}"
-
-
-_PRODUCER_ONLY = (
-    "linger.ms",
-    "acks",
-    "enable.idempotence",
-    "message.timeout.ms",
-    "batch.size",
-    "compression.type",
-)
-
-
-def _client_only(extra: dict[str, Any]) -> dict[str, Any]:
-    """The settings a probe (admin) client accepts: producer-only keys would only produce warnings."""
-    return {k: v for k, v in extra.items() if k not in _PRODUCER_ONLY and not k.startswith("queue.buffering")}

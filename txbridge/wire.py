@@ -161,16 +161,16 @@ def murmur2(data: bytes) -> int:
 
 #: Prefix of the metadata of a coordinator's committed half offset that lists the half
 #: records of its young transactions (see coordinator.changelog).
-LIGHT_PREFIX = "txb1:"
+YOUNG_PREFIX = "txb1:"
 
 
-def encode_light(position: int, offsets: Iterable[int]) -> str:
+def encode_young(position: int, offsets: Iterable[int]) -> str:
     """Committed-offset metadata listing half ``offsets`` below ``position`` ("" for none)."""
     back = sorted(position - offset for offset in offsets)
-    return LIGHT_PREFIX + ",".join(map(str, back)) if back else ""
+    return YOUNG_PREFIX + ",".join(map(str, back)) if back else ""
 
 
-def decode_light(position: int, metadata: str | None) -> list[int]:
+def decode_young(position: int, metadata: str | None) -> list[int]:
     """The half offsets listed by the metadata of the committed offset ``position`` (sorted).
 
     Metadata of any other form lists nothing.
@@ -178,10 +178,10 @@ def decode_light(position: int, metadata: str | None) -> list[int]:
     Raises:
         WireFormatError: the metadata starts with the prefix but does not parse.
     """
-    if not metadata or not metadata.startswith(LIGHT_PREFIX):
+    if not metadata or not metadata.startswith(YOUNG_PREFIX):
         return []
     try:
-        back = [int(part) for part in metadata[len(LIGHT_PREFIX) :].split(",")]
+        back = [int(part) for part in metadata[len(YOUNG_PREFIX) :].split(",")]
     except ValueError:
         raise WireFormatError(f"committed offset metadata {metadata[:40]!r} does not parse") from None
     if any(not 0 < b <= position for b in back):

@@ -41,7 +41,7 @@ class NativePath:
         self.topic = topic
         self.store = store
         self.transactional_id = transactional_id
-        self._producer: Any = None
+        self._producer: _kafka.Producer | None = None
 
     def start(self) -> None:
         self._producer = _kafka.producer(

@@ -38,7 +38,7 @@ class PlainPath:
         self.extra = dict(extra or {})
         self.topic = topic
         self.store = store
-        self._producer: Any = None
+        self._producer: _kafka.Producer | None = None
 
     def start(self) -> None:
         self._producer = _kafka.producer(

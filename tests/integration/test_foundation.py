@@ -14,7 +14,7 @@ import pytest
 
 from tests.kafka_helpers import read_topic
 from txbridge import _kafka
-from txbridge.errors import BrokerError
+from txbridge.errors import BrokerError, KafkaOperationError
 from txbridge.tools.local.broker import LocalKafka, free_port
 
 pytestmark = pytest.mark.integration
@@ -68,6 +68,32 @@ def _commit_then_abort(bootstrap: str, topic: str) -> None:
         producer.produce(topic, key=b"k", value=f"aborted-{i}".encode())
     producer.flush(30)
     producer.abort_transaction(30)
+
+
+def test_read_to_end_ends_past_markers_and_aborted_records_or_at_partition_eof(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    _commit_then_abort(kafka_bootstrap, topic)  # the end: 7, past the abort marker
+
+    def read(ends: dict[int, int | None], timeout: float = 30, **options: object) -> list[bytes | None]:
+        consumer = _kafka.consumer(
+            kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", fetch_wait_max_ms=10, **options
+        )
+        consumer.assign([_kafka.partition_at(topic, 0, _kafka.FROM_START)])
+        try:
+            return [m.value() for m in _kafka.read_to_end(consumer, topic, ends, timeout=timeout, what="t")]
+        finally:
+            consumer.close()
+
+    committed = [b"committed-0", b"committed-1", b"committed-2"]
+    # The last committed record is at 2: only the position says the read got past 3-6.
+    assert read({0: 7}) == committed
+    assert read({0: None}, enable_partition_eof=True) == committed
+    started = time.monotonic()
+    with pytest.raises(KafkaOperationError, match=r"t: partitions \[0\] did not reach their end in 1s"):
+        read({0: 8}, timeout=1)
+    assert time.monotonic() - started < 10
 
 
 def test_native_transaction_visibility_and_markers(

@@ -19,3 +19,45 @@ def test_a_plain_producer_keeps_librdkafkas_retry_backoff() -> None:
 def test_the_users_settings_win() -> None:
     config = _kafka.producer_config("h:9092", {"retry.backoff.ms": 250}, transactional_id="t")
     assert config["retry.backoff.ms"] == 250
+
+
+_MIXED = {
+    "security.protocol": "PLAINTEXT",
+    "sasl.username": "u",
+    "client.id": "c",
+    "linger.ms": 20,
+    "queue.buffering.max.kbytes": 1024,
+    "acks": "all",
+    "group.instance.id": "g-1",
+    "session.timeout.ms": 45_000,
+    "isolation.level": "read_uncommitted",
+    "fetch.wait.max.ms": 10,
+    "on_delivery": print,
+    "on_commit": print,
+}
+_COMMON = {"security.protocol", "sasl.username", "client.id"}
+_PRODUCING = {"linger.ms", "queue.buffering.max.kbytes", "acks", "on_delivery"}
+_CONSUMING = {"group.instance.id", "session.timeout.ms", "isolation.level", "fetch.wait.max.ms", "on_commit"}
+
+
+def test_each_client_role_takes_the_common_settings_and_its_own() -> None:
+    assert set(_kafka.settings_for("producer", _MIXED)) == _COMMON | _PRODUCING
+    assert set(_kafka.settings_for("consumer", _MIXED)) == _COMMON | _CONSUMING
+    assert set(_kafka.settings_for("admin", _MIXED)) == _COMMON
+    assert _kafka.settings_for("admin", _MIXED)["sasl.username"] == "u"  # values pass unchanged
+
+
+def test_a_client_of_each_role_accepts_what_it_is_given() -> None:
+    # librdkafka rejects the other role's callbacks (and warns about its settings).
+    _kafka.producer("127.0.0.1:1", {**_kafka.settings_for("producer", _MIXED), "log_level": 0})
+    consumer = _kafka.consumer(
+        "127.0.0.1:1", "g", {**_kafka.settings_for("consumer", _MIXED), "log_level": 0}
+    )
+    consumer.close()
+    _kafka.admin("127.0.0.1:1", {**_kafka.settings_for("admin", _MIXED), "log_level": 0})
+
+
+def test_every_role_takes_a_librdkafka_setting_the_lists_do_not_name() -> None:
+    roles: tuple[_kafka.Role, ...] = ("producer", "consumer", "admin")
+    for role in roles:
+        assert _kafka.settings_for(role, {"socket.timeout.ms": 5}) == {"socket.timeout.ms": 5}

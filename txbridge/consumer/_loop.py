@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Generic, Self, TypedDict, TypeVar
 
 from txbridge import _kafka
+from txbridge._kafka import Consumer, Producer, TopicPartition
 from txbridge.client_config import ClientConfig
 from txbridge.consumer.dlq import Forwarder
 from txbridge.consumer.model import ConcurrentContext, ConsumedMessage, OrderlyContext
@@ -140,8 +141,8 @@ class ConsumerLoop(Generic[ListenerT]):
         self._extra = {**ClientConfig.coerce(client_config).librdkafka(), **(extra_config or {})}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._consumer: Any = None
-        self._producer: Any = None
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
         self.forwarder: Forwarder | None = None
         self._assigned: set[TP] = set()
         self._paused: set[TP] = set()
@@ -192,9 +193,11 @@ class ConsumerLoop(Generic[ListenerT]):
 
     def _open(self) -> None:
         self._ensure_topics()
-        self._producer = _kafka.producer(self.bootstrap, self._extra_for_producer())
+        self._producer = _kafka.producer(self.bootstrap, _kafka.settings_for("producer", self._extra))
         self.forwarder = Forwarder(self._producer, self._stop)
-        self._consumer = _kafka.consumer(self.bootstrap, self.group, self._extra)
+        self._consumer = _kafka.consumer(
+            self.bootstrap, self.group, _kafka.settings_for("consumer", self._extra)
+        )
         self._consumer.subscribe(
             self._subscribed_topics(),
             on_assign=self._on_assign,
@@ -202,26 +205,16 @@ class ConsumerLoop(Generic[ListenerT]):
             on_lost=self._on_lost,
         )
 
-    def _extra_for_producer(self) -> dict[str, Any]:
-        # Consumer-only settings (group tuning) must not reach the producer.
-        consumer_only = (
-            "group.",
-            "session.",
-            "heartbeat.",
-            "max.poll.",
-            "auto.",
-            "isolation.",
-            "enable.auto",
-        )
-        return {k: v for k, v in self._extra.items() if not k.startswith(consumer_only)}
-
     def _ensure_topics(self) -> None:
         _kafka.ensure_topics(
             self.bootstrap, [_kafka.TopicSpec(self.dead_letter_topic)], extra=self._extra_admin()
         )
 
     def _extra_admin(self) -> dict[str, Any]:
-        return {k: v for k, v in self._extra.items() if k.startswith(("security.", "sasl.", "ssl."))}
+        return _kafka.settings_for("admin", self._extra)
+
+    def _client(self) -> Consumer:
+        return _kafka.opened(self._consumer, f"consumer {self.group}")
 
     def _guarded_loop(self) -> None:
         try:
@@ -234,7 +227,7 @@ class ConsumerLoop(Generic[ListenerT]):
         last_commit = time.monotonic()
         try:
             while not self._stop.is_set():
-                for msg in _kafka.consume_available(self._consumer, self._poll_batch, 0.1):
+                for msg in _kafka.consume_available(self._client(), self._poll_batch, 0.1):
                     err = msg.error()
                     if err is not None:
                         self._consume_error(err)
@@ -254,8 +247,8 @@ class ConsumerLoop(Generic[ListenerT]):
             self._stop_processing(self._shutdown_timeout_s)
             self._commit(self._committable())
         finally:
-            self._consumer.close()
-            self._producer.flush(10)
+            self._client().close()
+            _kafka.opened(self._producer, "the dead-letter producer").flush(10)
             logger.info("consumer %s closed", self.group)
 
     def _consume_error(self, err: Any) -> None:
@@ -268,10 +261,10 @@ class ConsumerLoop(Generic[ListenerT]):
         pause = {tp for tp in self._assigned if tp not in self._paused and self._want_paused(tp)}
         resume = {tp for tp in self._paused if not self._want_paused(tp)}
         if pause:
-            self._consumer.pause(_kafka.topic_partitions(pause))
+            self._client().pause(_kafka.topic_partitions(pause))
             self._paused |= pause
         if resume:
-            self._consumer.resume(_kafka.topic_partitions(resume))
+            self._client().resume(_kafka.topic_partitions(resume))
             self._paused -= resume
 
     def _commit(self, offsets: Mapping[TP, int]) -> None:
@@ -281,7 +274,7 @@ class ConsumerLoop(Generic[ListenerT]):
         if not changed:
             return
         try:
-            _kafka.commit_offsets(self._consumer, changed)
+            _kafka.commit_offsets(self._client(), changed)
         except KafkaOperationError as exc:
             # A rebalance in progress: the messages stay uncommitted and are replayed, never skipped.
             logger.warning("consumer %s could not commit %s: %s", self.group, changed, exc)
@@ -291,20 +284,20 @@ class ConsumerLoop(Generic[ListenerT]):
 
     # ------------------------------------------------------------------ rebalances
 
-    def _on_assign(self, _consumer: Any, partitions: list[Any]) -> None:
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         logger.info("consumer %s assigned %s", self.group, sorted(tps))
         self._assigned |= tps
         self._partitions_assigned(tps)
 
-    def _on_revoke(self, _consumer: Any, partitions: list[Any]) -> None:
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         logger.info("consumer %s revoked %s", self.group, sorted(tps))
         self._partitions_revoked(tps, self._shutdown_timeout_s)
         self._commit({tp: o for tp, o in self._committable().items() if tp in tps})
         self._forget(tps)
 
-    def _on_lost(self, _consumer: Any, partitions: list[Any]) -> None:
+    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         logger.warning(
             "consumer %s lost %s (no commit: another member owns them now)", self.group, sorted(tps)

@@ -12,8 +12,9 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
+from txbridge._kafka import Producer
 from txbridge.consumer.retry import H_DUE
 from txbridge.errors import KafkaOperationError, WireFormatError
 from txbridge.wire import H_ORIGIN, H_REASON, H_RETRY_COUNT
@@ -71,7 +72,7 @@ class Forwarder:
     in between replays it instead of losing it. Thread-safe (the producer is).
     """
 
-    def __init__(self, producer: Any, stop: threading.Event, *, attempt_timeout_s: float = 30.0) -> None:
+    def __init__(self, producer: Producer, stop: threading.Event, *, attempt_timeout_s: float = 30.0) -> None:
         self._producer = producer
         self._stop = stop
         self._attempt_timeout_s = attempt_timeout_s
@@ -100,7 +101,9 @@ class Forwarder:
             outcome.append(err)
             done.set()
 
-        self._producer.produce(topic, key=key, value=value, headers=headers, on_delivery=delivered)
+        self._producer.produce(
+            topic, key=key, value=value, headers=cast("_kafka.Headers", headers), on_delivery=delivered
+        )
         deadline = time.monotonic() + self._attempt_timeout_s
         while not done.is_set():
             if time.monotonic() > deadline:

@@ -62,7 +62,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from txbridge import _kafka
 from txbridge.tools.bench.kafka_native import percentile
@@ -184,7 +184,7 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     class Instrumented(service.Coordinator):
         def _start(self) -> None:
             super()._start()
-            self._producer = Timed(self._producer)
+            self._producer = cast("_kafka.Producer", Timed(self._producer))  # the producer, its calls timed
             self._writer = TransactionWriter(self._producer)
 
         def _on_record(self, msg: Any) -> None:
