@@ -374,12 +374,21 @@ def test_the_demo_runs_side_by_side_on_the_secured_cluster(secure_kafka: SecureK
         0,
         0,
         0,
-    )
+    ), _what_happened(run_dir, result)
     assert all(metrics[(p, "read_committed")]["records"] > 0 for p in ("native", "plain"))
     password = secure_kafka.cluster.password()
     for file in run_dir.rglob("*"):
         if file.is_file():
             assert password not in file.read_text(errors="replace"), file
+
+
+def _what_happened(run_dir: Path, result: subprocess.CompletedProcess[str]) -> str:
+    """The demo's own account of a run, for a failure message: its output, the report's run
+    section and the coordinator's log."""
+    report = (run_dir / "report.md").read_text().split("## Results")[0]
+    log = run_dir / "logs" / "coordinator.log"
+    coordinator = log.read_text()[-6000:] if log.exists() else "(no coordinator log)"
+    return f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n{report}\n{coordinator}"
 
 
 # ------------------------------------------------------------------ the bench, quick
