@@ -202,4 +202,5 @@ def coordinator_process(
         secret=secret,
         log_path=Path(config.run_dir) / "logs" / "coordinator.log",
         args=("--check-delay", str(check_delay), *client_args),
+        supervise=True,  # a coordinator that exits on its own is started again, as in a deployment
     )

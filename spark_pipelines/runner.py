@@ -21,7 +21,7 @@ from spark_pipelines.processes import PathResult, ProducerRunner
 from spark_pipelines.watcher import RocketMQWatcher, VisibilityWatcher
 from spark_pipelines.workload import RunConfig
 from txbridge import _kafka
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
+from txbridge.tools.local.coordinator_process import CoordinatorProcess, CoordinatorProcessError
 
 if TYPE_CHECKING:
     from txbridge.client_config import ClientConfig
@@ -49,6 +49,8 @@ class WorkloadResult:
     coordinator_kills: int = 0
     #: (SIGKILL, ready again) wall times of each coordinator restart
     coordinator_outages: list[tuple[float, float]] = field(default_factory=list)
+    #: exit codes of the coordinator's exits the run did not cause (it was started again each time)
+    coordinator_exits: list[int | None] = field(default_factory=list)
 
 
 def prepare(config: RunConfig, paths: Sequence[str] = PATHS, *, client: ClientConfig | None = None) -> None:
@@ -114,7 +116,9 @@ def run_workload(
 
     def observe(path: str, index: int, outcome: str) -> None:
         if path == "txbridge" and coordinator is not None and index == plan.coordinator_kill_after:
-            thread = threading.Thread(target=coordinator.crash_and_restart, name="coordinator-restart")
+            thread = threading.Thread(
+                target=_crash_and_restart, args=(coordinator,), name="coordinator-restart"
+            )
             thread.start()
             restarts.append(thread)
         if on_order:
@@ -154,7 +158,17 @@ def run_workload(
             }
     result.coordinator_kills = coordinator.kills if coordinator else 0
     result.coordinator_outages = list(coordinator.outages) if coordinator else []
+    result.coordinator_exits = [code for _, code, _ in coordinator.exits] if coordinator else []
     return result
+
+
+def _crash_and_restart(coordinator: CoordinatorProcess) -> None:
+    """The plan's coordinator kill. A restarted child that exits, or is slow to be assigned,
+    is logged, not raised in this thread: the launcher supervises it and starts it again."""
+    try:
+        coordinator.crash_and_restart()
+    except CoordinatorProcessError as exc:
+        logger.warning("the restarted coordinator is not serving yet: %s", exc)
 
 
 def _settle(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,3 +66,49 @@ def test_no_restart_after_stop(env: Env, tmp_path: Path) -> None:
 
     assert not coordinator.alive()
     assert (coordinator.starts, coordinator.kills) == (1, 0)
+
+
+def test_a_supervised_coordinator_that_dies_on_its_own_is_started_again(
+    env: Env, tmp_path: Path, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory()
+    coordinator = CoordinatorProcess(
+        env.bootstrap, env.namespace, secret=SECRET, log_path=tmp_path / "coordinator.log", supervise=True
+    ).start()
+    try:
+        coordinator.wait_ready()
+        first_pid = coordinator.pid
+        assert first_pid is not None
+        os.kill(first_pid, signal.SIGKILL)  # not through kill(): as the OOM killer or its watchdog's exit
+
+        deadline = time.monotonic() + 30
+        while not (coordinator.exits and coordinator.alive()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        coordinator.wait_ready()
+        env.producer.transaction([Msg(topic, b"after")], TxState.COMMIT)
+
+        assert [s.value for s in wait_for(env.bootstrap, topic, 1)] == [b"after"]
+        assert coordinator.pid != first_pid
+        assert [code for _, code, _ in coordinator.exits] == [-signal.SIGKILL]
+        assert (coordinator.starts, coordinator.kills) == (2, 0)
+    finally:
+        assert coordinator.stop() == 0, coordinator.log_tail()
+
+
+def test_what_the_launcher_ends_itself_is_not_restarted(env: Env, tmp_path: Path) -> None:
+    coordinator = CoordinatorProcess(
+        env.bootstrap, env.namespace, secret=SECRET, log_path=tmp_path / "coordinator.log", supervise=True
+    ).start()
+    try:
+        coordinator.wait_ready()
+        coordinator.crash_and_restart(downtime=0.2)  # the planned kill: one restart, by the plan
+        coordinator.kill()  # a standby's takeover: the killed one stays down
+
+        time.sleep(2.0)  # the supervisor looks every 0.2 s and waits 1 s before a restart
+
+        assert not coordinator.alive()
+        assert coordinator.exits == []
+        assert (coordinator.starts, coordinator.kills) == (2, 2)
+    finally:
+        coordinator.stop()
+    assert not coordinator.alive()

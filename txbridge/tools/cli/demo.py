@@ -397,6 +397,9 @@ def _compare_and_report(
         info["skipped"] = {p: "left out with --paths" for p in skipped}
     if rocketmq is not None:
         info["rocketmq"] = rocketmq
+    if result.coordinator_exits:
+        # Exits the plan did not cause (the watchdog's 75, a crash): the run started it again.
+        info["coordinator_exits"] = result.coordinator_exits
     if result.coordinator_outages:
         # The restarted coordinator's downtime (SIGKILL -> partitions assigned again; the demo waits
         # 1 s before restarting, as a supervisor would) and the txbridge orders committed meanwhile.

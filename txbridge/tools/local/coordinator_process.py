@@ -48,6 +48,11 @@ class CoordinatorProcess:
         instance_id: the child's ``--instance-id``, the same at every (re)start, so a restart
             fences its previous incarnation and keeps its partitions (static membership);
             default: one of its own (several children on one host must not share one).
+        supervise: restart a child that exits on its own, as a deployment's supervisor does
+            (``restart: unless-stopped`` in compose/; the coordinator exits 75 when a Kafka call
+            outlives its watchdog and expects to be started again): after 1 s, doubling up to
+            30 s while it keeps exiting. What :meth:`kill`, :meth:`crash_and_restart` and
+            :meth:`stop` end is not restarted. Each such exit is in :attr:`exits`.
     """
 
     def __init__(
@@ -59,6 +64,7 @@ class CoordinatorProcess:
         log_path: Path,
         args: Sequence[str] = (),
         instance_id: str | None = None,
+        supervise: bool = False,
     ) -> None:
         self.bootstrap = bootstrap
         self.namespace = namespace
@@ -71,6 +77,10 @@ class CoordinatorProcess:
         self._log_offset = 0  # the log's size when the current child started
         self._lock = threading.Lock()  # start, kill and stop may come from different threads
         self._stopped = False
+        self._supervise = supervise
+        self._ended_by_us = False  # the current child was SIGKILLed or stopped by this launcher
+        self._supervisor: threading.Thread | None = None
+        self._started_at = 0.0  # monotonic time of the current child's start
         #: Children started so far.
         self.starts = 0
         #: Children SIGKILLed so far.
@@ -78,6 +88,9 @@ class CoordinatorProcess:
         #: (wall time of the SIGKILL, wall time the restarted child was assigned partitions) per
         #: :meth:`crash_and_restart`: the coordinator's downtime.
         self.outages: list[tuple[float, float]] = []
+        #: (wall time, exit code, the child's last log lines) per exit this launcher did not cause,
+        #: when it supervises (``supervise``).
+        self.exits: list[tuple[float, int | None, str]] = []
 
     @property
     def pid(self) -> int | None:
@@ -95,11 +108,48 @@ class CoordinatorProcess:
         with self._lock:
             self._stopped = False
             self._start()
+            if self._supervise and (self._supervisor is None or not self._supervisor.is_alive()):
+                self._supervisor = threading.Thread(
+                    target=self._restart_exited, name="coordinator-supervisor", daemon=True
+                )
+                self._supervisor.start()
         return self
+
+    def _restart_exited(self) -> None:
+        """Start the child again whenever it exits on its own, until :meth:`stop`."""
+        backoff = 1.0
+        while True:
+            time.sleep(0.2)
+            with self._lock:
+                if self._stopped:
+                    return
+                proc = self._proc
+                if proc is None or proc.poll() is None or self._ended_by_us:
+                    continue
+                tail = self.log_tail(6)
+                self.exits.append((time.time(), proc.returncode, tail))
+                self._ended_by_us = True  # on record: the next pass waits for the restart below
+                if time.monotonic() - self._started_at > 60:  # it ran a while: not a crash loop
+                    backoff = 1.0
+            logger.warning(
+                "coordinator pid %d exited on its own (code %s); starting it again in %.0fs:\n%s",
+                proc.pid,
+                proc.returncode,
+                backoff,
+                tail,
+            )
+            time.sleep(backoff)
+            with self._lock:
+                if self._stopped or self.alive():
+                    continue
+                self._start()
+            backoff = min(backoff * 2, 30.0)
 
     def _start(self) -> None:
         if self.alive():
             raise CoordinatorProcessError(f"the coordinator (pid {self.pid}) is already running")
+        self._ended_by_us = False
+        self._started_at = time.monotonic()
         cmd = [
             sys.executable,
             "-m",
@@ -156,6 +206,7 @@ class CoordinatorProcess:
 
     def _kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
+            self._ended_by_us = True
             os.kill(self._proc.pid, signal.SIGKILL)
             self._proc.wait(30)
             self.kills += 1
@@ -189,6 +240,7 @@ class CoordinatorProcess:
         """SIGTERM and wait (SIGKILL after ``timeout``). Returns the exit code."""
         with self._lock:
             self._stopped = True
+            self._ended_by_us = True
             proc = self._proc
             if proc is None:
                 return None
