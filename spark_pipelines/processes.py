@@ -117,14 +117,14 @@ class ProducerRunner:
             PipelineError: a producer process died without being killed by the plan.
         """
         start = 0
-        total = len(self.plan.orders)
-        while start < total:
+        while True:
+            # After a kill at the last order a process still starts: it has no order left, but
+            # it answers the back-checks of what the killed one left open.
             proc = self._spawn(start)
             start, done = self._follow(proc, start)
             if done:
                 self._idle = proc
                 return self.result
-        return self.result
 
     def _follow(self, proc: subprocess.Popen[str], start: int) -> tuple[int, bool]:
         stdout: IO[str] = proc.stdout  # type: ignore[assignment]
