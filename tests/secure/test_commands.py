@@ -348,6 +348,7 @@ def test_spark_reads_a_committed_topic_over_sasl_ssl(
 # ------------------------------------------------------------------ the demo, small
 
 
+@pytest.mark.timeout(1200)  # the demo's own limit is 900 s; 300-560 s at load 2-15 on 2 cores
 def test_the_demo_runs_side_by_side_on_the_secured_cluster(secure_kafka: SecureKafka, tmp_path: Path) -> None:
     result = _run(
         secure_kafka,
