@@ -31,6 +31,11 @@ DEFAULT_MESSAGE_TIMEOUT_MS = 30_000
 #: heartbeats keep linger 5: linger 0 for every record took 14-62% of `txbridge bench --quick`'s
 #: end-to-end throughput (3 pairs, 2 loaded cores) and 0.38-0.53 produce requests per transaction
 #: at saturation (0.18-0.31 with one producer, 0.29-0.36 with this one).
+#: The price at saturation, measured 2026-11-23 (`txbridge bench --only e2e`, 4 interleaved runs
+#: per value on one broker, load 2.5-4.7): linger 0 3,010-4,593 msgs/s (median 3,713), linger 1
+#: 4,189-5,574 (4,777; ahead in all 4 pairs), linger 5 3,597-4,544 (4,252); at 20 orders/s
+#: (latency_breakdown, 2 runs each) commit-to-visible p50 8.9-9.3 / 10.5-10.7 / 14.7-14.8 ms.
+#: Kept at 0: the latency targets are at light load; linger 1 is the candidate if throughput counts.
 URGENT_LINGER_MS = 0
 
 

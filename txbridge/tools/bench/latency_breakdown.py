@@ -90,6 +90,7 @@ class Knobs:
 VARIANTS: dict[str, Knobs] = {
     "base": Knobs(),
     "sdk_linger0": Knobs(sdk_extra={"linger.ms": 0}),
+    "op_linger1": Knobs(op_linger_ms=1),
     "op_linger5": Knobs(op_linger_ms=5),
     "single_producer": Knobs(single_producer=True),
     "coord_linger0": Knobs(coord_linger_ms=0),
