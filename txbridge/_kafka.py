@@ -383,7 +383,38 @@ def ensure_topics(
                     outcome[name] = "exists"
                 else:
                     raise to_error(exc, f"creating topic {name}") from exc
+        _await_listed(client, {t.topic: t.num_partitions for t in new}, timeout)
     return outcome
+
+
+def _await_listed(client: AdminClient, partitions: Mapping[str, int], timeout: float) -> None:
+    """Wait until a metadata listing shows each new topic with its partitions and their leaders.
+
+    CreateTopics answers once the controller has created a topic; the broker that answers the
+    next listing may not know it yet, and a producer started at once would say the topic does
+    not exist (seen under load: a test's topic missing from the producer's first listing).
+    """
+    deadline = time.monotonic() + timeout
+    waiting = dict(partitions)
+    while waiting:
+        listed = client.list_topics(timeout=max(0.1, deadline - time.monotonic())).topics
+        for name, count in list(waiting.items()):
+            topic = listed.get(name)
+            if (
+                topic is not None
+                and topic.error is None
+                and len(topic.partitions) >= count
+                and all(p.leader >= 0 for p in topic.partitions.values())
+            ):
+                del waiting[name]
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            logger.warning(
+                "topics %s created but not listed with leaders after %.0fs", sorted(waiting), timeout
+            )
+            return
+        time.sleep(0.05)
 
 
 def delete_topics_with_prefix(

@@ -96,6 +96,18 @@ def test_read_to_end_ends_past_markers_and_aborted_records_or_at_partition_eof(
     assert time.monotonic() - started < 10
 
 
+def test_created_topics_are_listed_with_leaders_when_ensure_topics_returns(kafka_bootstrap: str) -> None:
+    names = [f"t-listed-{uuid.uuid4().hex[:8]}-{i}" for i in range(5)]
+
+    created = _kafka.ensure_topics(kafka_bootstrap, [_kafka.TopicSpec(n, 6) for n in names])
+    listed = _kafka.producer(kafka_bootstrap).list_topics(timeout=10).topics  # a client of its own
+
+    assert created == dict.fromkeys(names, "created")
+    assert {n: sorted(p.leader >= 0 for p in listed[n].partitions.values()) for n in names} == {
+        n: [True] * 6 for n in names
+    }
+
+
 def test_native_transaction_visibility_and_markers(
     kafka_bootstrap: str, topic_factory: Callable[..., str]
 ) -> None:
