@@ -266,11 +266,16 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
         with Progress(console=console, transient=False) as progress:
             bars = {p: progress.add_task(p, total=orders) for p in paths}
             restart_at = orders // 3
+            restarts: list[threading.Thread] = []
 
             def on_order(path: str, index: int, _outcome: str) -> None:
                 progress.advance(bars[path])
                 if stream is not None and path == "txbridge" and index == restart_at:
-                    stream.restart()
+                    # In a thread: this one follows the txbridge producers (their crashes, the
+                    # coordinator kill), which must not wait for Spark to restart a query.
+                    restart = threading.Thread(target=stream.restart, name="stream-restart")
+                    restart.start()
+                    restarts.append(restart)
 
             result = run_workload(
                 config,
@@ -282,6 +287,8 @@ def demo(  # noqa: PLR0915 - the demo's steps read best in one place
                 on_order=on_order,
                 client=client,
             )
+            for restart in restarts:
+                restart.join()
         console.print(f"workload done in {time.monotonic() - began:.0f}s; Spark comparison ...")
         report = _compare_and_report(
             config,
