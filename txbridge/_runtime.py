@@ -123,7 +123,9 @@ def check_option_names(owner: str, options: Mapping[str, Any]) -> None:
     Raises:
         TypeError: naming the keyword, and the option it is closest to.
     """
-    for name in sorted(set(options) - OPTION_NAMES):
+    unknown = sorted(set(options) - OPTION_NAMES)
+    if unknown:
+        name = unknown[0]
         close = difflib.get_close_matches(name, OPTION_NAMES, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise TypeError(
