@@ -23,7 +23,6 @@ records of concurrent transactions batch together.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from concurrent.futures import Future
 from types import TracebackType
@@ -44,8 +43,6 @@ from txbridge._runtime import ExecuteFunction, ProducerOptions, ProducerRuntime,
 from txbridge.delivery import Delivered, wait_all
 from txbridge.transaction import LocalTransaction, Message, TransactionResult
 from txbridge.wire import TxState
-
-logger = logging.getLogger(__name__)
 
 
 class TransactionProducer(ProducerSurface):
