@@ -11,6 +11,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from txbridge._runtime import ProducerOptions
     from txbridge.aio import AsyncTransactionProducer
     from txbridge.barrier import SqlAlchemyBarrier, SqliteBarrier
     from txbridge.errors import TxBridgeError
@@ -33,6 +34,7 @@ _WHERE = {
     "BytesSerializer": "txbridge.serializers",
     "LocalTransaction": "txbridge.transaction",
     "Message": "txbridge.transaction",
+    "ProducerOptions": "txbridge._runtime",
     "SqlAlchemyBarrier": "txbridge.barrier",
     "SqliteBarrier": "txbridge.barrier",
     "StringSerializer": "txbridge.serializers",
@@ -50,6 +52,7 @@ __all__ = [
     "BytesSerializer",
     "LocalTransaction",
     "Message",
+    "ProducerOptions",
     "SqlAlchemyBarrier",
     "SqliteBarrier",
     "StringSerializer",

@@ -1,8 +1,9 @@
 """The asyncio transactional producer: the same protocol, awaited instead of blocked on.
 
-It wraps a :class:`~txbridge.producer.TransactionProducer` (same constructor):
-records go through the same shared Kafka producer and their delivery reports
-reach the event loop in batches, so the loop never blocks on Kafka.
+It runs on a runtime of its own, like :class:`~txbridge.producer.TransactionProducer`
+(same constructor, :class:`~txbridge.ProducerOptions`): records go through the
+runtime's shared Kafka producer and their delivery reports reach the event loop
+in batches (:class:`_AckBridge`), so the loop never blocks on Kafka.
 Start-up and shutdown (metadata, check server, registry) run in a worker thread.
 
 ``execute`` and check callbacks may be plain or ``async`` functions. A plain
@@ -20,19 +21,15 @@ import contextlib
 import inspect
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any
-
-from starlette.applications import Starlette
+from typing import Any, Unpack
 
 from txbridge._core import (
     SETTLED_REASON,
     OpenTransaction,
-    ProducerSettings,
     TransactionBlock,
     TransactionFactory,
     checked_answer,
@@ -42,9 +39,9 @@ from txbridge._core import (
     op_outcome,
     settle_unknown_async,
 )
+from txbridge._runtime import ExecuteFunction, ProducerOptions, ProducerSurface
 from txbridge.delivery import DeliveryPump, delivery_error
 from txbridge.errors import KafkaOperationError
-from txbridge.producer import ExecuteFunction, TransactionProducer
 from txbridge.transaction import LocalTransaction, Message, TransactionResult
 from txbridge.wire import Headers, TxState
 
@@ -183,51 +180,36 @@ def _failures(acks: list[_Ack]) -> list[BaseException]:
 _SWEEP_S = 0.5
 
 
-class AsyncTransactionProducer:
+class AsyncTransactionProducer(ProducerSurface):
     """The asyncio counterpart of :class:`~txbridge.producer.TransactionProducer`.
 
-    Takes exactly the same arguments. Use ``async with producer:`` (or
-    ``await start()`` / ``await close()``).
+    Takes the same arguments (see :class:`~txbridge.producer.TransactionProducer`; each option
+    is described in :class:`~txbridge.ProducerOptions`) and raises the same errors. Use
+    ``async with producer:`` (or ``await start()`` / ``await close()``).
     """
 
-    def __init__(self, bootstrap: str, group: str, **options: Any) -> None:
-        self._sync = TransactionProducer(bootstrap, group, **options)
+    def __init__(self, bootstrap: str, group: str, **options: Unpack[ProducerOptions]) -> None:
+        super().__init__(bootstrap, group, options)
         self._bridge: _AckBridge | None = None
         self._transactions: TransactionFactory[_Ack] | None = None
 
     def _open(self, order_key: Any = None) -> tuple[_AckBridge, OpenTransaction[_Ack]]:
         """A new transaction whose records report to the running loop."""
         loop = asyncio.get_running_loop()
+        runtime = self._runtime
         bridge, transactions = self._bridge, self._transactions
         if bridge is None or transactions is None or bridge.loop is not loop:
-            bridge = self._bridge = _AckBridge(loop, self._sync.pump, self._sync.ack_timeout_s)
-            transactions = self._transactions = TransactionFactory(
-                self.settings, bridge.write, self._sync.catalog
-            )
-        return bridge, self._sync.open_with(transactions, order_key)
-
-    @property
-    def settings(self) -> ProducerSettings:
-        return self._sync.settings
-
-    @property
-    def check_app(self) -> Starlette:
-        return self._sync.check_app
-
-    @property
-    def check_url(self) -> str:
-        return self._sync.check_url
-
-    @property
-    def instance_id(self) -> str:
-        return self._sync.instance_id
+            bridge = self._bridge = _AckBridge(loop, runtime.pump, runtime.ack_timeout_s)
+            transactions = self._transactions = runtime.factory(bridge.write)
+        return bridge, runtime.open(transactions, order_key)
 
     async def start(self) -> None:
         """See :meth:`TransactionProducer.start`."""
-        await asyncio.to_thread(self._sync.start)
+        await asyncio.to_thread(self._runtime.start)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._sync.close)
+        """See :meth:`TransactionProducer.close`."""
+        await asyncio.to_thread(self._runtime.close)
 
     async def __aenter__(self) -> AsyncTransactionProducer:
         await self.start()
@@ -236,10 +218,10 @@ class AsyncTransactionProducer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def know_topics(self, messages: Sequence[Message]) -> None:
-        """See :meth:`TransactionProducer.know_topics`; a listing runs in a worker thread."""
-        if self._sync.catalog.stale(messages, time.monotonic()):
-            await asyncio.to_thread(self._sync.know_topics, messages)
+    async def _know_topics(self, messages: Sequence[Message]) -> None:
+        """Make the catalog answer for the topics of ``messages``; a listing runs in a worker thread."""
+        if self._runtime.needs_listing(messages):
+            await asyncio.to_thread(self._runtime.know_topics, messages)
 
     async def send_in_transaction(
         self,
@@ -248,9 +230,9 @@ class AsyncTransactionProducer:
         arg: Any = None,
     ) -> TransactionResult:
         """See :meth:`TransactionProducer.send_in_transaction`; ``execute`` may be ``async``."""
-        run = self._sync.resolve_execute(execute)
+        run = self._runtime.execute_of(execute)
         messages = normalise_messages(message)
-        await self.know_topics(messages)
+        await self._know_topics(messages)
         bridge, tx = self._open()
         tx.enqueue(messages)
         halves = tx.take_pending()
@@ -278,8 +260,9 @@ class AsyncTransactionProducer:
         *,
         reason: str = "",
     ) -> TransactionResult:
-        if state is TxState.UNKNOWN and self._sync.settles_unknown and tx.partition is not None:
-            settled = await settle_unknown_async(self._sync.check, tx.local_view())
+        runtime = self._runtime
+        if state is TxState.UNKNOWN and runtime.settles_unknown and tx.partition is not None:
+            settled = await settle_unknown_async(runtime.check, tx.local_view())
             if settled is not TxState.UNKNOWN:
                 state, reason = settled, SETTLED_REASON
         ack = tx.decide(state, reason=reason)
@@ -320,7 +303,7 @@ class AsyncTransaction(TransactionBlock[_Ack]):
             MessageRejectedError: see :meth:`txbridge.producer.Transaction.send` (not written).
         """
         messages = [message]
-        await self._producer.know_topics(messages)
+        await self._producer._know_topics(messages)
         self._tx.enqueue(messages)
         if wait:
             await self.prepare()

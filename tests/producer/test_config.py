@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from txbridge import Message, TransactionProducer, TxState
+from txbridge._runtime import runtime_of
 from txbridge.errors import ConfigurationError, KafkaUnavailableError, TransactionStateError
 from txbridge.tools.local.broker import free_port
 from txbridge.wire import Topics, half_partition
@@ -94,10 +95,11 @@ def test_a_partition_count_that_changes_under_a_running_producer_is_refused(
         grow = NewPartitions(Topics(namespace).half, PARTITIONS + 2)
         for future in admin.create_partitions([grow]).values():
             future.result(30)
+        catalog = runtime_of(p).catalog
         refused: ConfigurationError | None = None
         deadline = time.monotonic() + 30  # until the new count reaches the producer's metadata
         while refused is None and time.monotonic() < deadline:
-            monkeypatch.setattr(p.catalog, "_trusted_until", float("-inf"))  # the next send lists again
+            monkeypatch.setattr(catalog, "_trusted_until", float("-inf"))  # the next send lists again
             try:
                 p.send_in_transaction(Message(topic, b"v"), lambda _t, _a: TxState.COMMIT)
             except ConfigurationError as exc:

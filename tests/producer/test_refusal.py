@@ -19,6 +19,7 @@ from coordinator.config import CoordinatorConfig, Secrets
 from coordinator.service import Coordinator
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge import AsyncTransactionProducer, LocalTransaction, Message, TransactionProducer, TxState, _kafka
+from txbridge._runtime import runtime_of
 from txbridge.errors import KafkaOperationError, MessageTooLargeError, UnknownTopicError
 from txbridge.wire import Topics
 
@@ -285,13 +286,14 @@ def test_when_topic_metadata_cannot_be_read_known_topics_go_on_and_others_raise(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     producer = make_producer()
-    producer.catalog.ttl_s = 0.0  # from the next listing on, every send lists the topics again
-    producer.catalog.update(producer.pump.list_topics(timeout=10), listed_at=time.monotonic())
+    runtime = runtime_of(producer)
+    runtime.catalog.ttl_s = 0.0  # from the next listing on, every send lists the topics again
+    runtime.catalog.update(runtime.pump.list_topics(timeout=10), listed_at=time.monotonic())
 
     def unreadable(timeout: float) -> dict[str, int | None]:
         raise KafkaOperationError("reading topic metadata: Local: Timed out (_TIMED_OUT)", retriable=True)
 
-    monkeypatch.setattr(producer.pump, "list_topics", unreadable)
+    monkeypatch.setattr(runtime.pump, "list_topics", unreadable)
 
     result = producer.send_in_transaction(Message(orders, b"v"), lambda txn, arg: TxState.COMMIT)
     assert result.state is TxState.COMMIT  # the last listing showed it

@@ -637,15 +637,15 @@ def render(results: list[RunResult], columns: tuple[str, ...] = MAIN) -> str:
 
 
 def _single_producer() -> None:
-    """Make TransactionProducer write op records with the half records' producer (as before)."""
-    from txbridge import delivery, producer
+    """Make the producers write op records with the half records' producer (as before)."""
+    from txbridge import _runtime, delivery
 
     class Single(delivery.DeliveryPump):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs.pop("urgent_topics", None)
             super().__init__(*args, **kwargs)
 
-    producer.DeliveryPump = Single  # type: ignore[misc]
+    _runtime.DeliveryPump = Single  # type: ignore[misc]
 
 
 def _saturate_main(spec: Spec, out: Any) -> None:

@@ -1,0 +1,439 @@
+"""What the blocking and the asyncio producers run on: one :class:`ProducerRuntime` each.
+
+The runtime owns everything that is neither blocking nor awaited: the settings
+(:class:`ProducerOptions`, checked here), the check function and the check
+server, the registry heartbeat, the shared Kafka producer (:class:`DeliveryPump`),
+the topic catalog and its listings, the transaction factories and the lifecycle
+(NEW, STARTED, CLOSED). :class:`~txbridge.producer.TransactionProducer` adds the
+blocking transaction API, :class:`~txbridge.aio.AsyncTransactionProducer` the
+awaitable one and its delivery-report bridge; neither calls the other.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import replace
+from enum import StrEnum
+from typing import Any, Required, TypedDict, TypeVar
+
+from starlette.applications import Starlette
+
+from txbridge import _kafka
+from txbridge._core import (
+    OpenTransaction,
+    ProducerSettings,
+    RecordWriter,
+    TopicCatalog,
+    TransactionFactory,
+    order_key_bytes,
+    settles_unknown,
+)
+from txbridge.checkback import CHECK_PATH, CheckServer, build_check_app
+from txbridge.client_config import ClientConfig
+from txbridge.delivery import Delivered, DeliveryPump
+from txbridge.errors import ConfigurationError, KafkaOperationError, TransactionStateError
+from txbridge.registry import Heartbeat
+from txbridge.serializers import Serializer
+from txbridge.transaction import LocalTransaction, Message, TransactionListener, is_decisive
+
+logger = logging.getLogger(__name__)
+
+H = TypeVar("H")
+
+ExecuteFunction = Callable[[LocalTransaction, Any], Any]
+CheckFunction = Callable[[LocalTransaction], Any]
+
+#: Seconds a topic listing may take before a send fails (nothing written).
+METADATA_TIMEOUT_S = 10.0
+
+
+class ProducerOptions(TypedDict, total=False):
+    """The keyword settings of both producers (everything after ``bootstrap`` and ``group``).
+
+    :class:`~txbridge.TransactionProducer` and :class:`~txbridge.AsyncTransactionProducer`
+    take exactly these, checked by mypy (``**options: Unpack[ProducerOptions]``) and, for a
+    name that is not one of them, at run time (``TypeError`` naming it).
+
+    Attributes:
+        secret: the group's HMAC secret for back-check signatures (never logged). Required.
+        listener: a :class:`~txbridge.TransactionListener` (execute + check), or:
+        check: a check function ``check(txn) -> TxState`` (e.g. ``barrier.check``).
+        namespace: the txbridge topic prefix (as given to ``txbridge init``).
+        partitions: partitions of ``<ns>_half``/``<ns>_op``; default: their count, read at start.
+            A value that disagrees with the topics is refused at start, and so is a count that
+            changes under a running producer (its keys would move to other half partitions).
+        instance_id: this instance's id (default ``host-pid-random``).
+        check_host: interface of the built-in check server (default ``127.0.0.1``).
+        check_port: its port; 0 (default) picks a free one.
+        serve_checks: False to mount ``check_app`` in your own ASGI server instead (default True).
+        advertised_url: the check URL put in the registry (default from host and port).
+        value_serializer: turns message values into bytes (default: bytes as they are).
+        key_serializer: turns message keys into bytes.
+        heartbeat_interval_s: seconds between registry heartbeats (default 1; each says it, so a
+            coordinator that hears none for 2.5 intervals asks another live instance about this
+            one's transactions at once when the check is decisive, instead of after the check delay).
+        max_message_bytes: must match the coordinator's ``max_message_bytes`` (default 1 MiB):
+            a larger message (as :func:`txbridge.limits.record_size` counts it republished) is
+            refused before its half record is written, instead of quarantined once committed.
+        settle_unknown: when the local transaction ends UNKNOWN (or raises), ask the check
+            function at once (then after 50 and 250 ms) and write its COMMIT or ROLLBACK
+            instead of leaving the outcome to a back-check seconds later. Default (None): only
+            when the check is marked :func:`~txbridge.decisive` (the barrier's ``check`` is):
+            an ordinary check asked too early could answer ROLLBACK for a commit still on its
+            way, which is what the coordinator's check delay guards against.
+        client_config: the cluster's client settings (security), shared by every part: a
+            :class:`~txbridge.client_config.ClientConfig` (e.g. ``ClientConfig.load("client.properties")``)
+            or a dict of Java or librdkafka names.
+        extra_config: librdkafka settings on top of txbridge's (idempotent, acks=all) and of
+            ``client_config``.
+    """
+
+    secret: Required[bytes | str]
+    listener: TransactionListener | None
+    check: CheckFunction | None
+    namespace: str
+    partitions: int | None
+    instance_id: str | None
+    check_host: str
+    check_port: int
+    serve_checks: bool
+    advertised_url: str | None
+    value_serializer: Serializer | None
+    key_serializer: Serializer | None
+    heartbeat_interval_s: float
+    max_message_bytes: int
+    settle_unknown: bool | None
+    client_config: ClientConfig | Mapping[str, Any] | None
+    extra_config: dict[str, Any] | None
+
+
+#: Every name of :class:`ProducerOptions` (required or not).
+OPTION_NAMES = ProducerOptions.__required_keys__ | ProducerOptions.__optional_keys__
+
+
+def check_option_names(owner: str, options: Mapping[str, Any]) -> None:
+    """Refuse a keyword that is not a :class:`ProducerOptions` name, as Python refuses one.
+
+    Raises:
+        TypeError: naming the keyword, and the option it is closest to.
+    """
+    unknown = sorted(set(options) - OPTION_NAMES)
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(name, OPTION_NAMES, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(
+            f"{owner}() got an unexpected keyword argument {name!r}{hint}; "
+            f"its options are txbridge.ProducerOptions: {', '.join(sorted(OPTION_NAMES))}"
+        )
+
+
+class _Lifecycle(StrEnum):
+    NEW = "NEW"
+    STARTED = "STARTED"
+    CLOSED = "CLOSED"
+
+
+class ProducerRuntime:
+    """One producer instance's parts and lifecycle, for either producer.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        group: the producer group.
+        options: the :class:`ProducerOptions`.
+        owner: the producer's class name, for error messages.
+
+    Raises:
+        TypeError: an option that is not a :class:`ProducerOptions` name.
+        ConfigurationError: a setting is missing or invalid (checked here, without I/O).
+    """
+
+    def __init__(self, bootstrap: str, group: str, options: ProducerOptions, *, owner: str) -> None:
+        check_option_names(owner, options)
+        rest: dict[str, Any] = dict(options)
+        secret = rest.pop("secret", None)
+        listener: TransactionListener | None = rest.pop("listener", None)
+        check: CheckFunction | None = rest.pop("check", None)
+        client_config = ClientConfig.coerce(rest.pop("client_config", None))
+        rest["extra_config"] = {**client_config.librdkafka(), **(rest.get("extra_config") or {})}
+        self.settings = ProducerSettings.build(bootstrap, group, secret, **rest)
+        if listener is not None and check is not None:
+            raise ConfigurationError("pass either listener= or check=, not both")
+        if listener is not None:
+            check = listener.check_local_transaction
+        if check is None:
+            raise ConfigurationError(
+                "a back-check answer is required: pass listener= (a TransactionListener) "
+                "or check= (e.g. barrier.check)"
+            )
+        self.listener = listener
+        self.check: CheckFunction = check
+        self.settles_unknown = settles_unknown(self.settings, check)
+        self.check_app: Starlette = build_check_app(self.settings.group, self.settings.secret, check)
+        # Op records on a producer of their own that does not linger (see DeliveryPump).
+        self.pump = DeliveryPump(
+            self.settings.bootstrap, self.settings.extra_config, urgent_topics=(self.settings.topics.op,)
+        )
+        #: Partition counts of the real topics, shared by every transaction factory.
+        self.catalog = TopicCatalog()
+        #: The transactions whose records are futures (the blocking producer's).
+        self.transactions: TransactionFactory[Future[Delivered]] = TransactionFactory(
+            self.settings, self.pump.write, self.catalog
+        )
+        self._metadata_lock = threading.Lock()  # one listing at a time; the others use its answer
+        self._server: CheckServer | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._url: str | None = self.settings.advertised_url
+        self._state = _Lifecycle.NEW
+        self._lock = threading.Lock()
+
+    @property
+    def check_url(self) -> str:
+        if self._url is None:
+            raise TransactionStateError("the check URL is known once the producer is started")
+        return self._url
+
+    @property
+    def ack_timeout_s(self) -> float:
+        """How long a record's acknowledgement is awaited before it counts as failed."""
+        return self.pump.message_timeout_s + 5
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Connect, check the txbridge topics, serve back-checks, register this instance (blocking).
+
+        Raises:
+            KafkaUnavailableError: no broker answers at ``bootstrap``.
+            ConfigurationError: the txbridge topics are missing or have another partition count,
+                or the check server cannot listen where asked.
+            TransactionStateError: the producer was already started or closed.
+        """
+        with self._lock:
+            if self._state is not _Lifecycle.NEW:
+                raise TransactionStateError(f"the producer is {self._state}: a producer starts once")
+            settings = self.settings
+            _kafka.check_reachable(
+                settings.bootstrap, extra=_kafka.settings_for("admin", settings.extra_config)
+            )
+            try:
+                self.pump.start()
+                self._check_topics()
+                if settings.serve_checks:
+                    self._server = CheckServer(self.check_app, settings.check_host, settings.check_port)
+                    port = self._server.start()
+                    self._url = settings.advertised_url or _url(settings.check_host, port)
+                self._heartbeat = Heartbeat(
+                    self.pump,
+                    settings.topics.producers,
+                    group=settings.group,
+                    instance=settings.instance_id,
+                    url=self.check_url,
+                    interval_s=settings.heartbeat_interval_s,
+                    decisive=is_decisive(self.check) or settings.settle_unknown is True,
+                )
+                self._heartbeat.start()
+            except BaseException:
+                self._shutdown()
+                self._state = _Lifecycle.CLOSED
+                raise
+            self._state = _Lifecycle.STARTED
+            logger.info(
+                "producer %s of group %s started; back-checks at %s",
+                settings.instance_id,
+                settings.group,
+                self._url,
+            )
+
+    def _check_topics(self) -> None:
+        settings = self.settings
+        topics = settings.topics
+        listed_at = time.monotonic()
+        counts = self.pump.list_topics(timeout=15)
+        self.catalog.update(counts, listed_at)
+        missing = [t for t in (topics.half, topics.op, topics.producers) if counts.get(t) is None]
+        if missing:
+            raise ConfigurationError(
+                f"txbridge topics {', '.join(missing)} do not exist at {settings.bootstrap}: run "
+                f"`txbridge init --namespace {settings.namespace}`"
+            )
+        if counts[topics.half] != counts[topics.op]:
+            raise ConfigurationError(
+                f"{topics.half} has {counts[topics.half]} partitions but {topics.op} has "
+                f"{counts[topics.op]}: they must be co-partitioned; recreate them with `txbridge init`"
+            )
+        found = counts[topics.half]
+        if settings.partitions is not None and settings.partitions != found:
+            raise ConfigurationError(
+                f"{topics.half} has {found} partitions but this producer has partitions="
+                f"{settings.partitions}: pass partitions={found}, or leave partitions out (the producer "
+                f"then takes the topic's count)"
+            )
+        # The half partition of a key depends on the count: it is fixed for this producer's life.
+        self.settings = replace(settings, partitions=found)
+        self.transactions.partitions = found
+
+    def _check_partition_count(self, counts: Mapping[str, int | None]) -> None:
+        """Refuse to go on when ``<ns>_half`` changed its partition count under this producer."""
+        half = self.settings.topics.half
+        now = counts.get(half)
+        if now is not None and now != self.settings.partitions:
+            raise ConfigurationError(
+                f"{half} now has {now} partitions, not the {self.settings.partitions} this producer "
+                f"started with: keys would move to other half partitions and lose their order. "
+                f"Restart every producer and coordinator of namespace {self.settings.namespace!r}"
+            )
+
+    def close(self) -> None:
+        """Deregister (tombstone), stop the check server, deliver what is queued. Idempotent."""
+        with self._lock:
+            if self._state is _Lifecycle.CLOSED:
+                return
+            self._state = _Lifecycle.CLOSED
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        self.pump.close()
+
+    def require_started(self) -> None:
+        if self._state is not _Lifecycle.STARTED:
+            raise TransactionStateError(
+                f"the producer is {self._state}: call start() (or use `with producer:`) before transactions"
+            )
+
+    # ---------------------------------------------------------------- transactions
+
+    def factory(self, write: RecordWriter[H]) -> TransactionFactory[H]:
+        """Transactions whose records go through ``write`` (the asyncio producer's, per event loop).
+
+        Raises:
+            TransactionStateError: the producer is not started (the half topic's count is read then).
+        """
+        self.require_started()
+        return TransactionFactory(self.settings, write, self.catalog)
+
+    def open(self, transactions: TransactionFactory[H], order_key: Any = None) -> OpenTransaction[H]:
+        """A new transaction of ``transactions``.
+
+        Raises:
+            TransactionStateError: the producer is not started.
+        """
+        self.require_started()
+        return transactions.open(order_key_bytes(self.settings, order_key))
+
+    def execute_of(self, execute: ExecuteFunction | None) -> ExecuteFunction:
+        """``execute``, else the listener's ``execute_local_transaction``."""
+        if execute is not None:
+            return execute
+        if self.listener is None:
+            raise TypeError("send_in_transaction needs execute= when the producer has no listener")
+        return self.listener.execute_local_transaction
+
+    def needs_listing(self, messages: Sequence[Message]) -> bool:
+        """True when :meth:`know_topics` would list the cluster's topics for ``messages`` now."""
+        return self.catalog.stale(messages, time.monotonic())
+
+    def know_topics(self, messages: Sequence[Message]) -> None:
+        """Make the catalog answer for the topics of ``messages``: list the cluster's topics unless
+        a listing it can trust is there (blocking).
+
+        A full listing, never a request for one topic: on a broker with
+        ``auto.create.topics.enable`` that request would create the topic as a side effect.
+
+        Raises:
+            KafkaOperationError: the metadata could not be read and a topic was not known before.
+            ConfigurationError: ``<ns>_half`` changed its partition count under this producer.
+        """
+        asked_at = time.monotonic()
+        catalog = self.catalog
+        if not catalog.stale(messages, asked_at):
+            return
+        with self._metadata_lock:
+            if not catalog.stale(messages, asked_at):
+                return  # another thread listed while this one waited
+            self.require_started()
+            listed_at = time.monotonic()
+            try:
+                counts = self.pump.list_topics(timeout=METADATA_TIMEOUT_S)
+            except KafkaOperationError as exc:
+                if not catalog.known(messages):
+                    raise
+                # The topics were there a moment ago: the half write will meet the broker's state.
+                logger.warning("re-reading topic metadata failed, keeping the last listing: %s", exc)
+                catalog.keep(time.monotonic())
+                return
+            catalog.update(counts, listed_at)
+            self._check_partition_count(counts)
+
+
+class ProducerSurface:
+    """What both producers show of their runtime: settings, check app and URL, instance id, check.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        group: the producer group: every instance of it can answer back-checks of the others.
+        options: the :class:`ProducerOptions`.
+    """
+
+    def __init__(self, bootstrap: str, group: str, options: ProducerOptions) -> None:
+        self._runtime = ProducerRuntime(bootstrap, group, options, owner=type(self).__name__)
+
+    @property
+    def settings(self) -> ProducerSettings:
+        """The validated settings (``partitions`` is the half topic's count once started)."""
+        return self._runtime.settings
+
+    @property
+    def instance_id(self) -> str:
+        return self._runtime.settings.instance_id
+
+    @property
+    def check_url(self) -> str:
+        """The URL registered for back-checks (known after ``start()``)."""
+        return self._runtime.check_url
+
+    @property
+    def check_app(self) -> Starlette:
+        """The ASGI app answering back-checks (``POST /txbridge/check``), to mount when
+        ``serve_checks=False``."""
+        return self._runtime.check_app
+
+    @property
+    def listener(self) -> TransactionListener | None:
+        return self._runtime.listener
+
+    @property
+    def check(self) -> CheckFunction:
+        """The check function (the back-check's answer; also asked after an UNKNOWN, see
+        ``settle_unknown``)."""
+        return self._runtime.check
+
+    @property
+    def settles_unknown(self) -> bool:
+        """Whether this producer settles an UNKNOWN local transaction with :attr:`check` itself."""
+        return self._runtime.settles_unknown
+
+
+def runtime_of(producer: ProducerSurface) -> ProducerRuntime:
+    """The runtime under ``producer`` (for the tests and tools that need its catalog or pump)."""
+    return producer._runtime
+
+
+def _url(host: str, port: int) -> str:
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - comparing, not binding: advertise a reachable name
+        host = socket.gethostname()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}{CHECK_PATH}"
