@@ -159,7 +159,7 @@ def _rocketmq_setup(
 )
 @one_line_errors
 @_sigterm_exits
-def demo(  # noqa: PLR0915 - the demo's steps read best in one place
+def demo(  # noqa: PLR0912, PLR0915 - the demo's steps read best in one place
     *,
     bootstrap: str | None,
     client: ClientConfig,
