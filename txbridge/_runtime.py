@@ -207,14 +207,8 @@ class ProducerRuntime:
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        """Connect, check the txbridge topics, serve back-checks, register this instance (blocking).
-
-        Raises:
-            KafkaUnavailableError: no broker answers at ``bootstrap``.
-            ConfigurationError: the txbridge topics are missing or have another partition count,
-                or the check server cannot listen where asked.
-            TransactionStateError: the producer was already started or closed.
-        """
+        """Both producers' ``start()`` (blocking; the errors are in
+        :meth:`txbridge.TransactionProducer.start`)."""
         with self._lock:
             if self._state is not _Lifecycle.NEW:
                 raise TransactionStateError(f"the producer is {self._state}: a producer starts once")
