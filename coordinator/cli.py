@@ -4,8 +4,9 @@ The CLI reads flags, ``TXBRIDGE_*`` env vars and ``--config file.toml``, configu
 logging and installs SIGTERM/SIGINT handlers; the library does none of that.
 
 The service imports nothing of the tooling (:mod:`txbridge.tools`), so this module declares its
-Kafka options itself, with the names, env vars and errors of the ``txbridge`` command's
-(:mod:`txbridge.tools.cli.options`). Run as ``txbridge coordinator``, it resolves its bootstrap
+Kafka options itself, with the names and env vars of the ``txbridge`` command's
+(:mod:`txbridge.tools.cli.options`); both take the bootstrap variable and the one-line errors
+from :mod:`txbridge._command_line`. Run as ``txbridge coordinator``, it resolves its bootstrap
 as every subcommand does (the local broker when none is given), through :data:`BOOTSTRAP_RESOLVER`;
 run as ``python -m coordinator``, it needs one.
 """
@@ -17,39 +18,21 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from txbridge._command_line import BOOTSTRAP_ENV, one_line_errors
 from txbridge.client_config import COMMAND_CONFIG_ENV
-from txbridge.errors import ConfigurationError, TxBridgeError
+from txbridge.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from txbridge.client_config import ClientConfig
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 #: The key in the click context's ``meta`` of a ``resolve_bootstrap(bootstrap, *, client)`` that
 #: replaces the plain reachability check (the ``txbridge`` group sets it).
 BOOTSTRAP_RESOLVER = "txbridge.resolve_bootstrap"
-
-
-def _one_line_errors(func: F) -> F:
-    """A TxBridgeError is ``error: <message>`` and exit code 2, no traceback."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except TxBridgeError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-
-    return wrapper  # type: ignore[return-value]
 
 
 @click.command("coordinator")
@@ -117,7 +100,7 @@ def _one_line_errors(func: F) -> F:
     metavar="KEY=VALUE",
     help="A Kafka client setting on top of --command-config (repeatable; Java or librdkafka name).",
 )
-@_one_line_errors
+@one_line_errors
 def coordinator(
     bootstrap: str | None,
     config_path: str | None,

@@ -7,13 +7,13 @@ module imports none of them, so the CLI's modules form no cycle.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from txbridge._command_line import BOOTSTRAP_ENV, one_line_errors
 from txbridge.client_config import COMMAND_CONFIG_ENV
 from txbridge.errors import TxBridgeError
 
@@ -31,22 +31,6 @@ __all__ = [
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
-
-
-def one_line_errors(func: F) -> F:
-    """Turn a TxBridgeError into ``error: <message>`` and exit code 2, no traceback."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except TxBridgeError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def bootstrap_option(func: F) -> F:
