@@ -385,11 +385,13 @@ def test_the_demo_runs_side_by_side_on_the_secured_cluster(secure_kafka: SecureK
 
 def _what_happened(run_dir: Path, result: subprocess.CompletedProcess[str]) -> str:
     """The demo's own account of a run, for a failure message: its output, the report's run
-    section and the coordinator's log."""
+    section, the coordinator's log and the txbridge producers' logs."""
     report = (run_dir / "report.md").read_text().split("## Results")[0]
     log = run_dir / "logs" / "coordinator.log"
     coordinator = log.read_text()[-6000:] if log.exists() else "(no coordinator log)"
-    return f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n{report}\n{coordinator}"
+    logs = sorted((run_dir / "logs").glob("txbridge-*.log"))
+    producers = "\n".join(f"== {path.name}\n{path.read_text()[-1500:]}" for path in logs)
+    return f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}\n{report}\n{coordinator}\n{producers}"
 
 
 # ------------------------------------------------------------------ the bench, quick
