@@ -17,7 +17,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import replace
 from enum import StrEnum
 from typing import Any, Required, TypedDict, TypeVar
@@ -36,7 +35,7 @@ from txbridge._core import (
 )
 from txbridge.checkback import CHECK_PATH, CheckServer, build_check_app
 from txbridge.client_config import ClientConfig
-from txbridge.delivery import Delivered, DeliveryPump
+from txbridge.delivery import DeliveryPump
 from txbridge.errors import ConfigurationError, KafkaOperationError, TransactionStateError
 from txbridge.registry import Heartbeat
 from txbridge.serializers import Serializer
@@ -182,10 +181,6 @@ class ProducerRuntime:
         )
         #: Partition counts of the real topics, shared by every transaction factory.
         self.catalog = TopicCatalog()
-        #: The transactions whose records are futures (the blocking producer's).
-        self.transactions: TransactionFactory[Future[Delivered]] = TransactionFactory(
-            self.settings, self.pump.write, self.catalog
-        )
         self._metadata_lock = threading.Lock()  # one listing at a time; the others use its answer
         self._server: CheckServer | None = None
         self._heartbeat: Heartbeat | None = None
@@ -271,7 +266,6 @@ class ProducerRuntime:
             )
         # The half partition of a key depends on the count: it is fixed for this producer's life.
         self.settings = replace(settings, partitions=found)
-        self.transactions.partitions = found
 
     def _check_partition_count(self, counts: Mapping[str, int | None]) -> None:
         """Refuse to go on when ``<ns>_half`` changed its partition count under this producer."""

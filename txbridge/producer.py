@@ -32,6 +32,7 @@ from txbridge._core import (
     SETTLED_REASON,
     OpenTransaction,
     TransactionBlock,
+    TransactionFactory,
     checked_answer,
     half_failure,
     local_failure,
@@ -65,6 +66,7 @@ class TransactionProducer(ProducerSurface):
 
     def __init__(self, bootstrap: str, group: str, **options: Unpack[ProducerOptions]) -> None:
         super().__init__(bootstrap, group, options)
+        self._transactions: TransactionFactory[Future[Delivered]] | None = None  # made at the first open
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -94,7 +96,10 @@ class TransactionProducer(ProducerSurface):
 
     def _open(self, order_key: Any = None) -> OpenTransaction[Future[Delivered]]:
         """A new transaction whose records are futures."""
-        return self._runtime.open(self._runtime.transactions, order_key)
+        runtime = self._runtime
+        if self._transactions is None:  # after start(): the factory takes the half topic's count
+            self._transactions = runtime.factory(runtime.pump.write)
+        return runtime.open(self._transactions, order_key)
 
     def send_in_transaction(
         self,
