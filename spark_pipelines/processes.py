@@ -34,7 +34,7 @@ class PipelineError(TxBridgeError):
     """A producer process of the demo failed unexpectedly."""
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+def _tail(path: Path, lines: int = 40) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:

@@ -1,9 +1,16 @@
 """Native Kafka transactions: begin, produce, DB commit, Kafka commit.
 
+Errors are handled as confluent-kafka documents for a transactional producer. A
+transaction that failed before the DB write (produce refused: librdkafka put it in
+an abortable state) is aborted and begun again, so the order goes out once. A
+commit that fails retriably is retried; one that needs an abort after the DB commit
+is aborted, and that order is in the DB but not in Kafka: native's gap, which the
+report counts as lost.
+
 A lost commit result (``Fault.UNKNOWN``) is a real timeout: ``commit_transaction``
-is given 1 ms, and, as confluent-kafka documents for a retriable error, the
-service retries the commit. A restarted process reuses the transactional id,
-so ``init_transactions`` fences the killed one and aborts its open transaction.
+is given 1 ms, and the retriable error that follows is retried as above. A
+restarted process reuses the transactional id, so ``init_transactions`` fences
+the killed one and aborts its open transaction.
 """
 
 from __future__ import annotations
@@ -15,12 +22,15 @@ from typing import Any
 from spark_pipelines import schema
 from spark_pipelines.faults import Fault, PlannedOrder
 from spark_pipelines.paths import CrashPoint, LocalFailure, event_for, write_order
+from spark_pipelines.schema import OrderCreated
 from spark_pipelines.store import OrderStore
 from txbridge import _kafka
 
 logger = logging.getLogger(__name__)
 
 _TIMEOUT_S = 30.0
+#: Transactions begun for one order when produce keeps being refused.
+_ATTEMPTS = 3
 
 
 class NativePath:
@@ -50,11 +60,8 @@ class NativePath:
         self._producer.init_transactions(_TIMEOUT_S)
 
     def handle(self, order: PlannedOrder, crash: CrashPoint) -> str:
-        producer = self._producer
-        assert producer is not None, "start() first"
-        event = event_for(order)
-        producer.begin_transaction()
-        producer.produce(self.topic, key=event.key(), value=schema.encode(event))
+        producer = self._opened()
+        self._begin_and_produce(event_for(order))
         if order.fault is Fault.CRASH_AFTER_BEGIN:
             producer.flush(_TIMEOUT_S)  # the record is in the log, uncommitted
             crash("after_begin")
@@ -62,34 +69,62 @@ class NativePath:
             with self.store.transaction() as conn:
                 write_order(self.store, conn, order)
         except LocalFailure:
-            # Flush first: librdkafka 2.16 against Kafka 4.1 fails fatally (INVALID_TXN_STATE)
-            # when EndTxn(abort) races a produce still in flight.
-            producer.flush(_TIMEOUT_S)
-            producer.abort_transaction(_TIMEOUT_S)
+            self._abort()
             return "rolled_back"
         if order.fault is Fault.CRASH_AFTER_DB_COMMIT:
             producer.flush(_TIMEOUT_S)
             crash("after_db_commit")
-        if order.fault is Fault.UNKNOWN:
-            return self._commit_with_lost_result()
-        producer.commit_transaction(_TIMEOUT_S)
-        return "committed"
+        return self._commit(0.001 if order.fault is Fault.UNKNOWN else _TIMEOUT_S)
 
-    def _commit_with_lost_result(self) -> str:
-        producer = self._producer
-        assert producer is not None
+    def _begin_and_produce(self, event: OrderCreated) -> None:
+        """Begin a transaction holding ``event``; one that fails before the DB write is begun again.
+
+        librdkafka refuses a produce (``_STATE``) once the transaction has failed underneath it;
+        CI saw it on a transaction's first record, in a process whose ``init_transactions`` had
+        waited for the killed process's transaction to be aborted. Nothing of the order is in
+        the DB yet, so aborting and beginning again publishes it once.
+        """
+        producer = self._opened()
+        for attempt in range(1, _ATTEMPTS + 1):
+            producer.begin_transaction()
+            try:
+                producer.produce(self.topic, key=event.key(), value=schema.encode(event))
+            except _kafka.KafkaException as exc:
+                error = _kafka.to_error(exc, f"producing order {event.order_id}")
+                if error.fatal or attempt == _ATTEMPTS:
+                    raise error from exc
+                logger.warning("%s; aborting the transaction and beginning it again", error)
+                self._abort()
+            else:
+                return
+
+    def _commit(self, timeout: float) -> str:
+        producer = self._opened()
         try:
-            producer.commit_transaction(0.001)
+            producer.commit_transaction(timeout)
         except _kafka.KafkaException as exc:
             error = _kafka.to_error(exc, "commit_transaction")
-            if not error.retriable:
-                logger.warning("commit failed for good, aborting: %s", error)
-                producer.flush(_TIMEOUT_S)
-                producer.abort_transaction(_TIMEOUT_S)
-                return "aborted_after_timeout"
-            producer.commit_transaction(_TIMEOUT_S)
-            return "committed_after_retry"
-        return "committed"  # the commit beat the 1 ms timeout: the fault did not bite
+            if error.retriable:
+                producer.commit_transaction(_TIMEOUT_S)
+                return "committed_after_retry"
+            if not error.txn_requires_abort:
+                raise error from exc
+        else:
+            return "committed"  # with Fault.UNKNOWN: the commit beat the 1 ms timeout
+        logger.warning("%s after the DB commit: aborting; the order is not published", error)
+        self._abort()
+        return "aborted_after_db_commit"
+
+    def _abort(self) -> None:
+        producer = self._opened()
+        # Flush first: librdkafka 2.16 against Kafka 4.1 fails fatally (INVALID_TXN_STATE)
+        # when EndTxn(abort) races a produce still in flight.
+        producer.flush(_TIMEOUT_S)
+        producer.abort_transaction(_TIMEOUT_S)
+
+    def _opened(self) -> _kafka.Producer:
+        assert self._producer is not None, "start() first"
+        return self._producer
 
     def close(self) -> None:
         if self._producer is not None:
