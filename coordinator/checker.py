@@ -3,8 +3,9 @@
 Jobs run on a thread pool; the loop submits them (up to ``check_batch_size``
 transactions of one group and writer per request) and drains results, so a slow
 or dead group occupies at most ``concurrency_per_group`` workers and never the
-loop. Only an explicit, well-formed verdict counts (DTM #535); everything else,
-including refused URLs, is UNKNOWN.
+loop. Only an explicit, well-formed verdict counts (DTM #535); everything else is
+UNKNOWN. A check that reached no producer (no live instance, no secret, every URL
+refused by the allow-list or refusing the connection) is not an answer at all.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ class CheckJob:
 class CheckResult:
     """How one transaction's back-check ended.
 
-    ``asked`` is False when no request could be sent at all (no live instance of the
-    group, no secret for it, every URL refused by ``allowed_check_hosts``): a
-    configuration problem or a group that is down, not an answer, so it does not use up
-    the transaction's ``max_checks``.
+    ``asked`` is False when no request reached a producer (no live instance of the
+    group, no secret for it, every URL refused by ``allowed_check_hosts`` or refusing the
+    connection, as a killed instance's does until its liveness runs out): a configuration
+    problem or a group that is down or restarting, not an answer, so it does not use up
+    the transaction's ``max_checks``, and it is asked again after ``check_backoff_s``
+    instead of a growing backoff.
     """
 
     job: CheckJob
@@ -168,7 +171,7 @@ class Checker:
             return self._not_asked(jobs, why)
         remaining = list(jobs)
         results: list[CheckResult] = []
-        refused = 0
+        refused = unreachable = 0
         details: list[str] = []
         for url in first.targets:
             if not self._config.host_allowed(url):
@@ -184,8 +187,21 @@ class Checker:
                 )
                 details.append(f"{url}: host not in allowed_check_hosts")
                 continue
-            states, detail = self._ask(url, remaining, secret)
+            states, detail, reached = self._ask(url, remaining, secret)
             details.append(f"{url}: {detail}")
+            if not reached:
+                unreachable += 1
+                self._report(
+                    group,
+                    url,
+                    "check URL %s of producer group %r refused the connection (%s): nothing is asked "
+                    "there until it listens. Normal for a moment while an instance restarts; if it "
+                    "lasts, the instance advertises a URL it does not serve",
+                    url,
+                    group,
+                    detail,
+                    level=logging.WARNING,
+                )
             undecided = []
             for job in remaining:
                 state = states[job.request.tx_id]
@@ -197,7 +213,7 @@ class Checker:
             if not remaining:
                 return results
         why = "; ".join(details)
-        if refused == len(first.targets):  # nothing was sent: the allow-list stopped every URL
+        if refused + unreachable == len(first.targets):  # no request reached a producer
             return self._not_asked(remaining, why, refused)
         return results + [CheckResult(j, TxState.UNKNOWN, why, refused) for j in remaining]
 
@@ -205,22 +221,30 @@ class Checker:
     def _not_asked(jobs: list[CheckJob], why: str, refused: int = 0) -> list[CheckResult]:
         return [CheckResult(j, TxState.UNKNOWN, why, refused, asked=False) for j in jobs]
 
-    def _report(self, group: str, problem: str, message: str, *args: object) -> None:
-        """Log a check that could not be made at ERROR, once per group and problem (or URL)."""
+    def _report(
+        self, group: str, problem: str, message: str, *args: object, level: int = logging.ERROR
+    ) -> None:
+        """Log a check that could not be made, once per group and problem (or URL)."""
         with self._lock:
             if (group, problem) in self._reported:
                 return
             self._reported.add((group, problem))
-        logger.error(message, *args)
+        logger.log(level, message, *args)
 
-    def _ask(self, url: str, jobs: list[CheckJob], secret: bytes) -> tuple[dict[str, TxState], str]:
+    def _ask(self, url: str, jobs: list[CheckJob], secret: bytes) -> tuple[dict[str, TxState], str, bool]:
+        """The states ``url`` answered, a detail, and whether any request reached it.
+
+        A request that could not connect (``httpx.ConnectError``: refused, unreachable, a failed
+        TLS handshake) was never seen by a producer, so it is not an answer.
+        """
         if len(jobs) == 1 or url in self._single_only:
             return self._ask_one_by_one(url, jobs, secret)
         batch = CheckBatch(jobs[0].request.group, tuple(j.request for j in jobs))
         try:
             response = self._post(url, batch.encode(), secret)
         except httpx.HTTPError as exc:
-            return dict.fromkeys((j.request.tx_id for j in jobs), TxState.UNKNOWN), type(exc).__name__
+            states = dict.fromkeys((j.request.tx_id for j in jobs), TxState.UNKNOWN)
+            return states, type(exc).__name__, not isinstance(exc, httpx.ConnectError)
         if response.status_code == 400:
             # A producer that predates batches reads the batch as a malformed single check.
             logger.info("check URL %s refused a batch (HTTP 400): asking it one transaction at a time", url)
@@ -231,22 +255,25 @@ class Checker:
             response.status_code, response.content, (j.request.tx_id for j in jobs)
         )
         decided = sum(s is not TxState.UNKNOWN for s in states.values())
-        return states, f"HTTP {response.status_code}, {decided} of {len(jobs)} decided"
+        return states, f"HTTP {response.status_code}, {decided} of {len(jobs)} decided", True
 
     def _ask_one_by_one(
         self, url: str, jobs: list[CheckJob], secret: bytes
-    ) -> tuple[dict[str, TxState], str]:
+    ) -> tuple[dict[str, TxState], str, bool]:
         states: dict[str, TxState] = {}
         detail = ""
+        reached = False
         for job in jobs:
             try:
                 response = self._post(url, job.request.encode(), secret)
             except httpx.HTTPError as exc:
                 states[job.request.tx_id], detail = TxState.UNKNOWN, type(exc).__name__
+                reached |= not isinstance(exc, httpx.ConnectError)
                 continue
+            reached = True
             state = decode_check_answer(response.status_code, response.content)
             states[job.request.tx_id], detail = state, f"HTTP {response.status_code} -> {state.value}"
-        return states, detail
+        return states, detail, reached
 
     def _post(self, url: str, body: bytes, secret: bytes) -> httpx.Response:
         assert self._client is not None, "Checker.start() first"

@@ -54,7 +54,10 @@ BOOTSTRAP_RESOLVER = "txbridge.resolve_bootstrap"
     "--max-unasked",
     "max_unasked_s",
     type=float,
-    help="Seconds a transaction waits while no check can be sent (no live instance, no secret, URL refused).",
+    help=(
+        "Seconds a transaction waits while no check reaches a producer "
+        "(no live instance, no secret, URLs refused)."
+    ),
 )
 @click.option("--check-timeout", "check_timeout_s", type=float, help="HTTP timeout of a back-check.")
 @click.option(

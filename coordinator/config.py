@@ -76,8 +76,9 @@ class CoordinatorConfig:
         check_backoff_s: wait after the first UNKNOWN check; doubles per check ...
         check_backoff_max_s: ... up to this cap.
         max_unasked_s: how long a transaction waits while no back-check can be sent at all
-            (no live instance of its group, no secret, its URLs refused) before it expires;
-            such attempts are not answers and do not count toward ``max_checks``.
+            (no live instance of its group, no secret, its URLs refused by
+            ``allowed_check_hosts`` or refusing the connection) before it expires; such
+            attempts are not answers and do not count toward ``max_checks``.
         check_timeout_s: HTTP timeout of one back-check.
         check_concurrency_per_group: back-check requests in flight per producer group.
         check_batch_size: transactions asked about in one back-check request (1: one per request).

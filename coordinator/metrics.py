@@ -71,7 +71,8 @@ class Stat(StrEnum):
     CHECKS_REFUSED = "checks_refused", "check URLs refused by allowed_check_hosts"
     CHECKS_NOT_ASKED = (
         "checks_not_asked",
-        "back-checks that could not be sent (no live instance, no secret, every URL refused): "
+        "back-checks that reached no producer (no live instance, no secret, every URL refused "
+        "by allowed_check_hosts or refusing the connection): "
         "not counted toward max_checks",
     )
     CHECKS_EXPEDITED = (

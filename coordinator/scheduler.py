@@ -37,7 +37,8 @@ class CheckPolicy:
         backoff_s: wait after the first UNKNOWN; doubles after each further one ...
         backoff_max_s: ... up to this cap.
         max_unasked_s: how long a transaction waits while no check can be sent at all (no
-            live instance of its group, no secret, its URLs refused) before it expires.
+            live instance of its group, no secret, its URLs refused by the allow-list or
+            refusing the connection) before it expires.
             Those attempts are not answers and do not count toward ``max_checks``.
     """
 

@@ -407,7 +407,7 @@ def test_the_writer_leaves_while_its_check_is_in_flight_and_another_live_instanc
 # ------------------------------------------------------------------ 9. checks that cannot be asked
 
 #: How a transaction cannot be asked about: the coordinator's settings, and what heartbeat registers.
-_UNASKABLE = ["host-not-allowed", "no-secret", "no-live-instance"]
+_UNASKABLE = ["host-not-allowed", "no-secret", "no-live-instance", "connection-refused"]
 
 
 def _unaskable_config(cause: str) -> dict[str, Any]:
@@ -426,14 +426,18 @@ def test_a_check_that_cannot_be_asked_never_expires_the_transaction_and_is_decid
     caplog: pytest.LogCaptureFixture,
     cause: str,
 ) -> None:
-    """A refused host, a group without a secret, a group without a live instance: configuration
-    problems, not answers. They do not count toward max_checks, are logged at ERROR once per
-    group and URL, counted (``checks_not_asked``) and shown by ``txbridge admin pending``."""
+    """A refused host, a group without a secret, a group without a live instance, a live instance
+    whose URL refuses the connection: no request reached a producer, so none is an answer. They
+    do not count toward max_checks, are logged once per group and URL (at ERROR; a refused
+    connection, which a restarting group shows for a moment, at WARNING), counted
+    (``checks_not_asked``) and shown by ``txbridge admin pending``."""
     topic = topic_factory()
     check_server.script = lambda _req: COMMIT
-    if cause != "no-live-instance":
+    if cause == "connection-refused":
+        env.producer.heartbeat(f"http://127.0.0.1:{free_port()}/txbridge/check")  # nothing listens there
+    elif cause != "no-live-instance":
         env.producer.heartbeat(check_server.url)
-    caplog.set_level(logging.ERROR)
+    caplog.set_level(logging.WARNING)
     policy: dict[str, Any] = {
         "max_checks": 2,
         "check_delay_s": 0.3,
@@ -452,8 +456,13 @@ def test_a_check_that_cannot_be_asked_never_expires_the_transaction_and_is_decid
     assert first.service.stats["checks_not_asked"] > 0
     assert _pending(env) == len(tx_ids)
     assert check_server.calls == []
-    errors = [r for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith("coordinator")]
-    assert len(errors) == 1, [r.getMessage() for r in errors]  # once per group and URL, not per check
+    ours = [r for r in caplog.records if r.name.startswith("coordinator")]
+    errors = [r.getMessage() for r in ours if r.levelno >= logging.ERROR]
+    if cause == "connection-refused":
+        warned = [r.getMessage() for r in ours if "refused the connection" in r.getMessage()]
+        assert (len(warned), errors) == (1, []), (warned, errors)  # once per group and URL, not per check
+    else:
+        assert len(errors) == 1, errors  # once per group and URL, not per check
     assert SECRET not in caplog.text
     listed = CliRunner().invoke(
         main,
@@ -473,8 +482,8 @@ def test_a_check_that_cannot_be_asked_never_expires_the_transaction_and_is_decid
     assert len(lines) == len(tx_ids), listed.output
     assert all("not asked" in line for line in lines), listed.output
 
-    if cause == "no-live-instance":
-        env.producer.heartbeat(check_server.url)
+    if cause in ("no-live-instance", "connection-refused"):
+        env.producer.heartbeat(check_server.url)  # the group's instance is up (again)
     else:  # the operator fixes the setting and restarts the coordinator
         first.stop()
         env.start(**policy)

@@ -74,6 +74,28 @@ def test_next_target_is_tried_when_the_first_fails() -> None:
     assert (result.state, result.detail) == (TxState.ROLLBACK, "http://localhost:2/c")
 
 
+@pytest.mark.parametrize("count", [1, 3], ids=["single", "batch"])
+def test_a_check_that_reached_no_producer_is_not_an_answer(count: int) -> None:
+    # A refused connection (a killed instance still inside its liveness, say) or an allow-list
+    # refusal: nothing was asked, so nothing may use up max_checks.
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    results = make(handler).check_batch(jobs(count, "http://127.0.0.1:1/c", "http://10.0.0.8/c"))
+    assert [(r.state, r.asked, r.refused) for r in results] == [(TxState.UNKNOWN, False, 1)] * count
+
+
+@pytest.mark.parametrize("count", [1, 3], ids=["single", "batch"])
+def test_a_check_that_reached_a_producer_and_failed_there_is_an_unknown_answer(count: int) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.port == 1:
+            raise httpx.ConnectError("refused", request=request)
+        raise httpx.ReadTimeout("no answer in time", request=request)  # it got the request
+
+    results = make(handler).check_batch(jobs(count, "http://127.0.0.1:1/c", "http://localhost:2/c"))
+    assert [(r.state, r.asked) for r in results] == [(TxState.UNKNOWN, True)] * count
+
+
 def test_hosts_outside_the_allow_list_are_refused_without_a_request() -> None:
     calls: list[httpx.Request] = []
 
