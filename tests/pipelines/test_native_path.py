@@ -30,7 +30,7 @@ class _FailsOnce:
 
     def __init__(self, real: _kafka.Producer, refusing_topic: str, before: str) -> None:
         self._real = real
-        self._refusing_topic = refusing_topic
+        self.refusing_topic = refusing_topic
         self._before = before
         self.failed = False
 
@@ -47,8 +47,16 @@ class _FailsOnce:
         return failing_first
 
     def _fail_transaction(self) -> None:
-        self._real.produce(self._refusing_topic, value=b"x" * 4096)
+        self._real.produce(self.refusing_topic, value=b"x" * 4096)
         self._real.flush(30)
+
+
+def _fail_once_before(path: NativePath, topic_factory: Callable[..., str], before: str) -> _FailsOnce:
+    """Give ``path`` a producer whose transaction fails just before its first ``before`` call."""
+    refusing = topic_factory(partitions=1, config={"max.message.bytes": "1024"})
+    producer = _FailsOnce(path._opened(), refusing, before)
+    path._producer = producer  # type: ignore[assignment]
+    return producer
 
 
 def _orders(count: int) -> list[PlannedOrder]:
@@ -79,9 +87,7 @@ def test_a_transaction_that_fails_before_its_record_goes_in_is_begun_again_and_p
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     path, topic = native
-    refusing = topic_factory(partitions=1, config={"max.message.bytes": "1024"})
-    producer = _FailsOnce(path._opened(), refusing, "produce")
-    path._producer = producer  # type: ignore[assignment]
+    producer = _fail_once_before(path, topic_factory, "produce")
     orders = _orders(3)
 
     with caplog.at_level(logging.WARNING, logger="spark_pipelines.paths.native"):
@@ -92,7 +98,7 @@ def test_a_transaction_that_fails_before_its_record_goes_in_is_begun_again_and_p
     assert outcomes == ["committed"] * 3
     seen = read_topic(kafka_bootstrap, topic)
     assert [schema.decode(s.value or b"").order_id for s in seen] == [o.order_id for o in orders]
-    assert read_topic(kafka_bootstrap, refusing) == []
+    assert read_topic(kafka_bootstrap, producer.refusing_topic) == []
     assert {o.order_id for o in path.store.committed()} == {o.order_id for o in orders}
     assert "aborting the transaction and beginning it again" in caplog.text
 
@@ -104,9 +110,7 @@ def test_a_commit_that_must_abort_after_the_db_commit_leaves_that_order_unpublis
 ) -> None:
     # native's gap, which the report counts as lost: the order is in the DB, not in Kafka.
     path, topic = native
-    refusing = topic_factory(partitions=1, config={"max.message.bytes": "1024"})
-    producer = _FailsOnce(path._opened(), refusing, "commit_transaction")
-    path._producer = producer  # type: ignore[assignment]
+    _fail_once_before(path, topic_factory, "commit_transaction")
     orders = _orders(3)
 
     outcomes = [path.handle(order, _never) for order in orders]
