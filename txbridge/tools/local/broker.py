@@ -15,6 +15,7 @@ import base64
 import json
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,11 +33,83 @@ DEFAULT_PORT = 9092
 DEFAULT_CONTROLLER_PORT = 9093
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port the OS says is free now."""
+#: Where Linux takes the local ports of outgoing connections when it cannot read its setting.
+_LINUX_EPHEMERAL = (32768, 60999)
+#: The lowest port :func:`free_port` hands out: below it live the well-known defaults
+#: (Kafka's 9092, RocketMQ's 9876, 8080, ...).
+_LOWEST = 10_000
+#: Ports this process has handed out, so two servers it starts never get the same one.
+_handed_out: set[int] = set()
+_REMEMBERED = 5_000  # of the 22,768 ports below Linux's default ephemeral range
+_random = random.SystemRandom()  # a seeded demo (random.seed) must not pick the same ports twice
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return _LINUX_EPHEMERAL
+
+
+def _listen_range() -> range:
+    """The ports no outgoing connection is given: those below the kernel's ephemeral range."""
+    low, high = _ephemeral_range()
+    if low - _LOWEST >= 1_000:
+        return range(_LOWEST, low)
+    return range(high + 1, 65_536) if high < 64_000 else range(0)
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could listen on ``port`` now.
+
+    A bind test, unlike :func:`port_in_use`: it also sees a port that an outgoing
+    connection holds as its local port, which nothing listens on.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the JVM's servers bind
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1", *, neighbours: tuple[int, ...] = ()) -> int:
+    """A TCP port that is free now and that no outgoing connection will take before a server binds it.
+
+    A port the OS picks with ``bind(0)`` comes from the ephemeral range, where the kernel
+    also takes the local ports of outgoing connections (Linux gives ``bind(0)`` odd ports
+    and ``connect()`` even ones, so ``port + 1`` is the likeliest to go): between the pick
+    and the server's bind, seconds of JVM start-up later, any client on the machine could
+    take it. So the port comes from below that range, where only a listening server can
+    take it, and is not one this process has handed out already.
+
+    Args:
+        host: the address the server will bind.
+        neighbours: offsets of ports the server also binds, which must be free too
+            (RocketMQ's broker takes ``port - 2`` and ``port + 1``).
+
+    Raises:
+        BrokerError: no such port found in 200 tries.
+    """
+    ports = _listen_range()
+    if not ports:  # the ephemeral range covers everything: let the OS choose
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return int(sock.getsockname()[1])
+    if len(_handed_out) > _REMEMBERED:  # a long-lived process: start afresh
+        _handed_out.clear()
+    for _ in range(200):
+        port = _random.choice(ports)
+        wanted = [port + offset for offset in (0, *neighbours)]
+        if all(p in ports and p not in _handed_out and port_free(host, p) for p in wanted):
+            _handed_out.update(wanted)
+            return port
+    raise BrokerError(
+        f"found no free port on {host} between {ports.start} and {ports.stop - 1} "
+        f"(with the ports at offsets {list(neighbours)} free too)"
+    )
 
 
 def port_in_use(host: str, port: int) -> bool:

@@ -236,20 +236,17 @@ class LocalCluster:
                     f"start it with {len(state['ports'])} nodes, or delete {self.home} to begin afresh"
                 )
             return state
-        taken: set[int] = set()
-
-        def pick() -> int:
-            port = free_port(self.host)
-            while port in taken:
-                port = free_port(self.host)
-            taken.add(port)
-            return port
 
         state = {
             "cluster_id": _cluster_id(),
             "host": self.host,
             "ports": {
-                str(i): {"client": pick(), "internal": pick(), "controller": pick()} for i in self.node_ids
+                str(i): {
+                    "client": free_port(self.host),
+                    "internal": free_port(self.host),
+                    "controller": free_port(self.host),
+                }
+                for i in self.node_ids
             },
         }
         self.home.mkdir(parents=True, exist_ok=True)

@@ -69,11 +69,7 @@ def _rss(pid: int) -> int | None:
 
 def free_broker_port(host: str = "127.0.0.1") -> int:
     """A port ``p`` with ``p - 2`` and ``p + 1`` free too (the broker's fast and HA ports)."""
-    for _ in range(50):
-        port = free_port(host)
-        if port > 1026 and not any(port_in_use(host, p) for p in (port - 2, port + 1)):
-            return port
-    raise BrokerError(f"found no free port p on {host} with p-2 and p+1 free for the RocketMQ broker")
+    return free_port(host, neighbours=(-2, 1))
 
 
 @dataclass(frozen=True)
