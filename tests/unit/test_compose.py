@@ -32,6 +32,7 @@ from coordinator.config import _ENV_SIMPLE, ENV_PREFIX, CoordinatorConfig, read_
 from tests.unit.installs import absent_modules, run_without
 from txbridge.client_config import ClientConfig
 from txbridge.tools.cli.main import main
+from txbridge.tools.local.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
@@ -303,12 +304,6 @@ def _wait_for_kafka(bootstrap: str, wait_s: int) -> subprocess.CompletedProcess[
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def _late_listener(port: int, target: str, after_s: float) -> Iterator[None]:
     """Listen on ``port`` only after ``after_s``, forwarding each connection to ``target``."""
@@ -349,7 +344,7 @@ def _late_listener(port: int, target: str, after_s: float) -> Iterator[None]:
 
 @pytest.mark.integration
 def test_wait_for_kafka_runs_the_command_once_kafka_answers(kafka_bootstrap: str) -> None:
-    port = _free_port()
+    port = free_port()
     started = time.monotonic()
     with _late_listener(port, kafka_bootstrap, after_s=4):
         result = _wait_for_kafka(f"127.0.0.1:{port}", wait_s=60)
@@ -361,7 +356,7 @@ def test_wait_for_kafka_runs_the_command_once_kafka_answers(kafka_bootstrap: str
 
 @pytest.mark.integration
 def test_wait_for_kafka_gives_up_after_its_limit_with_the_last_answer() -> None:
-    port = _free_port()
+    port = free_port()
 
     result = _wait_for_kafka(f"127.0.0.1:{port}", wait_s=3)
 
