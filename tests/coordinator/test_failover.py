@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -60,6 +62,71 @@ def test_a_dead_owners_open_transaction_is_fenced_at_takeover(
         b"from the dead owner",
         b"after the takeover",
     ]
+
+
+def test_an_owner_still_in_the_group_is_waited_for_not_fenced(
+    env: Env, topic_factory: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Offsets held unstable by a previous owner that is still a member of the group (a live
+    coordinator whose commit is slow on a loaded machine) are waited for, however short the
+    wait before the owner is looked up: fencing would kill a live coordinator."""
+    caplog.set_level(logging.INFO, logger="coordinator.service")
+    topic = topic_factory()
+    group = f"coord-{env.namespace}"
+    owner_id = f"{group}-slow"
+    owner = _kafka.producer(env.bootstrap, transactional_id=owner_id, transaction_timeout_ms=120_000)
+    owner.init_transactions(30)
+    member = _kafka.consumer(
+        env.bootstrap,
+        group,
+        group_instance_id="slow",  # how the coordinators name their members
+        group_protocol="classic",
+        partition_assignment_strategy="range",
+        session_timeout_ms=6_000,
+    )
+    assigned = threading.Event()
+    member.subscribe([env.topics.half, env.topics.op], on_assign=lambda *_: assigned.set())
+    stop = threading.Event()
+
+    def stay_in_the_group() -> None:  # the one thread that calls the member (calls block each other)
+        while not stop.is_set():
+            member.poll(0.1)
+
+    polling = threading.Thread(target=stay_in_the_group, name="slow-owner", daemon=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not assigned.is_set() and time.monotonic() < deadline:
+            member.poll(0.1)
+        assert assigned.is_set(), "the slow owner joined no group"
+        offsets = [
+            TopicPartition(t, p, 0, OWNER_PREFIX + owner_id)
+            for t in (env.topics.half, env.topics.op)
+            for p in range(PARTITIONS)
+        ]
+        owner.begin_transaction()  # a commit of every partition's offsets, as a coordinator's
+        owner.send_offsets_to_transaction(offsets, member.consumer_group_metadata(), 30)
+        owner.commit_transaction(30)
+        owner.begin_transaction()  # and the next, still open when the partitions move
+        owner.send_offsets_to_transaction(offsets, member.consumer_group_metadata(), 30)
+        polling.start()
+
+        handle = env.start(wait=False)
+        assert eventually(lambda: "is still a group member: not fenced" in caplog.text, timeout=60)
+        assert handle.service.stats["owners_fenced"] == 0
+        assert not handle.service.running.is_set(), "served from offsets its owner had not committed"
+
+        owner.commit_transaction(30)
+        assert handle.service.running.wait(60), "the owner's commit did not let the coordinator start"
+        # Not fenced: the owner goes on with its next transaction.
+        owner.begin_transaction()
+        owner.produce(topic, key=b"k", value=b"the owner's next")
+        owner.commit_transaction(30)
+        assert [r.value for r in read_topic(env.bootstrap, topic)] == [b"the owner's next"]
+    finally:
+        stop.set()
+        if polling.is_alive():
+            polling.join(5)
+        member.close()
 
 
 def test_a_restarted_coordinator_keeps_its_partitions_without_waiting_for_its_session(
