@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 
 #: The line the coordinator logs once partitions are assigned to it.
 READY_MARK = "assigned partitions"
+#: A supervisor's wait before it starts an exited coordinator again: Docker's first restart
+#: delay (compose/ runs it with ``restart: unless-stopped``; the delay doubles from 100 ms).
+RESTART_DELAY_S = 0.1
 
 
 class CoordinatorProcessError(TxBridgeError):
@@ -50,9 +53,10 @@ class CoordinatorProcess:
             default: one of its own (several children on one host must not share one).
         supervise: restart a child that exits on its own, as a deployment's supervisor does
             (``restart: unless-stopped`` in compose/; the coordinator exits 75 when a Kafka call
-            outlives its watchdog and expects to be started again): after 1 s, doubling up to
-            30 s while it keeps exiting. What :meth:`kill`, :meth:`crash_and_restart` and
-            :meth:`stop` end is not restarted. Each such exit is in :attr:`exits`.
+            outlives its watchdog and expects to be started again): after
+            :data:`RESTART_DELAY_S`, doubling up to 30 s while it keeps exiting. What
+            :meth:`kill`, :meth:`crash_and_restart` and :meth:`stop` end is not restarted.
+            Each such exit is in :attr:`exits`.
     """
 
     def __init__(
@@ -117,7 +121,7 @@ class CoordinatorProcess:
 
     def _restart_exited(self) -> None:
         """Start the child again whenever it exits on its own, until :meth:`stop`."""
-        backoff = 1.0
+        backoff = RESTART_DELAY_S
         while True:
             time.sleep(0.2)
             with self._lock:
@@ -130,9 +134,9 @@ class CoordinatorProcess:
                 self.exits.append((time.time(), proc.returncode, tail))
                 self._ended_by_us = True  # on record: the next pass waits for the restart below
                 if time.monotonic() - self._started_at > 60:  # it ran a while: not a crash loop
-                    backoff = 1.0
+                    backoff = RESTART_DELAY_S
             logger.warning(
-                "coordinator pid %d exited on its own (code %s); starting it again in %.0fs:\n%s",
+                "coordinator pid %d exited on its own (code %s); starting it again in %.1fs:\n%s",
                 proc.pid,
                 proc.returncode,
                 backoff,
@@ -212,7 +216,7 @@ class CoordinatorProcess:
             self.kills += 1
             logger.info("coordinator child pid %d killed", self._proc.pid)
 
-    def crash_and_restart(self, downtime: float = 1.0, *, ready_timeout: float = 60.0) -> None:
+    def crash_and_restart(self, downtime: float = RESTART_DELAY_S, *, ready_timeout: float = 60.0) -> None:
         """SIGKILL the child, wait ``downtime`` seconds, start a fresh one and wait until it is ready.
 
         Does nothing once :meth:`stop` has been called (a restart racing the end of a run).
