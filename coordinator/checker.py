@@ -16,8 +16,7 @@ import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING
 
 from coordinator.config import CoordinatorConfig
 from txbridge.wire import (
@@ -29,6 +28,9 @@ from txbridge.wire import (
     decode_check_batch_answer,
     sign,
 )
+
+if TYPE_CHECKING:
+    import httpx  # imported at the first check: it and what it pulls in (rich, click) cost a restart ~0.15 s
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +69,8 @@ class Checker:
     def __init__(self, config: CoordinatorConfig, transport: httpx.BaseTransport | None = None) -> None:
         self._config = config
         self._transport = transport
-        self._client: httpx.Client | None = None
+        self._client: httpx.Client | None = None  # made at the first request (_post)
+        self._started = False
         self._pool: ThreadPoolExecutor | None = None
         self._results: queue.SimpleQueue[CheckResult] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -78,9 +81,7 @@ class Checker:
 
     def start(self) -> None:
         workers = max(4, min(64, self._config.check_concurrency_per_group * 4))
-        self._client = httpx.Client(
-            timeout=self._config.check_timeout_s, transport=self._transport, follow_redirects=False
-        )
+        self._started = True
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="txbridge-check")
 
     def free_slots(self, group: str) -> int:
@@ -237,6 +238,8 @@ class Checker:
         A request that could not connect (``httpx.ConnectError``: refused, unreachable, a failed
         TLS handshake) was never seen by a producer, so it is not an answer.
         """
+        import httpx
+
         if len(jobs) == 1 or url in self._single_only:
             return self._ask_one_by_one(url, jobs, secret)
         batch = CheckBatch(jobs[0].request.group, tuple(j.request for j in jobs))
@@ -260,6 +263,8 @@ class Checker:
     def _ask_one_by_one(
         self, url: str, jobs: list[CheckJob], secret: bytes
     ) -> tuple[dict[str, TxState], str, bool]:
+        import httpx
+
         states: dict[str, TxState] = {}
         detail = ""
         reached = False
@@ -276,14 +281,24 @@ class Checker:
         return states, detail, reached
 
     def _post(self, url: str, body: bytes, secret: bytes) -> httpx.Response:
-        assert self._client is not None, "Checker.start() first"
+        assert self._started, "Checker.start() first"
+        with self._lock:
+            if self._client is None:
+                import httpx
+
+                self._client = httpx.Client(
+                    timeout=self._config.check_timeout_s, transport=self._transport, follow_redirects=False
+                )
+            client = self._client
         headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(secret, body)}
-        return self._client.post(url, content=body, headers=headers)
+        return client.post(url, content=body, headers=headers)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._lock:
+            client, self._client = self._client, None
+            self._started = False
+        if client is not None:
+            client.close()

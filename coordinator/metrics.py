@@ -12,10 +12,12 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
 from enum import StrEnum
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+if TYPE_CHECKING:
+    # Imported where used: a coordinator without a metrics port never needs them, and they
+    # cost every restart ~30 ms of start-up (more on a busy host).
+    from prometheus_client import CollectorRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +121,8 @@ class _Collector:
         self._stats, self._gauges = stats, gauges
 
     def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         for stat in Stat:
             family = CounterMetricFamily(f"txbridge_coordinator_{stat}", stat.description)
             family.add_metric([], float(self._stats.get(stat, 0)))
@@ -131,6 +135,8 @@ class _Collector:
 
 def make_registry(stats: Stats, gauges: Callable[[], dict[str, float]]) -> CollectorRegistry:
     """A private registry (several coordinators may run in one process, e.g. in tests)."""
+    from prometheus_client import CollectorRegistry
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(stats, gauges))
     return registry
@@ -138,6 +144,8 @@ def make_registry(stats: Stats, gauges: Callable[[], dict[str, float]]) -> Colle
 
 def serve(registry: CollectorRegistry, port: int) -> Any:
     """Serve ``/metrics`` on ``port``; returns the server (``shutdown()`` it on exit)."""
+    from prometheus_client import start_http_server
+
     server, _thread = start_http_server(port, registry=registry)
     logger.info("metrics on http://0.0.0.0:%d/metrics", port)
     return server

@@ -19,9 +19,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from confluent_kafka import KafkaError, TopicPartition
 
 from coordinator import changelog, metrics, scheduler
@@ -51,6 +50,9 @@ from txbridge.wire import (
     decode_op,
     decode_young,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
