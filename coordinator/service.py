@@ -66,15 +66,38 @@ _REGISTRY_WAIT_S = 10.0  # checks wait at most this long after start for the reg
 #: orders/s the poll waited for the tick, a ready message for its commit 8-12 ms on average
 #: (0.2-0.5 ms now; txbridge/tools/bench/latency_breakdown.py).
 _EAGER = 0.25
-#: The half/op consumer's fetches: the broker answers after 5 ms or 64 KiB, not at the first
-#: record. Measured at 3,500 msgs/s on 2 cores: 445 fetches/s instead of 1,320, the broker's
-#: CPU per message 20% lower, and p50 / p99 commit-to-visible 20-22 / 73-105 ms instead of
-#: 23-27 / 105-279 ms (the same run, settings flipped with --kafka-config).
-#: At 20 orders/s this wait is the largest part of op append -> the loop has the op: 3.6-4.5 ms
-#: p50 with 5, 1.8-2.8 with 2, which sends 1.8x the fetches under load and 2x when idle
-#: (txbridge/tools/bench/latency_breakdown.py --variant fetch_wait2, --saturate): kept at 5.
+#: The half/op consumer's fetches follow the load. The broker answers a fetch at the first
+#: record (``fetch.min.bytes`` 1), or after FETCH_WAIT_MS when there is none, so an idle
+#: coordinator fetches ~200 times a second; and while the loop has not yet taken what the last
+#: fetch brought (QUEUED_MIN_MESSAGES or more records waiting), librdkafka fetches again only
+#: after FETCH_QUEUE_BACKOFF_MS. At light load each record is fetched on arrival; under load
+#: fetches come every 5 ms with whatever accumulated, as with the 5 ms / 64 KiB fetches this
+#: replaces (issue 16), which made every op record at light load wait out the rest of the 5 ms.
+#: Side by side on 2 cores:
+#: - 20 orders/s (txbridge/tools/bench/latency_breakdown.py, 2 runs each): op append -> the loop
+#:   has the op, p50 3.5-3.6 ms -> 1.0 ms; txbridge / native p50 from the local commit 3.9-4.1x
+#:   -> 2.2x (``fetch.min.bytes`` 1 alone: the same);
+#: - ``bench --quick --only e2e --only latency``, 3 pairs alternated, the old settings given with
+#:   -X: saturated 4,009-4,664 -> 4,276-5,690 msgs/s (within the noise); p50 commit-to-visible
+#:   at half that rate 31.1-35.0 -> 23.1-28.1 ms. ``fetch.min.bytes`` 1 alone cost 10-30% of the
+#:   throughput (3,538-4,631 msgs/s beside 4,790-5,434; broker CPU 164-277 µs a message beside
+#:   153-170).
+#: ``extra_config`` overrides all three.
 FETCH_WAIT_MS = 5
-FETCH_MIN_BYTES = 64 * 1024
+FETCH_MIN_BYTES = 1
+QUEUED_MIN_MESSAGES = 2
+FETCH_QUEUE_BACKOFF_MS = 5
+
+
+def fetch_settings() -> dict[str, int]:
+    """The half/op consumer's fetch settings, as ``_kafka.consumer`` keywords (the floor's too)."""
+    return {
+        "fetch_wait_max_ms": FETCH_WAIT_MS,
+        "fetch_min_bytes": FETCH_MIN_BYTES,
+        "queued_min_messages": QUEUED_MIN_MESSAGES,
+        "fetch_queue_backoff_ms": FETCH_QUEUE_BACKOFF_MS,
+    }
+
 #: A crashed instance's partitions move after this: the least a broker allows by default
 #: (group.min.session.timeout.ms = 6000). Heartbeats at a third of it.
 SESSION_TIMEOUT_MS = 6_000
@@ -278,8 +301,7 @@ class Coordinator:
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
             client_id=cfg.instance_id,  # members are told apart by it (see _member_ids)
             **({"group_instance_id": cfg.instance_id} if cfg.static_membership else {}),
-            fetch_wait_max_ms=FETCH_WAIT_MS,
-            fetch_min_bytes=FETCH_MIN_BYTES,
+            **fetch_settings(),
         )
         self._consumer.subscribe(
             [self.topics.half, self.topics.op],

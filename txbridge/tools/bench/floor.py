@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
-from coordinator.service import FETCH_MIN_BYTES, FETCH_WAIT_MS
+from coordinator.service import fetch_settings
 from txbridge import _kafka
 from txbridge.errors import TxBridgeError
 from txbridge.tools.bench.kafka_native import NO_METER, CpuMeter, Figure, latency_figure, payload
@@ -98,8 +98,7 @@ def _republish(
         bootstrap,
         f"floor-{uuid.uuid4().hex[:8]}",
         extra,
-        fetch_wait_max_ms=FETCH_WAIT_MS,
-        fetch_min_bytes=FETCH_MIN_BYTES,
+        **fetch_settings(),
     )
     consumer.assign([TopicPartition(t, p, 0) for t in (half, op) for p in range(PARTITIONS)])
     producer = _kafka.producer(

@@ -81,11 +81,14 @@ class Knobs:
     coord_linger_ms: int | None = None  # the coordinator's transactional producer
     fetch_wait_ms: int | None = None  # coordinator.service.FETCH_WAIT_MS
     fetch_min_bytes: int | None = None  # coordinator.service.FETCH_MIN_BYTES
+    coord_extra: Mapping[str, Any] = field(default_factory=dict)  # the coordinator's extra_config
     eager: float | None = None  # coordinator.service._EAGER
     commit_interval_ms: int = 20
     watch_wait_ms: int = 10  # the watchers' fetch.wait.max.ms (the demo's: 10)
     single_producer: bool = False  # op records on the half records' producer (before URGENT_LINGER_MS)
 
+
+_LIBRDKAFKA_QUEUE = {"queued.min.messages": 100_000, "fetch.queue.backoff.ms": 1_000}  # its defaults
 
 VARIANTS: dict[str, Knobs] = {
     "base": Knobs(),
@@ -96,7 +99,10 @@ VARIANTS: dict[str, Knobs] = {
     "coord_linger0": Knobs(coord_linger_ms=0),
     "fetch_wait1": Knobs(fetch_wait_ms=1),
     "fetch_wait2": Knobs(fetch_wait_ms=2),
-    "fetch_min1": Knobs(fetch_min_bytes=1),
+    # The coordinator's fetches before they followed the load: 5 ms or 64 KiB; and the first record
+    # alone (librdkafka's queue settings at their defaults).
+    "fetch_5ms_64k": Knobs(coord_extra={**_LIBRDKAFKA_QUEUE, "fetch.min.bytes": 64 * 1024}),
+    "fetch_first_record": Knobs(coord_extra=_LIBRDKAFKA_QUEUE),
     "eager0": Knobs(eager=0.0),
     "interval50": Knobs(commit_interval_ms=50),
     "interval100": Knobs(commit_interval_ms=100),
@@ -214,7 +220,7 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
         namespace=spec.namespace,
         group_id=f"{spec.namespace}-coordinator",
         instance_id=instance,
-        extra_config={"statistics.interval.ms": 500, "stats_cb": on_stats},
+        extra_config={**knobs.coord_extra, "statistics.interval.ms": 500, "stats_cb": on_stats},
         secrets=Secrets(default=os.environ[_SECRET_ENV]),
         check_delay_s=2.0,  # the demo's --check-delay
         commit_interval_ms=knobs.commit_interval_ms,
