@@ -504,13 +504,13 @@ class Coordinator:
             return
         finally:
             reader.close()
-        owners = {
-            tp.metadata[len(OWNER_PREFIX) :]
-            for tp in committed
-            if tp.metadata and tp.metadata.startswith(OWNER_PREFIX)
-        } - {self.config.transactional_id}
+        held: dict[str, list[int]] = {}  # previous owner -> the op partitions its commit names it on
+        for tp in committed:
+            if tp.metadata and tp.metadata.startswith(OWNER_PREFIX):
+                held.setdefault(tp.metadata[len(OWNER_PREFIX) :], []).append(tp.partition)
+        held.pop(self.config.transactional_id, None)
         members = self._member_ids()
-        for owner in sorted(owners):
+        for owner, owned in sorted(held.items()):
             if owner.removeprefix(f"{self.config.group_id}-") in members:
                 # Still in the group (a slow commit, a loaded machine): fencing would kill a live
                 # coordinator; its transaction ends by itself (commit, or transaction_timeout_ms).
@@ -532,7 +532,7 @@ class Coordinator:
             logger.warning(
                 "fenced %s, the previous owner of partitions %s, in %.2fs: its open transaction is aborted",
                 owner,
-                sorted(tp.partition for tp in ops),
+                sorted(owned),
                 time.monotonic() - started,
             )
 
