@@ -17,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
+from coordinator.service import OWNER_PREFIX
 from txbridge import _kafka
 from txbridge.aio import AsyncTransactionProducer
 from txbridge.barrier import SqliteBarrier
@@ -26,7 +27,7 @@ from txbridge.tools.local.broker import free_port
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import init_topics
 from txbridge.transaction import LocalTransaction, Message
-from txbridge.wire import H_TX, TxState, half_partition, header_dict
+from txbridge.wire import DEFAULT_COORDINATOR_GROUP, H_TX, Topics, TxState, half_partition, header_dict
 
 PARTITIONS = 12
 
@@ -441,7 +442,9 @@ def memory(env: Env, *, size: int, pending: int, cache_bytes: int) -> Figure:
     return Figure("coordinator memory", pending, 0.0, values, {"size": size, "pending": pending})
 
 
-def failover(env: Env, *, size: int, rate: float = 100.0, after_s: float = 12.0) -> Figure:
+def failover(
+    env: Env, *, size: int, rate: float = 100.0, after_s: float = 12.0, inside_transaction: bool = False
+) -> Figure:
     """Two coordinators; SIGKILL the first under a steady load on every partition.
 
     Figures: kill -> the first message of the dead one's partitions republished by the survivor
@@ -449,6 +452,12 @@ def failover(env: Env, *, size: int, rate: float = 100.0, after_s: float = 12.0)
     the real topic, of the transactions on the survivor's own partitions committed after the
     kill (what a dead coordinator's open Kafka transaction and the rebalance cost consumers
     of partitions that never moved).
+
+    A kill lands inside one of the first coordinator's Kafka transactions only by chance (a
+    few ms of each commit). ``inside_transaction`` makes it the case: right after the kill, a
+    transaction is opened again under the dead coordinator's transactional id, holding its
+    partitions' offsets and records on the real topic, as a coordinator killed between its
+    offsets and its commit leaves them (:func:`_leave_a_transaction_open`).
     """
     ns = env.namespace("failover")
     topic = env.topic("failover")
@@ -464,13 +473,22 @@ def failover(env: Env, *, size: int, rate: float = 100.0, after_s: float = 12.0)
         if not moved or len(moved) == len(keys):
             raise BenchError(f"could not tell which partitions the first coordinator owned: {owned}")
         watcher = Watcher(env.bootstrap, topic, env.extra).start()
+        left_open: list[Any] = []
+
+        def kill() -> None:
+            first.kill()
+            if inside_transaction:
+                left_open.append(_leave_a_transaction_open(env, ns, topic, owned, sorted(moved)))
+
         try:
             committed, killed = _steady_load(
-                env, ns, topic, keys, size=size, rate=rate, after_s=after_s, kill=first.kill
+                env, ns, topic, keys, size=size, rate=rate, after_s=after_s, kill=kill
             )
             watcher.wait(len(committed), 60)
         finally:
             watcher.close()
+            for producer in left_open:
+                producer.flush(0)  # its transaction was aborted by the survivor's fence
     finally:
         first.kill()
         second.stop()
@@ -491,7 +509,52 @@ def failover(env: Env, *, size: int, rate: float = 100.0, after_s: float = 12.0)
         "survivor_partitions_max_visible_s": max(kept, default=0.0),
         "unseen": float(len(committed) - len(watcher.seen)),
     }
-    return Figure("failover", len(committed), values["seconds_to_first_republish"], values, {"rate": rate})
+    name = "failover inside a transaction" if inside_transaction else "failover"
+    return Figure(name, len(committed), values["seconds_to_first_republish"], values, {"rate": rate})
+
+
+def failovers(env: Env, *, size: int) -> list[Figure]:
+    """The ``failover`` step: a kill at a random moment, then one inside a transaction."""
+    return [failover(env, size=size), failover(env, size=size, inside_transaction=True)]
+
+
+def restarts(env: Env, *, size: int) -> list[Figure]:
+    """The ``restart`` step (a list, as :func:`failovers`)."""
+    return [restart(env, size=size)]
+
+
+def _leave_a_transaction_open(env: Env, ns: str, topic: str, owned: set[int], keys: list[bytes]) -> Any:
+    """Open a Kafka transaction under a just-killed coordinator's transactional id and leave it
+    open: the offsets of its half and op partitions ``owned`` (as they are committed) and one
+    record per key of ``keys`` on the real ``topic``. Until the next owner fences that id,
+    its offsets stay unstable and read_committed consumers of the real topic's partitions
+    that hold a record see nothing past it. The id is the one the next owner reads: the op
+    offsets' metadata (``coordinator.service.OWNER_PREFIX``). Returns the producer (keep it:
+    the transaction stays open only while nothing aborts it)."""
+    topics = Topics(ns)
+    group = DEFAULT_COORDINATOR_GROUP
+    reader = _kafka.consumer(env.bootstrap, group, env.extra, isolation_level="read_uncommitted")
+    try:
+        wanted = [TopicPartition(t, p) for t in (topics.half, topics.op) for p in sorted(owned)]
+        offsets = [tp for tp in reader.committed(wanted, timeout=10) if tp.offset >= 0]
+        members = reader.consumer_group_metadata()  # never joined: generation -1, as a dead member's
+        owners = {
+            tp.metadata[len(OWNER_PREFIX) :]
+            for tp in offsets
+            if tp.topic == topics.op and tp.metadata and tp.metadata.startswith(OWNER_PREFIX)
+        }
+        if len(owners) != 1:
+            raise BenchError(f"the killed coordinator's partitions {sorted(owned)} name owners {owners}")
+        producer = _kafka.producer(env.bootstrap, env.extra, transactional_id=owners.pop())
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for key in keys:
+            producer.produce(topic, key=key, value=b"left open by the killed coordinator")
+        producer.flush(30)
+        producer.send_offsets_to_transaction(offsets, members, 30)
+    finally:
+        reader.close()
+    return producer
 
 
 def restart(env: Env, *, size: int, rate: float = 100.0, after_s: float = 8.0) -> Figure:
@@ -556,8 +619,8 @@ def _steady_load(
             started = time.monotonic()
             for i in range(int(rate * (2 + after_s))):
                 if not killed[0] and time.monotonic() - started >= 2:
+                    killed[0] = time.time()  # kill() may go on after the kill (a restart, a transaction)
                     await asyncio.to_thread(kill)
-                    killed[0] = time.time()
                 key = keys[i % len(keys)]
                 message = Message(topic, value, key=key)
                 result = await producer.send_in_transaction(message, _always(TxState.COMMIT))
