@@ -52,8 +52,8 @@ class CheckResult:
     group, no secret for it, every URL refused by ``allowed_check_hosts`` or refusing the
     connection, as a killed instance's does until its liveness runs out): a configuration
     problem or a group that is down or restarting, not an answer, so it does not use up
-    the transaction's ``max_checks``, and it is asked again after ``check_backoff_s``
-    instead of a growing backoff.
+    the transaction's ``max_checks``, and it is asked again soon (0.5 s, then as long again
+    as it has waited, up to ``check_backoff_s``) instead of a growing backoff.
     """
 
     job: CheckJob

@@ -60,6 +60,17 @@ class CheckPolicy:
         since = tx.unasked_since_ms
         return since is not None and now_ms - since >= self.max_unasked_s * 1000
 
+    def unasked_retry_ms(self, waited_ms: int) -> int:
+        """Wait before trying again to check a transaction that nobody could be asked about
+        for ``waited_ms``: as long again, at least 0.5 s, at most ``backoff_s``.
+
+        Most often its group is restarting: the killed instance's URL refuses and its
+        replacement registers within a second or two, and the transactions behind it in key
+        order wait for this retry (a flat ``backoff_s`` held them 5 s). A group that stays
+        unreachable is tried every ``backoff_s``, as before.
+        """
+        return int(min(max(waited_ms, 500), self.backoff_s * 1000))
+
     def backoff_ms(self, checks_done: int) -> int:
         """Wait after the ``checks_done``-th UNKNOWN answer (1-based): growing, capped."""
         exponent = max(checks_done - 1, 0)
@@ -94,5 +105,5 @@ def record_not_asked(policy: CheckPolicy, tx: Scheduled, now_ms: int, why: str) 
     if now_ms - tx.unasked_since_ms >= policy.max_unasked_s * 1000:
         tx.next_check_ms = now_ms
         return True
-    tx.next_check_ms = now_ms + policy.backoff_ms(1)
+    tx.next_check_ms = now_ms + policy.unasked_retry_ms(now_ms - tx.unasked_since_ms)
     return False

@@ -57,6 +57,32 @@ def test_unknown_reschedules_then_expires_after_max_checks() -> None:
     assert scan_due(POLICY, [tx], 215_000, set()).expire == [tx]
 
 
+def test_a_transaction_nobody_could_be_asked_about_is_tried_again_soon_then_less_often() -> None:
+    """A restarting group (URLs refusing, the replacement not registered yet) is back within
+    seconds: retries start at 0.5 s and grow to ``backoff_s``, and never use up ``max_checks``."""
+    tx = open_tx()
+    now, waits = 106_000, []
+    for _ in range(8):
+        assert not scheduler.record_not_asked(POLICY, tx, now, "connection refused")
+        assert tx.next_check_ms is not None
+        waits.append(tx.next_check_ms - now)
+        now = tx.next_check_ms
+    assert waits == [500, 500, 1_000, 2_000, 4_000, 5_000, 5_000, 5_000]
+    assert tx.checks == 0
+    assert tx.problem == "connection refused"
+    scheduler.record_unknown(POLICY, tx, now)  # an answer ends the unasked spell
+    assert tx.unasked_since_ms is None
+    assert tx.next_check_ms == now + 5_000
+
+
+def test_unasked_for_max_unasked_s_expires() -> None:
+    policy = CheckPolicy(max_unasked_s=3.0)
+    tx = open_tx()
+    assert not scheduler.record_not_asked(policy, tx, 106_000, "no live instance")
+    assert scheduler.record_not_asked(policy, tx, 109_000, "no live instance")
+    assert tx.next_check_ms == 109_000
+
+
 def test_in_flight_and_decided_transactions_are_not_checked() -> None:
     waiting, decided = open_tx(), PendingTx("d", 0, phase=Phase.COMMITTED, first_append_ms=0)
     due = scan_due(POLICY, [waiting, decided], 10**9, {"t"})
