@@ -49,8 +49,9 @@ class CheckResult:
     """How one transaction's back-check ended.
 
     ``asked`` is False when no request reached a producer (no live instance of the
-    group, no secret for it, every URL refused by ``allowed_check_hosts`` or refusing the
-    connection, as a killed instance's does until its liveness runs out): a configuration
+    group, no secret for it, every URL refused by ``allowed_check_hosts``, refusing the
+    connection, as a killed instance's does until its liveness runs out, or dropping it without
+    a response, as an instance killed while it handled the check does): a configuration
     problem or a group that is down or restarting, not an answer, so it does not use up
     the transaction's ``max_checks``, and it is asked again soon (0.5 s, then as long again
     as it has waited, up to ``check_backoff_s``) instead of a growing backoff.
@@ -195,9 +196,10 @@ class Checker:
                 self._report(
                     group,
                     url,
-                    "check URL %s of producer group %r refused the connection (%s): nothing is asked "
-                    "there until it listens. Normal for a moment while an instance restarts; if it "
-                    "lasts, the instance advertises a URL it does not serve",
+                    "check URL %s of producer group %r gave no answer (%s: refused, or dropped "
+                    "without a response): the check is asked again soon. Normal for a moment while "
+                    "an instance restarts or is killed; if it lasts, the instance advertises a URL "
+                    "it does not serve",
                     url,
                     group,
                     detail,
@@ -233,10 +235,13 @@ class Checker:
         logger.log(level, message, *args)
 
     def _ask(self, url: str, jobs: list[CheckJob], secret: bytes) -> tuple[dict[str, TxState], str, bool]:
-        """The states ``url`` answered, a detail, and whether any request reached it.
+        """The states ``url`` answered, a detail, and whether any answer came from it.
 
         A request that could not connect (``httpx.ConnectError``: refused, unreachable, a failed
-        TLS handshake) was never seen by a producer, so it is not an answer.
+        TLS handshake) was never seen by a producer, and one whose connection the producer
+        dropped without any response (:func:`_dropped`: it died or was killed while the check
+        ran) got nothing back: neither is an answer. A producer that answered badly or not in
+        time (an error status, garbage, a timeout) did answer: UNKNOWN.
         """
         import httpx
 
@@ -247,7 +252,7 @@ class Checker:
             response = self._post(url, batch.encode(), secret)
         except httpx.HTTPError as exc:
             states = dict.fromkeys((j.request.tx_id for j in jobs), TxState.UNKNOWN)
-            return states, type(exc).__name__, not isinstance(exc, httpx.ConnectError)
+            return states, type(exc).__name__, not _dropped(exc)
         if response.status_code == 400:
             # A producer that predates batches reads the batch as a malformed single check.
             logger.info("check URL %s refused a batch (HTTP 400): asking it one transaction at a time", url)
@@ -273,7 +278,7 @@ class Checker:
                 response = self._post(url, job.request.encode(), secret)
             except httpx.HTTPError as exc:
                 states[job.request.tx_id], detail = TxState.UNKNOWN, type(exc).__name__
-                reached |= not isinstance(exc, httpx.ConnectError)
+                reached |= not _dropped(exc)
                 continue
             reached = True
             state = decode_check_answer(response.status_code, response.content)
@@ -302,3 +307,15 @@ class Checker:
             self._started = False
         if client is not None:
             client.close()
+
+
+def _dropped(exc: Exception) -> bool:
+    """True for a check request that no producer answered at all: the connection was never made,
+    or the producer closed or reset it without a response, as a process killed while it handled
+    the check does (in the demo its replacement answered a second later, where an UNKNOWN answer
+    would have waited out ``check_backoff_s`` with the orders of that key behind it)."""
+    import httpx
+
+    if isinstance(exc, httpx.ConnectError | httpx.ReadError | httpx.WriteError):
+        return True
+    return isinstance(exc, httpx.RemoteProtocolError) and "without sending a response" in str(exc)

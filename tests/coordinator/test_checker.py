@@ -96,6 +96,54 @@ def test_a_check_that_reached_a_producer_and_failed_there_is_an_unknown_answer(c
     assert [(r.state, r.asked) for r in results] == [(TxState.UNKNOWN, True)] * count
 
 
+@pytest.mark.parametrize(
+    "dropped",
+    [
+        httpx.RemoteProtocolError("Server disconnected without sending a response."),
+        httpx.ReadError("[Errno 104] Connection reset by peer"),
+    ],
+    ids=["closed", "reset"],
+)
+@pytest.mark.parametrize("count", [1, 3], ids=["single", "batch"])
+def test_a_producer_that_dropped_the_check_without_a_response_did_not_answer(
+    count: int, dropped: httpx.TransportError
+) -> None:
+    # A producer killed while it handled the check (the demo's planned crashes do this): no
+    # answer came back, so the transaction is asked again soon, not after an UNKNOWN's backoff.
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise type(dropped)(str(dropped), request=request)
+
+    results = make(handler).check_batch(jobs(count, "http://127.0.0.1:1/c"))
+    assert [(r.state, r.asked) for r in results] == [(TxState.UNKNOWN, False)] * count
+    assert all(type(dropped).__name__ in r.detail for r in results)
+
+
+def test_a_producer_killed_while_it_handles_the_check_did_not_answer() -> None:
+    """On a real socket: the check server reads the request and its process dies (the kernel
+    closes its connections) before it answers."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def die_while_checking() -> None:
+        conn, _ = server.accept()
+        conn.recv(65536)
+        conn.close()  # what the kernel does for a SIGKILLed process
+        server.close()
+
+    threading.Thread(target=die_while_checking, daemon=True).start()
+    config = CoordinatorConfig(bootstrap="b:1", secrets=Secrets(default=SECRET.decode()))
+    checker = Checker(config)
+    checker.start()
+    try:
+        [result] = checker.check_batch([job(f"http://127.0.0.1:{port}/txbridge/check")])
+    finally:
+        checker.close()
+    assert (result.state, result.asked) == (TxState.UNKNOWN, False), result.detail
+
+
 def test_hosts_outside_the_allow_list_are_refused_without_a_request() -> None:
     calls: list[httpx.Request] = []
 
