@@ -2,8 +2,9 @@
 
 Every import before the coordinator serves is downtime after a crash: on the demo's busy two
 cores the restarted process took 1.4 s to start, most of it the interpreter and its imports.
-httpx (with the rich and click its command line pulls in) is needed only by the first back-check,
-prometheus_client only with a metrics port; together they were ~40% of the import time.
+httpx (with the rich and click its command line pulls in) is imported by the checker in the
+background once the coordinator starts, beside its Kafka round trips, and prometheus_client only
+with a metrics port; imported up front they were ~40% of the import time.
 """
 
 from __future__ import annotations
