@@ -72,7 +72,6 @@ class Checker:
         self._transport = transport
         self._client: httpx.Client | None = None  # made by start(), in the background (_http)
         self._client_lock = threading.Lock()
-        self._started = False
         self._pool: ThreadPoolExecutor | None = None
         self._results: queue.SimpleQueue[CheckResult] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -83,7 +82,6 @@ class Checker:
 
     def start(self) -> None:
         workers = max(4, min(64, self._config.check_concurrency_per_group * 4))
-        self._started = True
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="txbridge-check")
         # httpx is imported beside the start-up (which mostly waits for Kafka), neither in its way
         # nor at the first check: made there, it delayed the demo's first check by ~1 s.
@@ -290,7 +288,7 @@ class Checker:
         return states, detail, reached
 
     def _post(self, url: str, body: bytes, secret: bytes) -> httpx.Response:
-        assert self._started, "Checker.start() first"
+        assert self._pool is not None, "Checker.start() first"
         headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(secret, body)}
         return self._http().post(url, content=body, headers=headers)
 
@@ -310,7 +308,6 @@ class Checker:
             self._pool = None
         with self._client_lock:
             client, self._client = self._client, None
-        self._started = False
         if client is not None:
             client.close()
 

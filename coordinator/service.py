@@ -98,6 +98,7 @@ def fetch_settings() -> dict[str, int]:
         "fetch_queue_backoff_ms": FETCH_QUEUE_BACKOFF_MS,
     }
 
+
 #: A crashed instance's partitions move after this: the least a broker allows by default
 #: (group.min.session.timeout.ms = 6000). Heartbeats at a third of it.
 SESSION_TIMEOUT_MS = 6_000
@@ -110,6 +111,18 @@ HEARTBEAT_INTERVAL_MS = 2_000
 _STABLE_WAIT_S = 0.5
 #: Metadata of the op partitions' committed offsets: which transactional.id committed them.
 OWNER_PREFIX = "txb-owner:"
+
+
+def owners_named(committed: list[TopicPartition]) -> dict[str, list[int]]:
+    """The transactional ids that committed offsets ``committed`` name (their ``OWNER_PREFIX``
+    metadata), each with the partitions it is named on."""
+    held: dict[str, list[int]] = {}
+    for tp in committed:
+        if tp.metadata and tp.metadata.startswith(OWNER_PREFIX):
+            held.setdefault(tp.metadata[len(OWNER_PREFIX) :], []).append(tp.partition)
+    return held
+
+
 #: Timeout of each call that ends a commit boundary's Kafka transaction (send_offsets, commit,
 #: abort). A broker failover takes seconds; a call that times out is retried (commit) or its
 #: transaction aborted and the work done again. Every such call runs under the watchdog.
@@ -504,10 +517,7 @@ class Coordinator:
             return
         finally:
             reader.close()
-        held: dict[str, list[int]] = {}  # previous owner -> the op partitions its commit names it on
-        for tp in committed:
-            if tp.metadata and tp.metadata.startswith(OWNER_PREFIX):
-                held.setdefault(tp.metadata[len(OWNER_PREFIX) :], []).append(tp.partition)
+        held = owners_named(committed)
         held.pop(self.config.transactional_id, None)
         members = self._member_ids()
         for owner, owned in sorted(held.items()):

@@ -183,8 +183,10 @@ class BenchRun:
             figure = tb.memory(self.env, size=size, pending=m.pending, cache_bytes=16 * 2**20)
         elif name in ("failover", "restart"):
             # failover: a kill at a random moment, then one that leaves its Kafka transaction open.
-            runs = tb.failovers if name == "failover" else tb.restarts
-            *before, figure = runs(self.env, size=size)
+            runs = (
+                tb.failovers(self.env, size=size) if name == "failover" else [tb.restart(self.env, size=size)]
+            )
+            *before, figure = runs
             self.figures.extend(before)
         elif name in ("scaleout", "addremove"):
             # The same workload through 1, 2 (and 4) coordinators; one added and one SIGTERMed under load.

@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
-from coordinator.service import OWNER_PREFIX
+from coordinator.service import owners_named
 from txbridge import _kafka
 from txbridge.aio import AsyncTransactionProducer
 from txbridge.barrier import SqliteBarrier
@@ -518,18 +518,13 @@ def failovers(env: Env, *, size: int) -> list[Figure]:
     return [failover(env, size=size), failover(env, size=size, inside_transaction=True)]
 
 
-def restarts(env: Env, *, size: int) -> list[Figure]:
-    """The ``restart`` step (a list, as :func:`failovers`)."""
-    return [restart(env, size=size)]
-
-
 def _leave_a_transaction_open(env: Env, ns: str, topic: str, owned: set[int], keys: list[bytes]) -> Any:
     """Open a Kafka transaction under a just-killed coordinator's transactional id and leave it
     open: the offsets of its half and op partitions ``owned`` (as they are committed) and one
     record per key of ``keys`` on the real ``topic``. Until the next owner fences that id,
     its offsets stay unstable and read_committed consumers of the real topic's partitions
     that hold a record see nothing past it. The id is the one the next owner reads: the op
-    offsets' metadata (``coordinator.service.OWNER_PREFIX``). Returns the producer (keep it:
+    offsets' metadata (``coordinator.service.owners_named``). Returns the producer (keep it:
     the transaction stays open only while nothing aborts it)."""
     topics = Topics(ns)
     group = DEFAULT_COORDINATOR_GROUP
@@ -538,14 +533,11 @@ def _leave_a_transaction_open(env: Env, ns: str, topic: str, owned: set[int], ke
         wanted = [TopicPartition(t, p) for t in (topics.half, topics.op) for p in sorted(owned)]
         offsets = [tp for tp in reader.committed(wanted, timeout=10) if tp.offset >= 0]
         members = reader.consumer_group_metadata()  # never joined: generation -1, as a dead member's
-        owners = {
-            tp.metadata[len(OWNER_PREFIX) :]
-            for tp in offsets
-            if tp.topic == topics.op and tp.metadata and tp.metadata.startswith(OWNER_PREFIX)
-        }
+        owners = owners_named([tp for tp in offsets if tp.topic == topics.op])
         if len(owners) != 1:
             raise BenchError(f"the killed coordinator's partitions {sorted(owned)} name owners {owners}")
-        producer = _kafka.producer(env.bootstrap, env.extra, transactional_id=owners.pop())
+        [owner] = owners
+        producer = _kafka.producer(env.bootstrap, env.extra, transactional_id=owner)
         producer.init_transactions(30)
         producer.begin_transaction()
         for key in keys:
