@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import random
 import re
 import threading
 import time
@@ -30,6 +31,10 @@ from txbridge.transaction import LocalTransaction, Message
 from txbridge.wire import DEFAULT_COORDINATOR_GROUP, H_TX, Topics, TxState, half_partition, header_dict
 
 PARTITIONS = 12
+#: The failover steps kill at a random moment within this much after their first 2 s of load:
+#: at least one heartbeat interval of the coordinators (0.5 s; 2 s before 2026-11-24), so the
+#: kill falls anywhere in their heartbeat cycle, on which the takeover depends.
+KILL_SPREAD_S = 2.0
 
 
 def default_producers() -> int:
@@ -600,17 +605,22 @@ def _steady_load(
     after_s: float,
     kill: Callable[[], None],
 ) -> tuple[dict[str, tuple[bytes, float]], float]:
-    """Commit transactions round-robin over ``keys`` at ``rate`` for 2 s, ``kill()``, go on for
-    ``after_s``. Returns {tx id: (key, wall time it committed)} and the kill's wall time."""
+    """Commit transactions round-robin over ``keys`` at ``rate`` for 2-4 s, ``kill()``, go on
+    for ``after_s``. Returns {tx id: (key, wall time it committed)} and the kill's wall time.
+
+    The kill's moment is drawn at random: a fixed one would always fall at the same point of
+    the coordinators' heartbeat cycle (they join together), and the takeover depends on it.
+    """
     value = payload(size)
+    kill_at = 2 + random.uniform(0, KILL_SPREAD_S)  # noqa: S311 - a moment, not a secret
     committed: dict[str, tuple[bytes, float]] = {}
     killed = [0.0]
 
     async def main() -> None:
         async with env.producer(ns, "bench-failover", lambda _t: TxState.COMMIT) as producer:
             started = time.monotonic()
-            for i in range(int(rate * (2 + after_s))):
-                if not killed[0] and time.monotonic() - started >= 2:
+            for i in range(int(rate * (kill_at + after_s))):
+                if not killed[0] and time.monotonic() - started >= kill_at:
                     killed[0] = time.time()  # kill() may go on after the kill (a restart, a transaction)
                     await asyncio.to_thread(kill)
                 key = keys[i % len(keys)]
