@@ -100,15 +100,23 @@ def fetch_settings() -> dict[str, int]:
 
 
 #: A crashed instance's partitions move after this: the least a broker allows by default
-#: (group.min.session.timeout.ms = 6000). Heartbeats at a third of it.
+#: (group.min.session.timeout.ms = 6000).
 SESSION_TIMEOUT_MS = 6_000
-HEARTBEAT_INTERVAL_MS = 2_000
+#: A survivor hears of a dead member's expired session only in its next heartbeat's answer, so
+#: a takeover takes (session timeout - time since the dead one's last heartbeat) + up to one
+#: interval: 4-8 s at 2 s, 5.5-6.5 s at 0.5 s (the bench's failover step with the kill's
+#: moment drawn at random, 2026-11-24: 4.34-5.97 s against 5.61-6.30 s in 5 pairs). The
+#: members of one rebalance heartbeat in step, so the bench's old fixed kill moment saw 5 s
+#: or, when the survivor's heartbeat came just before the expiry, 7 s (DESIGN.md).
+HEARTBEAT_INTERVAL_MS = 500
 #: How long an assigned partition's committed offsets may stay unstable (an open Kafka
 #: transaction of its previous owner) before the previous owner is looked up: one that left
 #: the group is fenced then, one still in it waited for. A live owner's last commit, made
-#: before the rebalance let this assignment happen, is stable within milliseconds; the
-#: 2.0 s this was made a standby's takeover from a SIGKILLed owner 2 s longer.
-_STABLE_WAIT_S = 0.5
+#: before the rebalance let this assignment happen, is stable within milliseconds (its
+#: markers follow its EndTxn); it is the membership check, not this wait, that keeps a live
+#: owner from being fenced. 2.0 s, then 0.5 s, made every takeover from a dead owner's open
+#: transaction that much longer.
+_STABLE_WAIT_S = 0.2
 #: Metadata of the op partitions' committed offsets: which transactional.id committed them.
 OWNER_PREFIX = "txb-owner:"
 
@@ -526,25 +534,36 @@ class Coordinator:
                 # coordinator; its transaction ends by itself (commit, or transaction_timeout_ms).
                 logger.info("the previous owner %s is still a group member: not fenced", owner)
                 continue
+            self._fence(owner, sorted(owned))
+
+    def _fence(self, owner: str, owned: list[int]) -> None:
+        """Re-initialise ``owner``'s transactional id, on a thread of its own.
+
+        The broker aborts the owner's open transaction and bumps its epoch at the first
+        InitProducerId, which it answers CONCURRENT_TRANSACTIONS while the abort markers are
+        written; librdkafka asks again only after a fixed 500 ms. The offsets are stable once
+        the markers are written, so the caller reads them without waiting for that retry.
+        """
+
+        def fence() -> None:
             started = time.monotonic()
-            fence = _kafka.producer(self.config.bootstrap, self.config.extra_config, transactional_id=owner)
+            client = _kafka.producer(self.config.bootstrap, self.config.extra_config, transactional_id=owner)
             try:
-                with self._watchdog.deadline(f"fencing {owner}", 60):
-                    _kafka.init_transactions(
-                        fence, 30
-                    )  # aborts the owner's open transaction, bumps its epoch
+                _kafka.init_transactions(client, 30)  # aborts the owner's open transaction, bumps its epoch
             except Exception as exc:
                 logger.warning("fencing %s: %s (its transaction times out instead)", owner, exc)
-                continue
+                return
             finally:
-                fence.flush(0)
+                client.flush(0)
             self.stats[Stat.OWNERS_FENCED] += 1
             logger.warning(
                 "fenced %s, the previous owner of partitions %s, in %.2fs: its open transaction is aborted",
                 owner,
-                sorted(owned),
+                owned,
                 time.monotonic() - started,
             )
+
+        threading.Thread(target=fence, name=f"txbridge-fence-{owner}", daemon=True).start()
 
     def _member_ids(self) -> set[str]:
         """The instance ids (client ids) of the group's current members; empty when unknown."""
