@@ -123,6 +123,8 @@ def test_without_the_rocketmq_jars_the_step_is_skipped_with_the_reason(
     _figures_by_name, data = _figures(tmp_path)
     assert "txbridge setup" in data["skipped"]["rocketmq"]
     assert data["figures"] == []
+    # One step is not a run: the last whole run's summary is not replaced by it.
+    assert not (tmp_path / "latest-quick.md").exists()
 
 
 def test_a_rocketmq_that_runs_out_of_memory_is_a_one_line_error_naming_it(

@@ -113,7 +113,11 @@ def _run(options: dict[str, object]) -> None:
     console.print(results.render(run.figures))
     out = Path(options["out"])  # type: ignore[arg-type]
     path = results.write_json(run.figures, out, mode=mode, bootstrap=bootstrap, skipped=skipped)
-    (out / f"latest-{mode}.md").write_text(results.markdown(run.figures, results.machine()))
+    latest = out / f"latest-{mode}.md"
+    if only == set(STEPS):
+        latest.write_text(results.markdown(run.figures, results.machine()))
+    else:  # some steps only: the last whole run's summary stays
+        console.print(f"{latest} left as it was (not every step ran)")
     console.print(f"results: {path} ({time.monotonic() - started:.0f}s); logs in {run.env.work}")
 
 
