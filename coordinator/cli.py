@@ -44,8 +44,20 @@ BOOTSTRAP_RESOLVER = "txbridge.resolve_bootstrap"
 )
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML file with the settings.")
 @click.option("--namespace", help="Internal topic prefix (default __txbridge).")
-@click.option("--group-id", help="The coordinators' consumer group.")
-@click.option("--instance-id", help="This instance's id (default host-pid).")
+@click.option(
+    "--group-id",
+    help=(
+        "The coordinators' consumer group (default txbridge-coordinator; "
+        "txbridge-coordinator.<namespace> for another namespace)."
+    ),
+)
+@click.option(
+    "--instance-id",
+    help=(
+        "This coordinator's client.id and, as a static member, its group.instance.id: unique among "
+        "the running coordinators of its group (default: the host name)."
+    ),
+)
 @click.option("--check-delay", "check_delay_s", type=float, help="Seconds before the first back-check.")
 @click.option("--max-checks", type=int, help="Back-checks before a transaction expires.")
 @click.option("--check-backoff", "check_backoff_s", type=float, help="First wait after an UNKNOWN check.")

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from txbridge.client_config import COMMAND_CONFIG_ENV, ClientConfig
 from txbridge.errors import ConfigurationError
-from txbridge.wire import DEFAULT_COORDINATOR_GROUP, DEFAULT_NAMESPACE
+from txbridge.wire import DEFAULT_NAMESPACE, default_coordinator_group
 
 ENV_PREFIX = "TXBRIDGE_"
 
@@ -52,9 +52,14 @@ class Secrets:
 
 def _default_instance_id() -> str:
     """The host name: stable across restarts (a StatefulSet pod keeps its name), so a restarted
-    coordinator fences its own previous incarnation and, with static membership, gets its
-    partitions back at once. Several coordinators on one host need an ``instance_id`` each."""
+    coordinator, a static member, gets its partitions back at once. Several coordinators of
+    one group on one host need an ``instance_id`` each."""
     return socket.gethostname()
+
+
+def partition_transactional_id(group_id: str, namespace: str, partition: int) -> str:
+    """See :meth:`CoordinatorConfig.partition_transactional_id`."""
+    return f"{group_id}-{namespace}-{partition}"
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,13 @@ class CoordinatorConfig:
     Attributes:
         bootstrap: Kafka bootstrap servers.
         namespace: prefix of the internal topics.
-        group_id: the coordinators' consumer group over half + op.
-        instance_id: this coordinator (default: the host name); its transactional.id derives from
-            it, and with ``static_membership`` its ``group.instance.id``. Unique per running
-            coordinator; stable across its restarts.
+        group_id: the coordinators' consumer group over half + op; default (or ""):
+            :func:`~txbridge.wire.default_coordinator_group` of ``namespace``, resolved when the
+            config is built (``replace(namespace=...)`` keeps the group already resolved).
+        instance_id: this coordinator (default: the host name): its consumer's ``client.id`` and,
+            with ``static_membership``, its ``group.instance.id``, which must be unique among the
+            running coordinators of its group; stable across its restarts. It names no
+            transactional id: those belong to partitions (:meth:`partition_transactional_id`).
         static_membership: join the group as a static member (``group.instance.id`` =
             ``instance_id``): a restart within ``session.timeout.ms`` keeps the partitions,
             without a rebalance; a clean stop releases them only after ``session.timeout.ms``.
@@ -107,7 +115,7 @@ class CoordinatorConfig:
 
     bootstrap: str = ""
     namespace: str = DEFAULT_NAMESPACE
-    group_id: str = DEFAULT_COORDINATOR_GROUP
+    group_id: str = ""  # "": the namespace's default group, set in __post_init__
     instance_id: str = field(default_factory=_default_instance_id)
     static_membership: bool = True
     check_delay_s: float = 6.0
@@ -140,6 +148,8 @@ class CoordinatorConfig:
     check_invariants: bool = False
 
     def __post_init__(self) -> None:
+        if not self.group_id:
+            object.__setattr__(self, "group_id", default_coordinator_group(self.namespace))
         # Every client takes extra_config: the client settings go in first, the librdkafka ones on top.
         object.__setattr__(self, "extra_config", {**self.client_config.librdkafka(), **self.extra_config})
         self.validate()
@@ -188,9 +198,17 @@ class CoordinatorConfig:
         if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
             raise ConfigurationError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
 
-    @property
-    def transactional_id(self) -> str:
-        return f"{self.group_id}-{self.instance_id}"
+    def partition_transactional_id(self, partition: int) -> str:
+        """The transactional.id that commits partition ``partition``'s work, whoever owns it.
+
+        It names the partition, not the process: every new owner of the partition, however
+        its coordinator is named, re-initialises this id before it reads anything of the
+        partition, and that aborts whatever an earlier owner left open and fences it
+        (docs/DESIGN.md, "Ownership"). The namespace is in it so that two namespaces sharing
+        one group id never fence each other; the ``<group_id>-`` prefix is what
+        ``txbridge acls`` grants.
+        """
+        return partition_transactional_id(self.group_id, self.namespace, partition)
 
     def host_allowed(self, url: str) -> bool:
         """True when ``url`` is http(s) and its host is in ``allowed_check_hosts``."""

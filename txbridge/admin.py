@@ -45,7 +45,6 @@ from txbridge._side_topics import (
 )
 from txbridge.errors import TxBridgeError, WireFormatError
 from txbridge.wire import (
-    DEFAULT_COORDINATOR_GROUP,
     DEFAULT_NAMESPACE,
     H_CHECKS,
     HalfMessage,
@@ -56,6 +55,7 @@ from txbridge.wire import (
     decode_half,
     decode_op,
     decode_young,
+    default_coordinator_group,
     header_dict,
 )
 
@@ -197,14 +197,17 @@ def resolve(
 def list_pending(
     bootstrap: str,
     namespace: str = DEFAULT_NAMESPACE,
-    group_id: str = DEFAULT_COORDINATOR_GROUP,
+    group_id: str | None = None,
     extra: Extra = None,
 ) -> list[dict[str, Any]]:
     """Transactions pending at the coordinators' last commits.
 
     The live entries of ``<ns>_state``, and the young transactions that the coordinators
-    of ``group_id`` listed in their committed half offsets instead (phase ``open``, no checks).
+    of ``group_id`` (default: the namespace's default group,
+    :func:`~txbridge.wire.default_coordinator_group`) listed in their committed half offsets
+    instead (phase ``open``, no checks).
     """
+    group_id = group_id or default_coordinator_group(namespace)
     latest: dict[bytes, bytes | None] = {}
     for msg in read_committed(bootstrap, Topics(namespace).state, extra=extra):
         latest[msg.key() or b""] = msg.value()

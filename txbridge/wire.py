@@ -24,9 +24,25 @@ from txbridge.errors import SignatureError, WireFormatError
 
 VERSION = 1
 DEFAULT_NAMESPACE = "__txbridge"
-#: The coordinators' consumer group unless they are given another (``coordinator --group-id``).
+#: The default namespace's coordinators' consumer group unless they are given another
+#: (``coordinator --group-id``); other namespaces: :func:`default_coordinator_group`.
 DEFAULT_COORDINATOR_GROUP = "txbridge-coordinator"
 DEFAULT_PARTITIONS = 12
+
+
+def default_coordinator_group(namespace: str) -> str:
+    """The consumer group of ``namespace``'s coordinators when they are given none.
+
+    ``txbridge-coordinator`` for the default namespace, ``txbridge-coordinator.<namespace>``
+    for any other: coordinators of two namespaces never share a group, so one host may run
+    both under one instance id (a static member's ``group.instance.id`` is unique per group
+    only). The '.' keeps the ``txbridge-coordinator-`` prefix that ``txbridge acls`` grants
+    on the default group's transactional ids from covering another namespace's.
+    """
+    if namespace == DEFAULT_NAMESPACE:
+        return DEFAULT_COORDINATOR_GROUP
+    return f"{DEFAULT_COORDINATOR_GROUP}.{namespace}"
+
 
 # ---------------------------------------------------------------- headers of a half record
 H_VERSION = "txb.v"

@@ -46,6 +46,8 @@ class Env:
     running: list[RunningCoordinator] = field(default_factory=list)
 
     def config(self, **overrides: Any) -> CoordinatorConfig:
+        """The tests' settings with ``overrides``; ``group_id=None`` leaves the group to its
+        default (the namespace's)."""
         values: dict[str, Any] = {
             "bootstrap": self.bootstrap,
             "namespace": self.namespace,
@@ -62,6 +64,8 @@ class Env:
             "check_invariants": True,  # the state's invariants asserted after every step
         }
         values.update(overrides)
+        if values["group_id"] is None:
+            del values["group_id"]
         return CoordinatorConfig(**values)
 
     def start(self, *, wait: bool = True, **overrides: Any) -> RunningCoordinator:

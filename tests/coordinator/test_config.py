@@ -8,6 +8,7 @@ import pytest
 
 from coordinator.config import CoordinatorConfig
 from txbridge.errors import ConfigurationError
+from txbridge.wire import default_coordinator_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,3 +76,24 @@ def test_only_allowed_hosts_pass() -> None:
     assert not config.host_allowed("http://169.254.169.254/latest")
     assert not config.host_allowed("file:///etc/passwd")
     assert not config.host_allowed("http://127.0.0.1.evil.example/")
+
+
+def test_the_group_defaults_to_the_namespaces_own(tmp_path: Path) -> None:
+    assert CoordinatorConfig(bootstrap="b:1").group_id == "txbridge-coordinator"
+    assert CoordinatorConfig(bootstrap="b:1", namespace="ns1").group_id == "txbridge-coordinator.ns1"
+    assert CoordinatorConfig(bootstrap="b:1", namespace="ns1", group_id="").group_id == (
+        default_coordinator_group("ns1")
+    )
+    path = tmp_path / "c.toml"
+    path.write_text('[coordinator]\nbootstrap = "b:1"\nnamespace = "ns2"\n')
+    assert CoordinatorConfig.load(toml_path=path).group_id == "txbridge-coordinator.ns2"
+    env = {"TXBRIDGE_NAMESPACE": "ns3"}
+    assert CoordinatorConfig.load(flags={"group_id": None}, env=env, toml_path=path).group_id == (
+        "txbridge-coordinator.ns3"
+    )
+
+
+def test_a_given_group_is_kept_whatever_the_namespace() -> None:
+    config = CoordinatorConfig.from_mapping({"bootstrap": "b:1", "namespace": "ns1", "group_id": "mine"})
+    assert config.group_id == "mine"
+    assert config.partition_transactional_id(4) == "mine-ns1-4"

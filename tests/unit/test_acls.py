@@ -67,8 +67,21 @@ def test_the_coordinator_gets_its_group_transactional_ids_and_helper_groups() ->
 def test_the_coordinator_group_defaults_to_txbridge_coordinator() -> None:
     acls = role_acls("coordinator", "User:txb", topics=["orders"])
 
+    assert ("group", "txbridge-coordinator", False, "Read") in _grants(acls)
     assert ("transactional-id", "txbridge-coordinator-", True, "Write") in _grants(acls)
     assert ("topic", "__txbridge_half", False, "Read") in _grants(acls)
+
+
+def test_another_namespace_defaults_to_its_own_coordinator_group() -> None:
+    grants = _grants(role_acls("coordinator", "User:txb", namespace="ns", topics=["orders"]))
+
+    assert ("group", "txbridge-coordinator.ns", False, "Read") in grants
+    assert ("group", "txbridge-coordinator.ns-offsets", False, "Describe") in grants
+    assert ("transactional-id", "txbridge-coordinator.ns-", True, "Write") in grants
+    # A coordinator of the default namespace may not take over its partitions' transactional ids.
+    default = _grants(role_acls("coordinator", "User:txb", topics=["orders"]))
+    prefixes = [name for kind, name, prefixed, _ in default if kind == "transactional-id" and prefixed]
+    assert not [p for p in prefixes if "txbridge-coordinator.ns-ns-0".startswith(p)]
 
 
 def test_a_consumer_reads_the_real_topics_and_its_group_and_no_internal_topic() -> None:

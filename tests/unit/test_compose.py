@@ -138,6 +138,16 @@ def test_init_and_the_coordinator_use_one_namespace(namespace: str | None) -> No
     assert init["namespace"] == coordinator.namespace == (namespace or "__txbridge")
 
 
+@pytest.mark.parametrize(
+    ("namespace", "group"),
+    [(None, "txbridge-coordinator"), ("orders_ns", "txbridge-coordinator.orders_ns")],
+)
+def test_the_coordinators_group_follows_the_namespace(namespace: str | None, group: str) -> None:
+    env = {**HOST_ENV, **({"TXBRIDGE_NAMESPACE": namespace} if namespace else {})}
+
+    assert coordinator_config(compose(env)["services"]["coordinator"]).group_id == group
+
+
 def test_init_and_the_coordinator_use_one_client_properties_file() -> None:
     services = compose({**HOST_ENV, "TXBRIDGE_CLIENT_PROPERTIES": "./client.properties"})["services"]
     init, coordinator = services["init"], services["coordinator"]

@@ -27,6 +27,20 @@ def test_murmur2_matches_kafka(data: bytes, expected: int) -> None:
     assert wire.murmur2(data) == expected
 
 
+@pytest.mark.parametrize(
+    ("namespace", "group"),
+    [
+        ("__txbridge", "txbridge-coordinator"),  # as before namespaces had groups of their own
+        ("orders", "txbridge-coordinator.orders"),
+        ("txbt-1_a.b", "txbridge-coordinator.txbt-1_a.b"),
+    ],
+)
+def test_each_namespace_has_a_default_coordinator_group_of_its_own(namespace: str, group: str) -> None:
+    assert wire.default_coordinator_group(namespace) == group
+    # Not under the default group's transactional-id prefix, which txbridge acls grants.
+    assert namespace == wire.DEFAULT_NAMESPACE or not group.startswith("txbridge-coordinator-")
+
+
 def test_half_partition_is_stable_and_in_range() -> None:
     parts = {wire.half_partition(f"customer-{i}".encode(), 12) for i in range(200)}
     assert parts <= set(range(12))

@@ -15,9 +15,11 @@ producer (:class:`~txbridge.TransactionProducer`, its asyncio twin)
     resource carries it, so it has no ACL.
 
 coordinator (``txbridge coordinator``)
-    Consumes ``<ns>_half`` and ``<ns>_op`` in its consumer group ``<group_id>`` and
-    commits those offsets inside Kafka transactions with ``transactional.id``
-    ``<group_id>-<instance_id>`` (one per instance: a PREFIXED ACL). In them it
+    Consumes ``<ns>_half`` and ``<ns>_op`` in its consumer group ``<group_id>``
+    (default :func:`~txbridge.wire.default_coordinator_group`: ``txbridge-coordinator``,
+    or ``txbridge-coordinator.<ns>`` for another namespace) and commits those offsets
+    inside Kafka transactions with ``transactional.id`` ``<group_id>-<ns>-<partition>``
+    (one per half/op partition: a PREFIXED ACL). In them it
     publishes committed messages to the real topics and writes ``<ns>_op``,
     ``<ns>_state``, ``<ns>_expired`` and ``<ns>_quarantine``. It restores
     ``<ns>_state``, reads ``<ns>_producers`` (the registry) and ``<ns>_expired``.
@@ -59,7 +61,7 @@ from confluent_kafka.admin import (
 
 from txbridge import _kafka
 from txbridge.errors import ConfigurationError, KafkaOperationError
-from txbridge.wire import DEFAULT_COORDINATOR_GROUP, DEFAULT_NAMESPACE, Topics
+from txbridge.wire import DEFAULT_NAMESPACE, Topics, default_coordinator_group
 
 logger = logging.getLogger(__name__)
 
@@ -126,8 +128,9 @@ def role_acls(
         topics: the real topics the transactions publish to; ``name*`` is every topic
             starting with ``name`` (a PREFIXED ACL).
         namespace: the prefix of txbridge's internal topics.
-        groups: the coordinators' consumer group id (default ``txbridge-coordinator``), or
-            the consumer's group(s); a producer has none.
+        groups: the coordinators' consumer group id (default: the namespace's,
+            :func:`~txbridge.wire.default_coordinator_group`), or the consumer's group(s);
+            a producer has none.
         producers_may_write_real_topics: False: a producer may only DESCRIBE the real
             topics, so that only the coordinator publishes them.
         plain_consumer: leave out txbridge consumers' retry and dead-letter topics.
@@ -161,7 +164,8 @@ def role_acls(
             )
         return _producer(principal, namespace, real, producers_may_write_real_topics)
     if role is Role.COORDINATOR:
-        return _coordinator(principal, namespace, real, list(groups) or [DEFAULT_COORDINATOR_GROUP])
+        coordinators = list(groups) or [default_coordinator_group(namespace)]
+        return _coordinator(principal, namespace, real, coordinators)
     if not groups:
         raise ConfigurationError("a consumer reads in a consumer group: pass --group NAME (repeatable)")
     return _consumer(principal, namespace, real, list(groups), plain_consumer)
@@ -248,7 +252,7 @@ def _coordinator(
         acls += [
             Acl(p, GROUP, group, False, "Read", "the coordinators' group over half and op"),
             Acl(p, GROUP, f"{group}-offsets", False, "Describe", "a client that reads end offsets"),
-            Acl(p, TRANSACTIONAL_ID, f"{group}-", True, "Write", "transactional.id <group_id>-<instance_id>"),
+            Acl(p, TRANSACTIONAL_ID, f"{group}-", True, "Write", "one transactional.id per partition"),
         ]
     acls += [
         Acl(p, GROUP, prefix, True, "Describe", "helper clients' throwaway groups (random suffix)")

@@ -39,7 +39,10 @@ if TYPE_CHECKING:
     "--group",
     "groups",
     multiple=True,
-    help="coordinator: its group_id (default txbridge-coordinator); consumer: its group (repeatable).",
+    help=(
+        "coordinator: its group_id (default txbridge-coordinator, or txbridge-coordinator.<namespace> "
+        "for another namespace); consumer: its group (repeatable)."
+    ),
 )
 @click.option(
     "--producers-may-not-write-real-topics",

@@ -14,7 +14,7 @@ import click
 from txbridge.admin import list_expired, list_pending, list_quarantine, requeue, requeue_all, resolve
 from txbridge.errors import TxBridgeError
 from txbridge.tools.cli.options import bootstrap_option, client_options, one_line_errors, resolve_bootstrap
-from txbridge.wire import DEFAULT_COORDINATOR_GROUP, DEFAULT_NAMESPACE, Topics, TxState
+from txbridge.wire import DEFAULT_NAMESPACE, Topics, TxState
 
 if TYPE_CHECKING:
     from txbridge.client_config import ClientConfig
@@ -136,12 +136,16 @@ def requeue_command(
 @admin.command("pending")
 @click.option(
     "--group-id",
-    default=DEFAULT_COORDINATOR_GROUP,
-    show_default=True,
-    help="The coordinators' consumer group (their --group-id).",
+    default=None,
+    help=(
+        "The coordinators' consumer group (their --group-id); default: the namespace's, "
+        "txbridge-coordinator (__txbridge) or txbridge-coordinator.<namespace>."
+    ),
 )
 @_decorate
-def pending_command(bootstrap: str | None, client: ClientConfig, namespace: str, group_id: str) -> None:
+def pending_command(
+    bootstrap: str | None, client: ClientConfig, namespace: str, group_id: str | None
+) -> None:
     """List transactions still pending at the coordinators' last commit: tx id, phase, group, checks.
 
     A transaction whose back-checks could not be sent lately (no live instance, no secret,
