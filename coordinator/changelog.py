@@ -164,16 +164,24 @@ def restore(
     extra: Mapping[str, Any] | None = None,
     timeout: float = 60.0,
 ) -> dict[int, list[PendingTx]]:
-    """Every live entry of ``partitions`` of ``topic``, read with read_committed to the end.
+    """Every live entry of ``partitions`` of ``topic``, read with read_committed to the high watermark.
+
+    Not to the last stable offset: a transaction still open on a partition (under an id that
+    no owner of it fenced) holds that offset below records that may commit, and entries of
+    transactions written after them could be missed, or tombstones above it ignored. The
+    read waits for the partition's last stable offset to reach the high watermark it had
+    when the read began; a ``timeout`` shorter than the writer's transaction timeout turns
+    that wait into an error.
 
     Returns:
         ``{partition: pending transactions}`` (partitions without entries are absent).
 
     Raises:
-        KafkaOperationError: the end was not reached within ``timeout``.
+        KafkaOperationError: the high watermarks were not reached within ``timeout``.
     """
     if not partitions:
         return {}
+    ends = _high_watermarks(bootstrap, topic, partitions, extra)
     consumer = _kafka.consumer(
         bootstrap,
         f"txbridge-restore-{uuid.uuid4().hex[:8]}",
@@ -184,8 +192,22 @@ def restore(
     entries: dict[int, dict[str, PendingTx]] = {}
     try:
         consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in partitions])
-        ends: dict[int, int | None] = dict.fromkeys(partitions)  # each at its end when read
-        for msg in _kafka.read_to_end(consumer, topic, ends, timeout=timeout, what=f"restoring {topic}"):
+        stable = {
+            p: consumer.get_watermark_offsets(_kafka.partition_at(topic, p), timeout=10)[1] for p in ends
+        }
+        held = {p: (stable[p], end) for p, end in ends.items() if end is not None and stable[p] < end}
+        if held:
+            logger.warning(
+                "%s: open transactions hold partitions %s (last stable offset, high watermark: %s); "
+                "restoring waits until they end (at the latest after their transaction timeout)",
+                topic,
+                sorted(held),
+                held,
+            )
+        late = " (an open transaction holds its last stable offset below its high watermark)"
+        for msg in _kafka.read_to_end(
+            consumer, topic, ends, timeout=timeout, what=f"restoring {topic}", late=late
+        ):
             live = entries.setdefault(int(msg.partition() or 0), {})
             key = (msg.key() or b"").decode("utf-8", "replace")
             value = msg.value()
@@ -199,3 +221,23 @@ def restore(
     finally:
         consumer.close()
     return {p: list(txs.values()) for p, txs in entries.items() if txs}
+
+
+def _high_watermarks(
+    bootstrap: str, topic: str, partitions: list[int], extra: Mapping[str, Any] | None
+) -> dict[int, int | None]:
+    """Each partition's high watermark, None for an empty one (read to its partition-EOF).
+
+    Asked as read_uncommitted: librdkafka asks for the offsets with its isolation level, and
+    read_committed answers the last stable offset.
+    """
+    client = _kafka.consumer(bootstrap, "txbridge-restore", extra, isolation_level="read_uncommitted")
+    try:
+        marks = {
+            p: client.get_watermark_offsets(_kafka.partition_at(topic, p), timeout=10) for p in partitions
+        }
+    except Exception as exc:
+        raise _kafka.to_error(exc, f"reading the high watermarks of {topic}") from exc
+    finally:
+        client.close()
+    return {p: high if high > max(low, 0) else None for p, (low, high) in marks.items()}

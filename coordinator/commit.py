@@ -1,9 +1,11 @@
-"""What goes into one of the coordinator's Kafka transactions, in order.
+"""What goes into one partition's Kafka transaction, in order.
 
 Ready committed transactions are republished in decision order; those that cannot
 be (too large, missing topic, refused, halves deleted) are quarantined whole;
 incomplete and expired ones are copied aside; then the batched records (op
-records, quarantined input); last the ``<ns>_state`` changelog entries.
+records, quarantined input); last the ``<ns>_state`` changelog entries. Each
+owned partition has a transaction of its own (see :mod:`coordinator.ownership`),
+so everything here concerns one partition.
 """
 
 from __future__ import annotations
@@ -21,12 +23,12 @@ logger = logging.getLogger(__name__)
 
 
 class TransactionContent:
-    """Fills the open Kafka transaction; the partitions' state moves as records are produced.
+    """Fills a partition's open Kafka transaction; its state moves as records are produced.
 
     Args:
-        writer: the coordinator's transactional producer wrapper.
+        writer: the partition's transactional producer wrapper.
         topics: the namespace's topics.
-        partitions: the owned partitions' state (shared with the service).
+        state: the partition's state (shared with the service).
         stats: the service's counters.
         max_message_bytes: larger messages are quarantined instead of republished.
     """
@@ -35,13 +37,13 @@ class TransactionContent:
         self,
         writer: TransactionWriter,
         topics: Topics,
-        partitions: dict[int, PartitionState],
+        state: PartitionState,
         stats: Stats,
         max_message_bytes: int,
     ) -> None:
         self.writer = writer
         self.topics = topics
-        self.partitions = partitions
+        self.state = state
         self.stats = stats
         self.max_message_bytes = max_message_bytes
 
@@ -52,7 +54,8 @@ class TransactionContent:
         incomplete: list[tuple[PendingTx, str]],
         batch: Batch,
     ) -> None:
-        """Republish ``ready`` in order, set aside ``incomplete`` and ``expiring``, then ``batch``."""
+        """Republish ``ready`` in order, set aside ``incomplete`` and ``expiring``, then the
+        partition's records of ``batch``."""
         for tx in ready:
             messages = [ref.message for ref in tx.ordered_halves() if ref.message is not None]
             if len(messages) < len(tx.halves):  # past the half topic's retention: never republish a part
@@ -67,7 +70,7 @@ class TransactionContent:
                 self._set_aside(tx, refused, self.topics.quarantine, Phase.QUARANTINED)
                 continue
             self.stats[Stat.MESSAGES_REPUBLISHED] += len(plan)
-            self.partitions[tx.partition].finish(tx, Phase.PUBLISHED)
+            self.state.finish(tx, Phase.PUBLISHED)
         for tx, reason in incomplete:
             if tx.phase is Phase.COMMITTED:
                 self._set_aside(tx, reason, self.topics.quarantine, Phase.QUARANTINED)
@@ -78,7 +81,7 @@ class TransactionContent:
             logger.warning("tx %s of group %r expired: %s", tx.tx_id, tx.group, reason)
             batch.op(tx.partition, tx.tx_id, TxState.ROLLBACK, OpSource.EXPIRY, group=tx.group, reason=reason)
             self._set_aside(tx, reason, self.topics.expired, Phase.EXPIRED)
-        for record in batch.records:
+        for record in batch.records_of(self.state.partition):
             self.writer.produce(record)
 
     def _set_aside(self, tx: PendingTx, reason: str, topic: str, phase: Phase) -> None:
@@ -90,29 +93,25 @@ class TransactionContent:
             origin = f"{self.topics.half}/{tx.partition}/{ref.offset}"
             checks = tx.checks if phase is Phase.EXPIRED else None
             self.writer.produce(copy_aside(topic, ref.message, reason, origin, checks))
-        self.partitions[tx.partition].finish(tx, phase)
+        self.state.finish(tx, phase)
 
-    def write_changelog(
-        self, positions: dict[int, int | None], young_budget: int
-    ) -> dict[int, changelog.Plan]:
-        """``<ns>_state`` entries and tombstones, per partition; young transactions listed in offsets.
+    def write_changelog(self, position: int | None, young_budget: int) -> changelog.Plan:
+        """``<ns>_state`` entries and tombstones; young transactions listed in the offset instead.
 
         Args:
-            positions: the half offset this transaction commits, per partition.
+            position: the half offset this transaction commits.
             young_budget: characters of committed-offset metadata for young transactions (0: none).
 
         Returns:
             What was written, for :meth:`PartitionState.mark_persisted` once the transaction
-            commits; each plan's ``metadata`` goes with its half partition's offset.
+            commits; the plan's ``metadata`` goes with the half partition's offset.
         """
-        plans: dict[int, changelog.Plan] = {}
-        for number, state in self.partitions.items():
-            plan = changelog.plan(state, positions.get(number), young_budget)
-            for tx_id in plan.tombstones:
-                self.writer.produce(OutRecord(self.topics.state, tx_id.encode(), None, [], number))
-            for tx in plan.entries:
-                self.writer.produce(
-                    OutRecord(self.topics.state, tx.tx_id.encode(), changelog.encode_entry(tx), [], number)
-                )
-            plans[number] = plan
-        return plans
+        number = self.state.partition
+        plan = changelog.plan(self.state, position, young_budget)
+        for tx_id in plan.tombstones:
+            self.writer.produce(OutRecord(self.topics.state, tx_id.encode(), None, [], number))
+        for tx in plan.entries:
+            self.writer.produce(
+                OutRecord(self.topics.state, tx.tx_id.encode(), changelog.encode_entry(tx), [], number)
+            )
+        return plan

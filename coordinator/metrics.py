@@ -92,7 +92,12 @@ class Stat(StrEnum):
     )
     OWNERS_FENCED = (
         "owners_fenced",
-        "dead previous owners of assigned partitions fenced (their open transaction aborted)",
+        "assigned partitions claimed: their transactional id initialised, so any earlier owner is "
+        "fenced and its open transaction aborted",
+    )
+    PARTITIONS_FENCED = (
+        "partitions_fenced",
+        "owned partitions whose transactional id another owner initialised (this one was a zombie)",
     )
     KAFKA_TRANSACTIONS = "kafka_transactions", "Kafka transactions committed"
     KAFKA_ABORTS = "kafka_aborts", "Kafka transactions aborted (state rewound to the committed offsets)"
@@ -102,9 +107,13 @@ class Stat(StrEnum):
         "producer_fatal_errors",
         "transactional producers replaced in-process after a fatal error other than fencing",
     )
+    COMMITS_WEDGED = (
+        "commits_wedged",
+        "partition commits abandoned past their timeout (librdkafka#5511); the clients were replaced",
+    )
     CONSUMER_REJOINS = (
         "consumer_rejoins",
-        "half/op consumers replaced in-process after a fatal error (a static member that fenced itself)",
+        "clients replaced in-process after a fatal error, a fenced partition or a wedged commit",
     )
     WEDGED_CALLS = (
         "wedged_calls",
@@ -140,12 +149,3 @@ def make_registry(stats: Stats, gauges: Callable[[], dict[str, float]]) -> Colle
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(stats, gauges))
     return registry
-
-
-def serve(registry: CollectorRegistry, port: int) -> Any:
-    """Serve ``/metrics`` on ``port``; returns the server (``shutdown()`` it on exit)."""
-    from prometheus_client import start_http_server
-
-    server, _thread = start_http_server(port, registry=registry)
-    logger.info("metrics on http://0.0.0.0:%d/metrics", port)
-    return server

@@ -1,14 +1,14 @@
 """What one Kafka transaction of the coordinator carries. Pure: builds records, produces nothing.
 
-A :class:`Batch` collects, between two commit boundaries, everything that must
-become visible atomically with the consumed offsets: republished messages,
-op records of back-check verdicts and expiries, copies to ``<ns>_expired`` and
-``<ns>_quarantine``, and ``<ns>_state`` entries.
+A :class:`Batch` collects, between two commit boundaries, the records that must
+become visible atomically with a partition's consumed offsets besides its
+republished messages and ``<ns>_state`` entries: op records of back-check
+verdicts and expiries, and quarantined input.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 # The producer refuses, before the half record is written, what this size rule would quarantine.
@@ -86,24 +86,39 @@ def quarantine_raw(
 
 
 class Batch:
-    """Records for the next Kafka transaction (cleared once it commits or aborts)."""
+    """Records for the next Kafka transaction of each partition (cleared once it commits or aborts).
+
+    Each record belongs to the partition whose transaction carries it: an op record to the op
+    partition it is written to, a quarantined input record to the partition it was read from.
+    """
 
     def __init__(self, topics: Topics) -> None:
         self.topics = topics
-        self.records: list[OutRecord] = []
+        self._records: dict[int, list[OutRecord]] = {}
 
     def __len__(self) -> int:
-        return len(self.records)
+        return sum(len(r) for r in self._records.values())
 
-    def add(self, record: OutRecord) -> None:
-        self.records.append(record)
+    def partitions(self) -> set[int]:
+        return {p for p, records in self._records.items() if records}
+
+    def records_of(self, partition: int) -> list[OutRecord]:
+        return self._records.get(partition, [])
+
+    def add(self, partition: int, record: OutRecord) -> None:
+        self._records.setdefault(partition, []).append(record)
 
     def op(
         self, partition: int, tx_id: str, state: TxState, source: OpSource, *, group: str, reason: str = ""
     ) -> None:
         """An op record (back-check verdict, expiry) to ``<ns>_op`` partition ``partition``."""
         key, value = OpRecord(tx_id, state, source, group=group, reason=reason).encode()
-        self.records.append(OutRecord(self.topics.op, key, value, [], partition))
+        self.add(partition, OutRecord(self.topics.op, key, value, [], partition))
 
-    def clear(self) -> None:
-        self.records.clear()
+    def clear(self, partitions: Iterable[int] | None = None) -> None:
+        """Forget the records of ``partitions`` (None: of all)."""
+        if partitions is None:
+            self._records.clear()
+            return
+        for partition in partitions:
+            self._records.pop(partition, None)

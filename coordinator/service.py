@@ -1,15 +1,17 @@
 """The coordinator loop: consume half + op, decide, back-check, and commit in Kafka transactions.
 
-Every ``commit_interval_ms`` one Kafka transaction carries the republished
-messages of ready committed transactions, op records of back-check verdicts and
-expiries, copies to ``<ns>_expired`` / ``<ns>_quarantine``, ``<ns>_state``
-entries of the transactions still pending, and the consumed half/op offsets
-(with the group metadata, so a zombie coordinator is fenced). Hence the
-invariant: everything below the committed offsets is resolved or in ``<ns>_state``.
+At each commit boundary every owned partition with work commits a Kafka transaction
+of its own, under the partition's transactional id (:mod:`coordinator.ownership`):
+the republished messages of its ready committed transactions, op records of
+back-check verdicts and expiries, copies to ``<ns>_expired`` / ``<ns>_quarantine``,
+its ``<ns>_state`` entries, and its consumed half/op offsets (with the group
+metadata). Hence the invariant: everything below a partition's committed offsets
+is resolved, in ``<ns>_state``, or listed in the committed half offset.
 
-An abortable Kafka error aborts that transaction and rewinds: in-memory state is
-rebuilt from ``<ns>_state`` and the consumer seeks back to the committed offsets.
-A fenced or fatal error stops the loop (another instance takes over).
+An abortable Kafka error aborts that partition's transaction and rewinds it: its
+state is rebuilt from ``<ns>_state`` and the consumer seeks back to its committed
+offsets. A fenced partition (another owner claimed it), a fatal error or a commit
+stuck past its timeout replaces the clients in-process (:meth:`Coordinator._rejoin`).
 """
 
 from __future__ import annotations
@@ -19,23 +21,26 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from coordinator import changelog, metrics, scheduler
+from coordinator import changelog, health, metrics, scheduler
+from coordinator.changelog import Plan
 from coordinator.checker import Checker, CheckJob, CheckResult
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
 from coordinator.metrics import Stat, Stats
+from coordinator.ownership import PartitionProducers
 from coordinator.payloads import HalfReader, evict_states, record_size
 from coordinator.registry import ProducerRegistry
 from coordinator.republisher import Batch, quarantine_raw
 from coordinator.resume import ExpiryResumer
 from coordinator.scheduler import CheckPolicy
 from coordinator.state import PartitionState, PendingTx, Phase
-from coordinator.watchdog import Watchdog, Wedged
-from coordinator.writer import TransactionWriter
+from coordinator.watchdog import GRACE_S, Watchdog, Wedged
 from txbridge import _kafka
 from txbridge._kafka import Consumer, Producer
 from txbridge.errors import KafkaOperationError, ProducerFencedError, WireFormatError
@@ -109,34 +114,28 @@ SESSION_TIMEOUT_MS = 6_000
 #: members of one rebalance heartbeat in step, so the bench's old fixed kill moment saw 5 s
 #: or, when the survivor's heartbeat came just before the expiry, 7 s (DESIGN.md).
 HEARTBEAT_INTERVAL_MS = 500
-#: How long an assigned partition's committed offsets may stay unstable (an open Kafka
-#: transaction of its previous owner) before the previous owner is looked up: one that left
-#: the group is fenced then, one still in it waited for. A live owner's last commit, made
-#: before the rebalance let this assignment happen, is stable within milliseconds (its
-#: markers follow its EndTxn); it is the membership check, not this wait, that keeps a live
-#: owner from being fenced. 2.0 s, then 0.5 s, made every takeover from a dead owner's open
-#: transaction that much longer.
-_STABLE_WAIT_S = 0.2
-#: Metadata of the op partitions' committed offsets: which transactional.id committed them.
-OWNER_PREFIX = "txb-owner:"
-
-
-def owners_named(committed: list[TopicPartition]) -> dict[str, list[int]]:
-    """The transactional ids that committed offsets ``committed`` name (their ``OWNER_PREFIX``
-    metadata), each with the partitions it is named on."""
-    held: dict[str, list[int]] = {}
-    for tp in committed:
-        if tp.metadata and tp.metadata.startswith(OWNER_PREFIX):
-            held.setdefault(tp.metadata[len(OWNER_PREFIX) :], []).append(tp.partition)
-    return held
-
-
+#: How long an assignment waits for a partition's committed offsets and ``<ns>_state`` to be
+#: stable. Claiming a partition aborts what any earlier owner left open, so only a transaction
+#: under an id no coordinator uses (another tool, an older txbridge) can hold them; it ends by
+#: itself within its transaction timeout, at most the broker's transaction.max.timeout.ms
+#: (15 minutes by default).
+RESTORE_WAIT_S = 900.0
+#: The consumer may sit in one rebalance callback for as long (librdkafka otherwise leaves the
+#: group when poll() is not called for max.poll.interval.ms, 5 minutes by default).
+_MAX_POLL_INTERVAL_MS = int((RESTORE_WAIT_S + 60) * 1000)
+#: An assignment whose partitions cannot be claimed or restored (a partition without a leader
+#: during an election, a transaction coordinator moving) is tried again this often, this long.
+_ASSIGN_RETRY_S = 0.5
+_ASSIGN_RETRY_FOR_S = 60.0
+#: Partition commits that end at once, on threads (librdkafka releases the GIL in its calls).
+_COMMIT_THREADS = 4
 #: Timeout of each call that ends a commit boundary's Kafka transaction (send_offsets, commit,
 #: abort). A broker failover takes seconds; a call that times out is retried (commit) or its
 #: transaction aborted and the work done again. Every such call runs under the watchdog.
 TXN_CALL_TIMEOUT_S = 15.0
 #: Clients that fail fatally are replaced in-process (_rejoin) at most this many times in
-#: _REJOIN_WINDOW_S; more means another process uses the same instance id: the coordinator stops.
+#: _REJOIN_WINDOW_S; more means another process uses the same instance id (its static
+#: membership fences this one's over and over): the coordinator stops.
 _REJOINS_MAX = 5
 _REJOIN_WINDOW_S = 300.0
 #: How long a commit or an abort is resumed while it fails retriably (see _end_transaction).
@@ -145,11 +144,6 @@ END_RETRY_S = 60.0
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _discard(clients: list[Any]) -> None:
-    """Drop the last reference to a replaced client here, so that its destruction waits here."""
-    clients.clear()
 
 
 class Coordinator:
@@ -191,7 +185,6 @@ class Coordinator:
         self._stop = threading.Event()
         self._transport = transport
         self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
         self._registry: ProducerRegistry | None = None
         self._checker: Checker | None = None
         self._resumer: ExpiryResumer | None = None
@@ -201,15 +194,20 @@ class Coordinator:
         self._reader: HalfReader | None = None
         self._offsets: Consumer | None = None  # a never-subscribed consumer for end-offset queries
         self._metrics_server: Any = None
-        self._writer: TransactionWriter = TransactionWriter(None)
-        self._consumed_since_commit = 0
-        self._fatal: KafkaOperationError | None = None  # set once the producer is fenced or broken
-        self._clients_failed: KafkaOperationError | None = None  # a client's fatal error: _rejoin renews both
+        self._watchdog = Watchdog(self._on_wedged)
+        self._owners = PartitionProducers(config, self._watchdog)
+        self._pools = 0
+        self._commits = ThreadPoolExecutor(_COMMIT_THREADS, "txbridge-commit-0")
+        self._unsaved: set[int] = set()  # partitions that consumed records since their last commit
+        self._ending: dict[int, str] = {}  # partition -> the commit thread ending its transaction
+        self._wedged_threads: set[str] = set()  # threads whose call the watchdog reported stuck
+        self._fatal: KafkaOperationError | None = None  # set once the coordinator must stop
+        self._clients_failed: KafkaOperationError | None = None  # _rejoin replaces the clients
         self._rejoins: list[float] = []  # monotonic times of recent rejoins
         self._started = 0.0  # monotonic time _start() began reading the registry
         self.running = threading.Event()  # set once partitions may be served (tests wait on it)
+        self.health = health.Health(config, self.topics.half)
         self._on_wedged_hook = on_wedged
-        self._watchdog = Watchdog(self._on_wedged)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -221,8 +219,8 @@ class Coordinator:
         """Run until :meth:`stop`.
 
         Raises:
-            ProducerFencedError: another instance took over this transactional id.
-            KafkaOperationError: a fatal Kafka error; the caller may restart with a new instance.
+            KafkaOperationError: the coordinator cannot go on (its clients failed again and
+                again: another process with the same instance id); the caller may restart it.
         """
         self._start()
         try:
@@ -237,20 +235,12 @@ class Coordinator:
         cfg = self.config
         self._watchdog.start()
         extra = dict(cfg.extra_config)
-        self._producer = self._new_producer()
-        self._writer = TransactionWriter(self._producer)
         # The registry catches up in the loop: checks wait for it (_schedule_checks), publishing does not.
         self._registry = ProducerRegistry(
             cfg.bootstrap, self.topics.producers, cfg.producer_liveness_s, extra
         )
         self._registry.start()
         self._started = time.monotonic()
-        try:
-            # Also fences this instance's previous incarnation: its open transaction is aborted.
-            with self._watchdog.deadline("init_transactions", 60):  # a metadata request, then the call
-                _kafka.init_transactions(self._producer, 30)
-        except Exception as exc:
-            raise _kafka.to_error(exc, "initialising the coordinator's transactional producer") from exc
         self._checker = Checker(cfg, self._transport)
         self._checker.start()
         if cfg.resume_expired:
@@ -265,47 +255,16 @@ class Coordinator:
             self._resumer.start()
         self._reader = HalfReader(cfg.bootstrap, self.topics.half, extra)
         if cfg.metrics_port is not None:
-            self._metrics_server = metrics.serve(
-                metrics.make_registry(self.stats, self._gauges), cfg.metrics_port
+            from prometheus_client import generate_latest
+
+            registry = metrics.make_registry(self.stats, self._gauges)
+            self._metrics_server = health.serve(
+                cfg.metrics_port, self.health, lambda: generate_latest(registry)
             )
         self._join()
         logger.info(
             "coordinator %s started: %r, extra_config keys %s", cfg.instance_id, cfg, sorted(cfg.extra_config)
         )
-
-    def _new_producer(self) -> Any:
-        cfg = self.config
-        return _kafka.producer(
-            cfg.bootstrap,
-            cfg.extra_config,
-            transactional_id=cfg.transactional_id,
-            transaction_timeout_ms=cfg.transaction_timeout_ms,
-            linger_ms=5,
-            # A committed message to a missing topic is quarantined (and can be requeued once the
-            # topic exists), never published to a topic the broker made up with its defaults.
-            allow_auto_create_topics=False,
-        )
-
-    def _renew_producer(self) -> None:
-        """Replace the transactional producer with a new one of the same transactional id.
-
-        After the group's coordinator broker died, the old client may keep it cached as the
-        coordinator of ``send_offsets_to_transaction`` and wait for it forever
-        (confluentinc/librdkafka#5511; the chaos run hit it right after every rejoin). A new
-        client starts with an empty cache; its ``init_transactions`` fences the old one, and
-        no Kafka transaction is open between commit boundaries.
-        """
-        replaced = [self._producer]  # its only reference once self._producer is the new one
-        self._producer = self._new_producer()
-        self._writer.producer = self._producer
-        try:
-            with self._watchdog.deadline("init_transactions", 60):
-                _kafka.init_transactions(self._producer, 30)
-        except Exception as exc:
-            raise _kafka.to_error(exc, "initialising the coordinator's new transactional producer") from exc
-        # Destroying a client waits for its threads: not on the loop's thread.
-        threading.Thread(target=_discard, args=(replaced,), name="txbridge-discard", daemon=True).start()
-        del replaced
 
     def _join(self) -> None:
         """Create the half/op consumer and subscribe: the group assigns this instance its partitions."""
@@ -320,7 +279,8 @@ class Coordinator:
             # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
-            client_id=cfg.instance_id,  # members are told apart by it (see _member_ids)
+            client_id=cfg.instance_id,
+            max_poll_interval_ms=_MAX_POLL_INTERVAL_MS,  # an assignment may wait out a foreign transaction
             **({"group_instance_id": cfg.instance_id} if cfg.static_membership else {}),
             **fetch_settings(),
         )
@@ -332,10 +292,12 @@ class Coordinator:
         )
 
     def _rejoin(self) -> None:
-        """Replace the clients after one failed fatally, in-process, as a restart would.
+        """Replace the clients after one failed, in-process, as a restart would.
 
-        A transactional producer's fatal error other than fencing comes here too
-        (:meth:`_on_transaction_error`); so does the consumer's:
+        A partition's producer comes here when another owner fenced it (this coordinator was
+        a zombie: its session expired while it was stopped), when it failed fatally, or when
+        its commit outlived its timeout (confluentinc/librdkafka#5511: it waits forever for a
+        dead group coordinator); :meth:`_on_transaction_errors`. The consumer comes here too:
 
         librdkafka fences its own static member when the broker acting as the group's
         coordinator dies (confluentinc/librdkafka#3437): the consumer never fetches again.
@@ -354,16 +316,14 @@ class Coordinator:
         self._rejoins = [t for t in self._rejoins if now - t < _REJOIN_WINDOW_S] + [now]
         instance = self.config.instance_id
         if len(self._rejoins) > _REJOINS_MAX:
-            logger.error(
-                "coordinator %s must stop: its clients failed %d times in %.0fs (does another coordinator "
-                "run with instance id %s?): %s",
-                instance,
-                len(self._rejoins),
-                _REJOIN_WINDOW_S,
-                instance,
-                error,
+            self._fatal = KafkaOperationError(
+                f"coordinator {instance} must stop: its clients failed {len(self._rejoins)} times in "
+                f"{_REJOIN_WINDOW_S:.0f}s; does another coordinator of group {self.config.group_id} run "
+                f"with instance id {instance}? Give each running coordinator its own --instance-id. "
+                f"Last failure: {error}",
+                fatal=True,
             )
-            self._fatal = error
+            logger.error("%s", self._fatal)
             self._stop.set()
             return
         logger.warning(
@@ -373,6 +333,7 @@ class Coordinator:
         )
         self.stats[Stat.CONSUMER_REJOINS] += 1
         self._batch.clear()
+        self._unsaved.clear()
         self._drop(
             [
                 _kafka.partition_at(t, n)
@@ -389,13 +350,7 @@ class Coordinator:
                 _kafka.opened(old, "the failed consumer").close()
         except Exception as exc:
             logger.info("closing the failed consumer: %s", exc)
-        try:
-            self._renew_producer()
-        except KafkaOperationError as exc:
-            logger.error("coordinator %s must stop: %s", instance, exc)  # noqa: TRY400 - no traceback wanted
-            self._fatal = exc
-            self._stop.set()
-            return
+        self._owners.release_all()  # the next assignment claims its partitions afresh
         self._join()
 
     def _shutdown(self) -> None:
@@ -409,15 +364,12 @@ class Coordinator:
             if part is not None:
                 part.close()
         self._offsets = None
-        if self._producer is not None and self._fatal is None:
-            try:
-                with self._watchdog.deadline("flushing the producer", 10):
-                    self._producer.flush(10)  # a fenced/fatal producer has nothing left worth delivering
-            except Exception as exc:  # fatal after all (an abort that failed): nothing to deliver
-                logger.warning("flushing the coordinator's producer: %s", exc)
+        self._owners.release_all()  # nothing is open: every transaction ended at its boundary
+        self._commits.shutdown(wait=False)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
         self.running.clear()
+        self.health.stopped()
         self._watchdog.close()
         logger.info("coordinator %s stopped: %s", self.config.instance_id, dict(self.stats))
 
@@ -430,6 +382,7 @@ class Coordinator:
         last_commit = 0.0
         stalled = False
         while not self._stop.is_set():
+            self.health.beat()
             due = next_commit
             if self._publishable and not stalled:  # a ready message waits for its quarter, not the tick
                 due = min(due, last_commit + interval * _EAGER)
@@ -455,6 +408,7 @@ class Coordinator:
                 if self._resumer is not None:
                     self._look_for_returns(self._resumer)
                 next_returns = now + _RETURNS_INTERVAL_S
+            self.health.look()  # while it owns nothing: is any partition unserved?
             # Ready messages go out at once unless a commit ended less than a quarter interval ago;
             # anything else (offsets, state entries) waits for the interval.
             if now >= next_commit or (self._publishable and now >= last_commit + interval * _EAGER):
@@ -471,112 +425,97 @@ class Coordinator:
     # ------------------------------------------------------------------ rebalance
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        started = time.monotonic()
         numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
-        young = self._take_committed(self._stable_committed(consumer, partitions))
+        self.health.assigning(True)
         try:
-            self._restore(numbers, young)
-        except KafkaOperationError as exc:
-            # Serving without them would lose their messages; raising here is unsafe: stop the loop.
-            logger.exception("restoring partitions %s failed", numbers)
-            self._fatal = exc
-            self._stop.set()
-            return
+            self._assign(consumer, partitions, numbers)
+        finally:
+            self.health.assigning(False)
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition], numbers: list[int]) -> None:
+        started = time.monotonic()
+        give_up = started + _ASSIGN_RETRY_FOR_S
+        while True:
+            try:
+                self._take_over(consumer, partitions, numbers)
+                break
+            except KafkaOperationError as exc:
+                # A partition without a leader during an election, a transaction coordinator
+                # moving: tried again here, then by joining afresh; never by exiting.
+                if time.monotonic() > give_up or self._stop.is_set():
+                    logger.warning("taking over partitions %s failed, joining again: %s", numbers, exc)
+                    self._drop(partitions)
+                    self._clients_failed = exc
+                    return
+                logger.info("taking over partitions %s: %s; trying again", numbers, exc)
+                time.sleep(_ASSIGN_RETRY_S)
         pending = sum(len(self.partitions[n].pending) for n in numbers if n in self.partitions)
         logger.info("restored %d pending transactions in %.3fs", pending, time.monotonic() - started)
         logger.info("assigned partitions %s", numbers)
+        self.health.serving(len(self.partitions))
         self.running.set()
 
-    def _stable_committed(self, consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """The committed offsets of newly assigned partitions, fencing a dead owner that holds them.
+    def _take_over(self, consumer: Consumer, partitions: list[TopicPartition], numbers: list[int]) -> None:
+        """Claim ``numbers``, then read where they stand: the order is the ownership argument.
 
-        A previous owner that crashed mid-transaction leaves its offsets unstable (and the
-        real topics' last stable offset stuck, so their read_committed consumers wait) until
-        its Kafka transaction times out. A live owner gave the partitions up with a commit
-        before this assignment (the group's rebalance waits for it), so offsets still
-        unstable after a moment belong to a dead or stuck owner, or to a live one whose
-        commit is slow: an owner no longer in the group is fenced (re-initialising its
-        transactional id aborts its transaction), and one still in it is waited for.
+        Claiming first (:meth:`PartitionProducers.claim`) means that no earlier owner's
+        transaction is open on them any more when their committed offsets and ``<ns>_state``
+        are read, and that no earlier owner can commit after the read (docs/DESIGN.md,
+        "Ownership").
         """
-        try:
-            with self._watchdog.deadline("reading the committed offsets", _STABLE_WAIT_S):
-                return list(consumer.committed(partitions, timeout=_STABLE_WAIT_S))
-        except Exception as exc:  # a timeout here means "not stable yet"
-            logger.info(
-                "committed offsets unstable after %.1fs (%s): looking up the owner", _STABLE_WAIT_S, exc
-            )
-        self._fence_previous_owners(partitions)
-        with self._watchdog.deadline("reading the committed offsets", 30):
-            return list(consumer.committed(partitions, timeout=30))
+        claimed = [n for n in numbers if n not in self._owners]
+        self._owners.claim(numbers)
+        self.stats[Stat.OWNERS_FENCED] += len(claimed)
+        young = self._take_committed(self._stable_committed(consumer, partitions))
+        self._restore(numbers, young)
+        if self.config.check_invariants:
+            self._assert_settled(numbers)
 
-    def _fence_previous_owners(self, partitions: list[Any]) -> None:
-        ops = [_kafka.partition_at(tp.topic, tp.partition) for tp in partitions if tp.topic == self.topics.op]
-        reader = _kafka.consumer(
+    def _assert_settled(self, numbers: list[int]) -> None:
+        """The ownership invariant (tests turn it on): once partitions are claimed and restored,
+        no transaction is open on their ``<ns>_state``, so the restore saw every entry and
+        tombstone an earlier owner committed. An earlier owner's transaction left open under a
+        name the claim does not fence breaks it (shared/findings/ownership.md)."""
+        committed = self._offsets_client()  # read_committed: its "high" is the last stable offset
+        uncommitted = _kafka.consumer(
             self.config.bootstrap,
             self.config.group_id,
             self.config.extra_config,
-            isolation_level="read_uncommitted",  # the last stable commit, without waiting for the open one
+            isolation_level="read_uncommitted",
         )
         try:
-            with self._watchdog.deadline("reading the previous owners", 10):
-                committed = reader.committed(ops, timeout=10)
-        except Exception as exc:  # the offset fetch waits out the owner's transaction instead
-            logger.warning("reading the previous owners of %d partitions: %s", len(ops), exc)
-            return
+            for number in numbers:
+                tp = _kafka.partition_at(self.topics.state, number)
+                stable = committed.get_watermark_offsets(tp, timeout=10)[1]
+                high = uncommitted.get_watermark_offsets(tp, timeout=10)[1]
+                assert stable == high, (
+                    f"{self.topics.state}/{number}: a transaction is open after the claim "
+                    f"(last stable offset {stable}, high watermark {high})"
+                )
         finally:
-            reader.close()
-        held = owners_named(committed)
-        held.pop(self.config.transactional_id, None)
-        members = self._member_ids()
-        for owner, owned in sorted(held.items()):
-            if owner.removeprefix(f"{self.config.group_id}-") in members:
-                # Still in the group (a slow commit, a loaded machine): fencing would kill a live
-                # coordinator; its transaction ends by itself (commit, or transaction_timeout_ms).
-                logger.info("the previous owner %s is still a group member: not fenced", owner)
-                continue
-            self._fence(owner, sorted(owned))
+            uncommitted.close()
 
-    def _fence(self, owner: str, owned: list[int]) -> None:
-        """Re-initialise ``owner``'s transactional id, on a thread of its own.
+    def _stable_committed(self, consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The committed offsets of ``partitions``, once no open transaction holds them.
 
-        The broker aborts the owner's open transaction and bumps its epoch at the first
-        InitProducerId, which it answers CONCURRENT_TRANSACTIONS while the abort markers are
-        written; librdkafka asks again only after a fixed 500 ms. The offsets are stable once
-        the markers are written, so the caller reads them without waiting for that retry.
+        After the claim only a transaction under an id no coordinator uses can hold them: it is
+        waited out, up to :data:`RESTORE_WAIT_S`.
         """
-
-        def fence() -> None:
-            started = time.monotonic()
-            client = _kafka.producer(self.config.bootstrap, self.config.extra_config, transactional_id=owner)
+        give_up = time.monotonic() + RESTORE_WAIT_S
+        while True:
             try:
-                _kafka.init_transactions(client, 30)  # aborts the owner's open transaction, bumps its epoch
+                with self._watchdog.deadline("reading the committed offsets", 10):
+                    return list(consumer.committed(partitions, timeout=10))
             except Exception as exc:
-                logger.warning("fencing %s: %s (its transaction times out instead)", owner, exc)
-                return
-            finally:
-                client.flush(0)
-            self.stats[Stat.OWNERS_FENCED] += 1
-            logger.warning(
-                "fenced %s, the previous owner of partitions %s, in %.2fs: its open transaction is aborted",
-                owner,
-                owned,
-                time.monotonic() - started,
-            )
-
-        threading.Thread(target=fence, name=f"txbridge-fence-{owner}", daemon=True).start()
-
-    def _member_ids(self) -> set[str]:
-        """The instance ids (client ids) of the group's current members; empty when unknown."""
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient(_kafka.client_config(self.config.bootstrap, self.config.extra_config))
-        try:
-            group = self.config.group_id
-            described = admin.describe_consumer_groups([group])[group].result(10)
-        except Exception as exc:  # unknown membership: fence as before (a dead owner is the likely case)
-            logger.debug("describing group %s: %s", self.config.group_id, exc)
-            return set()
-        return {m.group_instance_id or m.client_id for m in described.members}
+                error = _kafka.to_error(exc, "reading the committed offsets")
+                if time.monotonic() > give_up:
+                    raise error from exc
+                logger.warning(
+                    "the committed offsets of partitions %s are not stable yet (%s): a transaction under an "
+                    "id that is not a partition's holds them; waiting until it ends",
+                    sorted({tp.partition for tp in partitions}),
+                    error,
+                )
 
     def _take_committed(self, committed: list[Any]) -> dict[int, list[int]]:
         """Positions from the committed offsets; returns the young halves' offsets per partition."""
@@ -595,7 +534,11 @@ class Coordinator:
     def _restore(self, numbers: list[int], listed: dict[int, list[int]]) -> None:
         """Rebuild the partitions' state from ``<ns>_state`` and the young halves (re-read)."""
         restored = changelog.restore(
-            self.config.bootstrap, self.topics.state, numbers, self.config.extra_config
+            self.config.bootstrap,
+            self.topics.state,
+            numbers,
+            self.config.extra_config,
+            timeout=RESTORE_WAIT_S,
         )
         for number in numbers:
             start = self._positions.get((self.topics.half, number))
@@ -642,17 +585,9 @@ class Coordinator:
         return len(txs)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # Commit while the partitions are still ours; the group metadata is still valid.
-        try:
-            self._commit_boundary()
-        except KafkaOperationError as exc:
-            # Raising inside a rebalance callback is unsafe: stop the loop and raise from run().
-            logger.warning(
-                "committing before revocation failed (%s); the next owner resumes from the last commit", exc
-            )
-            if exc.fatal:
-                self._fatal = exc
-                self._stop.set()
+        # Commit while the partitions are still ours; the group metadata is still valid. What
+        # fails to commit is above the committed offsets: the next owner does it again.
+        self._commit_boundary()
         self._drop(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -672,6 +607,9 @@ class Coordinator:
             if tp.topic == self.topics.half:
                 self.partitions.pop(tp.partition, None)
         self._owned = frozenset(self.partitions)
+        self._owners.release(self._owners.numbers() - set(self.partitions))
+        self._unsaved &= set(self.partitions)
+        self._batch.clear(self._batch.partitions() - set(self.partitions))
         self._expiring = {k: t for k, t in self._expiring.items() if t.partition in self.partitions}
         self._incomplete = [(t, r) for t, r in self._incomplete if t.partition in self.partitions]
 
@@ -688,7 +626,7 @@ class Coordinator:
             return
         topic, number = msg.topic(), msg.partition()
         self._positions[(topic, number)] = msg.offset() + 1
-        self._consumed_since_commit += 1
+        self._unsaved.add(number)
         state = self.partitions.get(number)
         if state is None:
             return
@@ -717,6 +655,7 @@ class Coordinator:
         logger.warning("quarantined %s: %s", origin, reason)
         self.stats[Stat.QUARANTINED_RECORDS] += 1
         self._batch.add(
+            msg.partition(),
             quarantine_raw(
                 self.topics.quarantine,
                 key=msg.key(),
@@ -724,7 +663,7 @@ class Coordinator:
                 headers=msg.headers(),
                 reason=reason,
                 origin=origin,
-            )
+            ),
         )
 
     # ------------------------------------------------------------------ back-checks
@@ -929,68 +868,144 @@ class Coordinator:
 
     # ------------------------------------------------------------------ the commit boundary
 
-    def _has_work(self) -> bool:
-        if self._consumed_since_commit or len(self._batch) or self._expiring:
-            return True
-        return any(s.has_work() for s in self.partitions.values())
+    def _with_work(self) -> list[int]:
+        """The owned partitions whose next commit would change something."""
+        busy = self._unsaved | self._batch.partitions()
+        busy |= {t.partition for t in self._expiring.values()}
+        busy |= {t.partition for t, _ in self._incomplete}
+        return [n for n, s in sorted(self.partitions.items()) if n in busy or s.has_work()]
 
     def _commit_boundary(self) -> None:
-        if (
-            self._fatal is not None
-            or self._producer is None
-            or (not self.partitions and not len(self._batch))
-        ):
+        """Commit every partition with work, each in a Kafka transaction of its own.
+
+        The transactions are filled one after another on this thread (producing only queues
+        records), then ended together on the commit threads: a partition's commit waits for
+        its own round trips, not for the other partitions'.
+        """
+        if self._fatal is not None or not self.partitions:
             return
-        if not self._has_work():
+        if not self._with_work():
             return
         self._prepare_waits()
         self._publishable = False
-        ready = [tx for s in self.partitions.values() for tx in s.ready_in_order()]
+        numbers = self._with_work()  # settled waits may have added work
         expiring = [t for t in self._expiring.values() if t.phase is Phase.OPEN]
         incomplete = list(self._incomplete)
+        ready = {n: self.partitions[n].ready_in_order() for n in numbers}
         assert self._reader is not None
         try:
-            self._reader.load([*ready, *expiring, *(t for t, _ in incomplete)])
+            self._reader.load(
+                [*(t for n in numbers for t in ready[n]), *expiring, *(t for t, _ in incomplete)]
+            )
         except KafkaOperationError as exc:
             logger.warning("re-reading half payloads failed, retrying at the next commit: %s", exc)
             return
-        try:
-            self._producer.begin_transaction()
-            content = TransactionContent(
-                self._writer, self.topics, self.partitions, self.stats, self.config.max_message_bytes
-            )
-            content.write(ready, expiring, incomplete, self._batch)
-            half = self.topics.half
-            positions = {n: self._positions.get((half, n)) for n in self.partitions}
-            plans = content.write_changelog(positions, self.config.offset_metadata_bytes)
-            owner = OWNER_PREFIX + self.config.transactional_id  # lets a next owner fence this one
-            offsets = [
-                TopicPartition(t, p, off, plans[p].metadata)
-                if t == half and p in plans and plans[p].metadata
-                else TopicPartition(t, p, off, owner)
-                if t != half
-                else TopicPartition(t, p, off)  # no metadata: what the previous commit listed is cleared
-                for (t, p), off in self._positions.items()
-            ]
-            if offsets:
-                # librdkafka#5511: this call can wait forever after the group coordinator's broker died.
-                with self._watchdog.deadline("send_offsets_to_transaction", TXN_CALL_TIMEOUT_S):
-                    self._producer.send_offsets_to_transaction(
-                        offsets, self._client().consumer_group_metadata(), TXN_CALL_TIMEOUT_S
-                    )
-            self._end_transaction(commit=True)
-        except Exception as exc:
-            self._on_transaction_error(exc)
-            return
-        self.stats[Stat.KAFKA_TRANSACTIONS] += 1
-        for number, plan in plans.items():
-            if number in self.partitions:
-                self.partitions[number].mark_persisted(plan.entries, plan.tombstones, plan.young)
-        self._batch.clear()
-        self._expiring.clear()
-        self._incomplete.clear()
-        self._consumed_since_commit = 0
+        metadata = self._client().consumer_group_metadata()
+        opened: dict[int, tuple[Plan, list[TopicPartition]]] = {}
+        failed: dict[int, Exception] = {}
+        for number in numbers:
+            try:
+                opened[number] = self._fill(
+                    number,
+                    ready[number],
+                    [t for t in expiring if t.partition == number],
+                    [(t, r) for t, r in incomplete if t.partition == number],
+                )
+            except Exception as exc:
+                failed[number] = exc
+        ending = {
+            n: self._commits.submit(self._end, n, offsets, metadata) for n, (_plan, offsets) in opened.items()
+        }
+        failed.update(self._ended(ending))
+        for number, (plan, _offsets) in opened.items():
+            if number not in failed:
+                self._saved(number, plan)
+        if failed:
+            self._on_transaction_errors(failed)
         evict_states(self.partitions.values(), self.config.payload_cache_bytes)
+
+    def _fill(
+        self,
+        number: int,
+        ready: list[PendingTx],
+        expiring: list[PendingTx],
+        incomplete: list[tuple[PendingTx, str]],
+    ) -> tuple[Plan, list[TopicPartition]]:
+        """Begin partition ``number``'s transaction and produce its records; returns its changelog
+        plan and the offsets it commits."""
+        writer = self._owners.writer(number)
+        self._owners.producer(number).begin_transaction()
+        state = self.partitions[number]
+        content = TransactionContent(writer, self.topics, state, self.stats, self.config.max_message_bytes)
+        content.write(ready, expiring, incomplete, self._batch)
+        half = self.topics.half
+        position = self._positions.get((half, number))
+        plan = content.write_changelog(position, self.config.offset_metadata_bytes)
+        offsets = []
+        for topic in (half, self.topics.op):
+            offset = self._positions.get((topic, number))
+            if offset is None:
+                continue
+            if topic == half and plan.metadata:
+                offsets.append(TopicPartition(topic, number, offset, plan.metadata))
+            else:  # no metadata: what the previous commit listed is cleared
+                offsets.append(TopicPartition(topic, number, offset))
+        return plan, offsets
+
+    def _end(self, number: int, offsets: list[TopicPartition], metadata: Any) -> None:
+        """Send partition ``number``'s offsets into its transaction and commit it (a commit thread)."""
+        self._ending[number] = threading.current_thread().name
+        producer = self._owners.producer(number)
+        if offsets:
+            # librdkafka#5511: this call can wait forever after the group coordinator's broker died.
+            with self._watchdog.deadline("send_offsets_to_transaction", TXN_CALL_TIMEOUT_S):
+                producer.send_offsets_to_transaction(offsets, metadata, TXN_CALL_TIMEOUT_S)
+        self._end_transaction(producer, commit=True)
+
+    def _ended(self, ending: dict[int, Future[None]]) -> dict[int, Exception]:
+        """Wait for the partitions' commits; returns the failed ones with their errors.
+
+        A commit whose call the watchdog reports stuck (confluentinc/librdkafka#5511: it waits
+        forever for a dead group coordinator) cannot be interrupted: its producer is abandoned
+        to its thread and the clients are replaced; the partition's next claim fences it.
+        """
+        failed: dict[int, Exception] = {}
+        backstop = time.monotonic() + END_RETRY_S + 2 * TXN_CALL_TIMEOUT_S + GRACE_S
+        for number, future in ending.items():
+            while True:
+                try:
+                    future.result(timeout=0.5)
+                except FutureTimeout:
+                    stuck = self._ending.get(number) in self._wedged_threads
+                    if not stuck and time.monotonic() < backstop:
+                        continue
+                    failed[number] = self._abandon(number)
+                except Exception as exc:
+                    failed[number] = exc
+                break
+        return failed
+
+    def _abandon(self, number: int) -> KafkaOperationError:
+        logger.error(
+            "coordinator %s: the commit of partition %d is stuck; replacing the clients",
+            self.config.instance_id,
+            number,
+        )
+        self.stats[Stat.COMMITS_WEDGED] += 1
+        self._owners.abandon(number)
+        self._commits.shutdown(wait=False)  # its thread stays stuck: new threads for the others
+        self._pools += 1  # thread names are never reused: a stuck one stays told apart
+        self._commits = ThreadPoolExecutor(_COMMIT_THREADS, f"txbridge-commit-{self._pools}")
+        return KafkaOperationError(f"the commit of partition {number} is stuck", fatal=True)
+
+    def _saved(self, number: int, plan: Plan) -> None:
+        """Partition ``number``'s transaction committed: what it carried is durable."""
+        self.stats[Stat.KAFKA_TRANSACTIONS] += 1
+        self.partitions[number].mark_persisted(plan.entries, plan.tombstones, plan.young)
+        self._batch.clear([number])
+        self._expiring = {k: t for k, t in self._expiring.items() if t.partition != number}
+        self._incomplete = [(t, r) for t, r in self._incomplete if t.partition != number]
+        self._unsaved.discard(number)
 
     def _prepare_waits(self) -> None:
         for state in self.partitions.values():
@@ -1015,47 +1030,58 @@ class Coordinator:
             )
         return self._offsets
 
-    def _on_transaction_error(self, exc: Exception) -> None:
-        error = exc if isinstance(exc, KafkaOperationError) else _kafka.to_error(exc, "committing")
-        if isinstance(error, ProducerFencedError):  # another instance took the transactional id
-            logger.error("coordinator %s must stop: %s", self.config.instance_id, error)
-            self._fatal = error
-            raise error from exc
-        if error.fatal:
-            # The producer is unusable (e.g. librdkafka's idempotence "sequence desynchronization"
-            # after a leader failover; the chaos run hit it). librdkafka's remedy is a new client:
-            # _rejoin renews both clients, as a restart would but in-process. The new producer's
-            # init_transactions (same transactional id) aborts this open transaction; the dropped
-            # partitions come back from the committed offsets. No abort on a fatal producer.
-            logger.warning("coordinator %s: its producer failed fatally (%s)", self.config.instance_id, error)
-            self.stats[Stat.PRODUCER_FATAL_ERRORS] += 1
-            self._clients_failed = error
-            return
-        logger.warning("Kafka transaction aborted, rewinding to the committed offsets: %s", error)
-        self.stats[Stat.KAFKA_ABORTS] += 1
-        try:
-            self._end_transaction(commit=False)
-        except Exception as abort_exc:
-            # The producer is in no state to go on (an abort that never ended, a broken client):
-            # stop, and let nothing (a revocation, the shutdown) try another transaction on it.
-            fatal = _kafka.to_error(abort_exc, "aborting the coordinator's transaction")
-            logger.error(  # noqa: TRY400 - the cause is in the message; no traceback wanted
-                "coordinator %s must stop: %s (after: %s)", self.config.instance_id, fatal, error
-            )
-            self._fatal = fatal
-            self._stop.set()
-            raise fatal from abort_exc
-        if error.code == KafkaError.FENCED_INSTANCE_ID:
-            # The group fenced this static member (its consumer says so too, or soon will):
-            # nothing to rewind on this consumer; the loop replaces it (_rejoin).
-            self._clients_failed = error
-            return
-        try:
-            self._rewind()
-        except Exception as rewind_exc:  # the consumer cannot seek or read its offsets: start afresh
-            self._clients_failed = _kafka.to_error(rewind_exc, "rewinding to the committed offsets")
+    def _on_transaction_errors(self, failed: dict[int, Exception]) -> None:
+        """Partitions whose transaction failed: abort and rewind them, or replace the clients."""
+        rewind = []
+        for number, exc in sorted(failed.items()):
+            error = exc if isinstance(exc, KafkaOperationError) else _kafka.to_error(exc, "committing")
+            if isinstance(error, ProducerFencedError):
+                # Another owner claimed the partition: this coordinator's session expired (it was
+                # stopped, or cut off) and the group moved on. Its transaction is aborted already.
+                logger.warning(
+                    "coordinator %s: partition %d was claimed by another owner; joining again: %s",
+                    self.config.instance_id,
+                    number,
+                    error,
+                )
+                self.stats[Stat.PARTITIONS_FENCED] += 1
+                self._clients_failed = error
+                continue
+            if error.fatal:
+                # The producer is unusable (e.g. librdkafka's idempotence "sequence
+                # desynchronization" after a leader failover). librdkafka's remedy is a new
+                # client: the next claim of the partition aborts this open transaction.
+                logger.warning(
+                    "coordinator %s: partition %d's producer failed fatally (%s)",
+                    self.config.instance_id,
+                    number,
+                    error,
+                )
+                self.stats[Stat.PRODUCER_FATAL_ERRORS] += 1
+                self._clients_failed = error
+                continue
+            logger.warning("partition %d: Kafka transaction aborted, rewinding it: %s", number, error)
+            self.stats[Stat.KAFKA_ABORTS] += 1
+            try:
+                self._end_transaction(self._owners.producer(number), commit=False)
+            except Exception as abort_exc:  # the producer is in no state to go on: new clients
+                self._clients_failed = _kafka.to_error(
+                    abort_exc, f"aborting partition {number}'s transaction"
+                )
+                continue
+            if error.code == KafkaError.FENCED_INSTANCE_ID:
+                # The group fenced this static member (its consumer says so too, or soon will):
+                # nothing to rewind on this consumer; the loop replaces it (_rejoin).
+                self._clients_failed = error
+                continue
+            rewind.append(number)
+        if rewind and self._clients_failed is None:
+            try:
+                self._rewind(rewind)
+            except Exception as rewind_exc:  # the consumer cannot seek or read its offsets: start afresh
+                self._clients_failed = _kafka.to_error(rewind_exc, "rewinding to the committed offsets")
 
-    def _end_transaction(self, *, commit: bool) -> None:
+    def _end_transaction(self, producer: Producer, *, commit: bool) -> None:
         """``commit_transaction`` or ``abort_transaction``, resumed while it fails retriably.
 
         librdkafka's contract: a commit or an abort that failed retriably (a timeout while a
@@ -1063,8 +1089,7 @@ class Coordinator:
         called again; a commit in progress may not be aborted. Resumed for up to
         :data:`END_RETRY_S`; each call runs under the watchdog.
         """
-        assert self._producer is not None
-        call = self._producer.commit_transaction if commit else self._producer.abort_transaction
+        call = producer.commit_transaction if commit else producer.abort_transaction
         what = "commit_transaction" if commit else "abort_transaction"
         give_up = time.monotonic() + END_RETRY_S
         while True:
@@ -1085,24 +1110,31 @@ class Coordinator:
             else:
                 return
 
-    def _rewind(self) -> None:
-        """Forget uncommitted work: state from ``<ns>_state``, consumer back to the committed offsets."""
-        self._batch.clear()
-        self._expiring.clear()
-        self._incomplete.clear()
-        numbers = sorted(self.partitions)
-        pairs = [(t, p) for p in numbers for t in (self.topics.half, self.topics.op)]
+    def _rewind(self, numbers: list[int]) -> None:
+        """Forget the uncommitted work of ``numbers``: their state from ``<ns>_state``, the
+        consumer back to their committed offsets."""
+        self._batch.clear(numbers)
+        self._expiring = {k: t for k, t in self._expiring.items() if t.partition not in numbers}
+        self._incomplete = [(t, r) for t, r in self._incomplete if t.partition not in numbers]
+        self._unsaved -= set(numbers)
+        pairs = [(t, p) for p in sorted(numbers) for t in (self.topics.half, self.topics.op)]
         with self._watchdog.deadline("reading the committed offsets", 30):
             committed = self._client().committed([_kafka.partition_at(t, p) for t, p in pairs], timeout=30)
-        self._positions.clear()
+        for pair in pairs:
+            self._positions.pop(pair, None)
         young = self._take_committed(committed)
         for tp in committed:
             offset = tp.offset if tp.offset >= 0 else _kafka.OFFSET_BEGINNING
             self._client().seek(_kafka.partition_at(tp.topic, tp.partition, offset))
-        self._restore(numbers, young)
+        self._restore(sorted(numbers), young)
 
     def _on_wedged(self, wedged: Wedged) -> None:
         self.stats[Stat.WEDGED_CALLS] += 1
+        if wedged.thread.startswith("txbridge-commit"):
+            # A partition's commit: the loop abandons its producer and replaces the clients (_ended).
+            self._wedged_threads.add(wedged.thread)
+            logger.error("coordinator %s: %s; its clients are replaced", self.config.instance_id, wedged)
+            return
         logger.critical(
             "coordinator %s is stuck: %s. librdkafka cannot interrupt it; %s\n%s",
             self.config.instance_id,
@@ -1121,6 +1153,8 @@ class Coordinator:
         return {
             "pending_transactions": float(sum(len(s.pending) for s in self.partitions.values())),
             "assigned_partitions": float(len(self.partitions)),
+            "unserved_partitions": float(len(self.health.unserved)),
+            "ready": float(self.health.ready()),
         }
 
     def _log_counts(self) -> None:

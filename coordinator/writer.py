@@ -1,4 +1,4 @@
-"""The coordinator's transactional producer: produce with back-pressure, refusals, delivery failures.
+"""A partition's transactional producer: produce with back-pressure, refusals, delivery failures.
 
 A committed transaction whose records the client refuses, or the broker rejects
 at delivery, must not block the others: its tx id becomes *poisoned*, the Kafka
@@ -49,17 +49,22 @@ _MISSING_CACHE_S = 1.0
 
 
 class TransactionWriter:
-    """Wraps the transactional producer for one coordinator (the service owns the transaction calls).
+    """Wraps the transactional producer of one owned partition (the service owns the transaction calls).
+
+    ``sizes`` is the partition-count cache, shared by the writers of one coordinator so that a
+    topic is looked up once, not once per partition.
 
     A record without a partition goes where the producer's partitioner puts it: ``murmur2_random``
     (``txbridge._kafka.PARTITIONER``), the partition Kafka's Java producer picks for its key, on
     the producer's own metadata (which a partition computed from another count could contradict).
     """
 
-    def __init__(self, producer: Producer | None) -> None:
+    def __init__(
+        self, producer: Producer | None, sizes: dict[str, tuple[int | None, float]] | None = None
+    ) -> None:
         self.producer = producer
         self.poisoned: dict[str, str] = {}  # tx id -> why it cannot be republished
-        self._topic_sizes: dict[str, tuple[int | None, float]] = {}
+        self._topic_sizes: dict[str, tuple[int | None, float]] = {} if sizes is None else sizes
 
     def produce(self, record: OutRecord, *, tx_id: str | None = None) -> None:
         """Produce ``record``; with ``tx_id``, a delivery failure poisons that transaction.

@@ -131,7 +131,6 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     """Run an instrumented coordinator until ``stop``; put its timings on ``out``."""
     from coordinator import service
     from coordinator.config import CoordinatorConfig, Secrets
-    from coordinator.writer import TransactionWriter
     from txbridge.wire import H_TX
 
     knobs = spec.knobs
@@ -141,16 +140,6 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
         service.FETCH_WAIT_MS = knobs.fetch_wait_ms
     if knobs.fetch_min_bytes is not None:
         service.FETCH_MIN_BYTES = knobs.fetch_min_bytes
-    if knobs.coord_linger_ms is not None:
-        original = _kafka.producer
-        linger = knobs.coord_linger_ms
-
-        def producer(bootstrap: str, extra: Any = None, **defaults: Any) -> Any:
-            if "transactional_id" in defaults:
-                defaults["linger_ms"] = linger
-            return original(bootstrap, extra, **defaults)
-
-        _kafka.producer = producer
 
     boundaries: list[dict[str, float]] = []
     produced: dict[str, tuple[float, int]] = {}  # tx id -> (produce time, boundary index)
@@ -188,12 +177,20 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
             self._current["committed"] = time.time()
             boundaries.append(self._current)
 
-    class Instrumented(service.Coordinator):
-        def _start(self) -> None:
-            super()._start()
-            self._producer = cast("_kafka.Producer", Timed(self._producer))  # the producer, its calls timed
-            self._writer = TransactionWriter(self._producer)
+    original = _kafka.producer
+    linger = knobs.coord_linger_ms
 
+    def producer(bootstrap: str, extra: Any = None, **defaults: Any) -> Any:
+        """The coordinator's partition producers, their calls timed (the SDK's are made elsewhere)."""
+        if "transactional_id" not in defaults:
+            return original(bootstrap, extra, **defaults)
+        if linger is not None:
+            defaults["linger_ms"] = linger
+        return cast("_kafka.Producer", Timed(original(bootstrap, extra, **defaults)))
+
+    _kafka.producer = producer
+
+    class Instrumented(service.Coordinator):
         def _on_record(self, msg: Any) -> None:
             if msg.error() is None and msg.topic() == self.topics.op and msg.key():
                 op_seen.setdefault(msg.key().decode(), time.time())

@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
-from coordinator.service import owners_named
+from coordinator.config import partition_transactional_id
 from txbridge import _kafka
 from txbridge.aio import AsyncTransactionProducer
 from txbridge.barrier import SqliteBarrier
@@ -28,7 +28,7 @@ from txbridge.tools.local.broker import free_port
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import init_topics
 from txbridge.transaction import LocalTransaction, Message
-from txbridge.wire import DEFAULT_COORDINATOR_GROUP, H_TX, Topics, TxState, half_partition, header_dict
+from txbridge.wire import H_TX, Topics, TxState, default_coordinator_group, half_partition, header_dict
 
 PARTITIONS = 12
 #: The failover steps kill at a random moment within this much after their first 2 s of load:
@@ -459,9 +459,9 @@ def failover(
     of partitions that never moved).
 
     A kill lands inside one of the first coordinator's Kafka transactions only by chance (a
-    few ms of each commit). ``inside_transaction`` makes it the case: right after the kill, a
-    transaction is opened again under the dead coordinator's transactional id, holding its
-    partitions' offsets and records on the real topic, as a coordinator killed between its
+    few ms of each commit). ``inside_transaction`` makes it the case: right after the kill,
+    transactions are opened again under the dead coordinator's partitions' transactional ids,
+    holding their offsets and records on the real topic, as a coordinator killed between its
     offsets and its commit leaves them (:func:`_leave_a_transaction_open`).
     """
     ns = env.namespace("failover")
@@ -483,7 +483,7 @@ def failover(
         def kill() -> None:
             first.kill()
             if inside_transaction:
-                left_open.append(_leave_a_transaction_open(env, ns, topic, owned, sorted(moved)))
+                left_open.extend(_leave_a_transaction_open(env, ns, topic, owned, sorted(moved)))
 
         try:
             committed, killed = _steady_load(
@@ -493,7 +493,7 @@ def failover(
         finally:
             watcher.close()
             for producer in left_open:
-                producer.flush(0)  # its transaction was aborted by the survivor's fence
+                producer.flush(0)  # its transaction was aborted by the survivor's claim
     finally:
         first.kill()
         second.stop()
@@ -523,35 +523,41 @@ def failovers(env: Env, *, size: int) -> list[Figure]:
     return [failover(env, size=size), failover(env, size=size, inside_transaction=True)]
 
 
-def _leave_a_transaction_open(env: Env, ns: str, topic: str, owned: set[int], keys: list[bytes]) -> Any:
-    """Open a Kafka transaction under a just-killed coordinator's transactional id and leave it
-    open: the offsets of its half and op partitions ``owned`` (as they are committed) and one
-    record per key of ``keys`` on the real ``topic``. Until the next owner fences that id,
-    its offsets stay unstable and read_committed consumers of the real topic's partitions
-    that hold a record see nothing past it. The id is the one the next owner reads: the op
-    offsets' metadata (``coordinator.service.owners_named``). Returns the producer (keep it:
-    the transaction stays open only while nothing aborts it)."""
+def _leave_a_transaction_open(
+    env: Env, ns: str, topic: str, owned: set[int], keys: list[bytes]
+) -> list[Any]:
+    """Open a Kafka transaction under each of a just-killed coordinator's partition
+    transactional ids and leave them open: each holds its partition's half and op offsets (as
+    they are committed), and the first also one record per key of ``keys`` on the real
+    ``topic``. Until the next owner claims those ids, the offsets stay unstable and
+    read_committed consumers of the real topic's partitions that hold a record see nothing
+    past it. Returns the producers (keep them: a transaction stays open only while nothing
+    aborts it)."""
     topics = Topics(ns)
-    group = DEFAULT_COORDINATOR_GROUP
+    group = default_coordinator_group(ns)
     reader = _kafka.consumer(env.bootstrap, group, env.extra, isolation_level="read_uncommitted")
+    producers: list[Any] = []
     try:
         wanted = [TopicPartition(t, p) for t in (topics.half, topics.op) for p in sorted(owned)]
         offsets = [tp for tp in reader.committed(wanted, timeout=10) if tp.offset >= 0]
         members = reader.consumer_group_metadata()  # never joined: generation -1, as a dead member's
-        owners = owners_named([tp for tp in offsets if tp.topic == topics.op])
-        if len(owners) != 1:
-            raise BenchError(f"the killed coordinator's partitions {sorted(owned)} name owners {owners}")
-        [owner] = owners
-        producer = _kafka.producer(env.bootstrap, env.extra, transactional_id=owner)
-        producer.init_transactions(30)
-        producer.begin_transaction()
-        for key in keys:
-            producer.produce(topic, key=key, value=b"left open by the killed coordinator")
-        producer.flush(30)
-        producer.send_offsets_to_transaction(offsets, members, 30)
+        for number in sorted(owned):
+            producer = _kafka.producer(
+                env.bootstrap, env.extra, transactional_id=partition_transactional_id(group, ns, number)
+            )
+            producers.append(producer)
+            producer.init_transactions(30)
+            producer.begin_transaction()
+            if number == min(owned):
+                for key in keys:
+                    producer.produce(topic, key=key, value=b"left open by the killed coordinator")
+                producer.flush(30)
+            mine = [tp for tp in offsets if tp.partition == number]
+            if mine:
+                producer.send_offsets_to_transaction(mine, members, 30)
     finally:
         reader.close()
-    return producer
+    return producers
 
 
 def restart(env: Env, *, size: int, rate: float = 100.0, after_s: float = 8.0) -> Figure:
