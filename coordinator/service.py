@@ -112,7 +112,7 @@ SESSION_TIMEOUT_MS = 6_000
 #: interval: 4-8 s at 2 s, 5.5-6.5 s at 0.5 s (the bench's failover step with the kill's
 #: moment drawn at random, 2026-11-24: 4.34-5.97 s against 5.61-6.30 s in 5 pairs). The
 #: members of one rebalance heartbeat in step, so the bench's old fixed kill moment saw 5 s
-#: or, when the survivor's heartbeat came just before the expiry, 7 s (DESIGN.md).
+#: or, when the survivor's heartbeat came just before the expiry, 7 s (CHANGELOG.md).
 HEARTBEAT_INTERVAL_MS = 500
 #: How long an assignment waits for a partition's committed offsets and ``<ns>_state`` to be
 #: stable. Claiming a partition aborts what any earlier owner left open, so only a transaction

@@ -49,7 +49,7 @@ class CoordinatorProcess:
         log_path: where the child's output goes.
         args: further coordinator flags, e.g. ``("--check-delay", "1")``.
         instance_id: the child's ``--instance-id``, the same at every (re)start, so a restart
-            fences its previous incarnation and keeps its partitions (static membership);
+            keeps its partitions without a rebalance (static membership);
             default: one of its own (several children on one host must not share one).
         supervise: restart a child that exits on its own, as a deployment's supervisor does
             (``restart: unless-stopped`` in compose/; the coordinator exits 75 when a Kafka call
