@@ -7,14 +7,19 @@ without killing a broker: another consumer joins with the coordinator's group.in
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 import coordinator.service as service_module
 from coordinator.metrics import Stat
+from coordinator.service import Coordinator
+from coordinator.watchdog import Watchdog
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
@@ -103,17 +108,17 @@ def test_a_fatal_producer_error_renews_the_clients_and_loses_nothing(
     """librdkafka's remedy for a fatal producer error (the chaos run's "sequence desynchronization"
     after a leader failover) is a new client. The fault is raised at the commit of a transaction
     that republished messages; the broker and every client are real, so the open transaction is
-    really aborted by the new producer's init_transactions, and its messages come again once."""
+    really aborted by the partition's next claim, and its messages come again once."""
     topic = topic_factory()
     armed: list[int] = []  # the republished count when armed
     end_transaction = service_module.Coordinator._end_transaction
 
-    def failing(self: service_module.Coordinator, *, commit: bool) -> None:
+    def failing(self: service_module.Coordinator, producer: Any, *, commit: bool) -> None:
         if commit and armed and self.stats[Stat.MESSAGES_REPUBLISHED] > armed[0]:
             armed.clear()
             error = KafkaError(KafkaError._FATAL, "sequence desynchronization (injected)", fatal=True)
             raise KafkaException(error)
-        end_transaction(self, commit=commit)
+        end_transaction(self, producer, commit=commit)
 
     monkeypatch.setattr(service_module.Coordinator, "_end_transaction", failing)
     running = env.start(instance_id="renewed")
@@ -142,3 +147,65 @@ def test_a_fatal_producer_error_renews_the_clients_and_loses_nothing(
     assert {s.headers["txb.tx"] for s in seen} == {t.encode() for t in [*before, *after]}
     assert running.thread.is_alive()
     assert running.errors == []
+
+
+def test_a_commit_stuck_in_librdkafka_is_abandoned_in_process_and_loses_nothing(
+    env: Env, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """librdkafka#5511: ``send_offsets_to_transaction`` can wait forever once the group
+    coordinator's broker died. Here the first call on one partition's producer blocks for real
+    (a wrapped client). The watchdog reports it, the loop abandons that producer to its thread
+    and replaces the clients in-process: no exit (the wedge hook, which the CLI turns into
+    exit 75, is not called), and the transaction is published once by the partition's next
+    claim, which fences the abandoned producer."""
+    monkeypatch.setattr(service_module, "TXN_CALL_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(service_module, "Watchdog", functools.partial(Watchdog, grace_s=1.0, poll_s=0.1))
+    topic = topic_factory()
+    release = threading.Event()
+    stuck: list[str] = []
+    original = _kafka.producer
+
+    class Stuck:
+        """A transactional producer whose first send_offsets_to_transaction never returns."""
+
+        def __init__(self, inner: Any, transactional_id: str) -> None:
+            self._inner, self._id = inner, transactional_id
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        def send_offsets_to_transaction(self, *args: Any) -> None:
+            if not stuck:
+                stuck.append(self._id)
+                release.wait(120)  # as librdkafka's call waits for a coordinator that is gone
+            self._inner.send_offsets_to_transaction(*args)
+
+    def producer(bootstrap: str, extra: Any = None, **defaults: Any) -> Any:
+        made = original(bootstrap, extra, **defaults)
+        return Stuck(made, defaults["transactional_id"]) if "transactional_id" in defaults else made
+
+    monkeypatch.setattr(_kafka, "producer", producer)
+    wedged: list[Any] = []
+    service = Coordinator(env.config(instance_id="unstuck"), on_wedged=wedged.append)
+    thread = threading.Thread(target=service.run, name="coordinator", daemon=True)
+    thread.start()
+    try:
+        assert service.running.wait(60)
+        sent = [
+            env.producer.transaction([Msg(topic, f"m{i}".encode(), key=f"k{i}".encode())], TxState.COMMIT)
+            for i in range(6)
+        ]
+        wait_for(env.bootstrap, topic, len(sent), timeout=60)
+        time.sleep(2)  # a duplicate would show up now
+
+        assert stuck, "no commit was held"
+        assert service.stats[Stat.COMMITS_WEDGED] == 1
+        assert service.stats[Stat.CONSUMER_REJOINS] >= 1
+        assert wedged == [], "the wedge hook (the CLI's exit 75) was called"
+        assert thread.is_alive()
+        seen = read_topic(env.bootstrap, topic)
+        assert sorted(s.headers["txb.tx"] for s in seen) == sorted(t.encode() for t in sent)
+    finally:
+        release.set()
+        service.stop()
+        thread.join(60)
