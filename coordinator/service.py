@@ -22,13 +22,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as wait_for_any
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
 from coordinator import changelog, health, metrics, scheduler
-from coordinator.changelog import Plan
 from coordinator.checker import Checker, CheckJob, CheckResult
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
@@ -65,12 +64,6 @@ _BATCH = 1000  # records per consume() call
 _SCHEDULE_INTERVAL_S = 0.05  # how often due back-checks are looked for
 _RETURNS_INTERVAL_S = 0.5  # how often producers that came back or went silent are looked for
 _REGISTRY_WAIT_S = 10.0  # checks wait at most this long after start for the registry to be read
-#: Ready messages wait at most this share of commit_interval_ms after the previous commit
-#: (measured at 1,500 msgs/s on 2 cores: p50 40 ms with 1.0, 28 ms with 0.25, 48 ms with 0).
-#: Only a commit that published starts the wait, and the loop's poll ends with it: at 20
-#: orders/s the poll waited for the tick, a ready message for its commit 8-12 ms on average
-#: (0.2-0.5 ms now; txbridge/tools/bench/latency_breakdown.py).
-_EAGER = 0.25
 #: The half/op consumer's fetches follow the load. The broker answers a fetch at the first
 #: record (``fetch.min.bytes`` 1), or after FETCH_WAIT_MS when there is none, so an idle
 #: coordinator fetches ~200 times a second; and while the loop has not yet taken what the last
@@ -178,7 +171,11 @@ class Coordinator:
         self._positions: dict[tuple[str, int], int] = {}
         # op partition -> its end at the previous look (see _ops_caught_up)
         self._op_ends: dict[int, int] = {}
-        self._publishable = False  # a transaction became READY since the last commit
+        self._ready: set[int] = set()  # partitions where a transaction became READY since their last fill
+        # partition -> its Kafka transaction being ended on a commit thread (one at a time per partition)
+        self._in_flight: dict[int, Future[None]] = {}
+        self._next_schedule = self._next_returns = 0.0  # when _look_around looks again
+        self._next_log = time.monotonic() + config.log_interval_s
         self._batch = Batch(self.topics)
         self._expiring: dict[str, PendingTx] = {}  # tx id -> a tx whose checks are exhausted
         self._incomplete: list[tuple[PendingTx, str]] = []
@@ -227,7 +224,9 @@ class Coordinator:
             self._loop()
             if self._fatal is not None:
                 raise self._fatal
-            self._commit_boundary()  # finish the open work before leaving the group
+            self._drain()
+            self._commit_boundary(everything=True)  # finish the open work before leaving the group
+            self._drain()
         finally:
             self._shutdown()
 
@@ -332,6 +331,7 @@ class Coordinator:
             error,
         )
         self.stats[Stat.CONSUMER_REJOINS] += 1
+        self._drain(errors=False)
         self._batch.clear()
         self._unsaved.clear()
         self._drop(
@@ -374,21 +374,29 @@ class Coordinator:
         logger.info("coordinator %s stopped: %s", self.config.instance_id, dict(self.stats))
 
     def _loop(self) -> None:
+        """Consume, decide, check; commit by group commit.
+
+        A partition with a transaction ready to republish starts its Kafka transaction at
+        once unless its previous one is still being ended; whatever becomes ready meanwhile
+        goes into the next, which starts as soon as that one ends. So a lone transaction
+        waits for no timer, and under load each partition's commits batch by themselves.
+        Other work (offsets, changelog entries, check verdicts) is committed every
+        ``commit_interval_ms``: the interval is now only the bound on that batching.
+        """
         interval = self.config.commit_interval_ms / 1000
-        next_commit = time.monotonic() + interval
-        next_log = time.monotonic() + self.config.log_interval_s
-        next_schedule = 0.0
-        next_returns = 0.0
-        last_commit = 0.0
-        stalled = False
+        next_tick = time.monotonic() + interval
         while not self._stop.is_set():
             self.health.beat()
-            due = next_commit
-            if self._publishable and not stalled:  # a ready message waits for its quarter, not the tick
-                due = min(due, last_commit + interval * _EAGER)
-            # librdkafka takes whole milliseconds: a poll under 1 ms returns at once (a busy loop).
-            remaining = due - time.monotonic()
-            wait = 0.0 if remaining <= 0 else min(max(remaining, 0.001), 0.1)
+            self._collect()
+            if self._clients_failed is not None:
+                self._rejoin()
+                continue
+            if self._in_flight:  # their ends start the next commits: look again within a millisecond
+                wait = 0.001
+            elif self._ready:
+                wait = 0.0
+            else:  # librdkafka takes whole milliseconds: a poll under 1 ms returns at once
+                wait = min(max(next_tick - time.monotonic(), 0.001), 0.1)
             for msg in _kafka.consume_available(self._client(), _BATCH, wait):
                 self._on_record(msg)
                 if self._clients_failed is not None:
@@ -396,31 +404,32 @@ class Coordinator:
             if self._clients_failed is not None:
                 self._rejoin()
                 continue
-            assert self._registry is not None
-            self._registry.poll()
-            self._apply_check_results()
-            now = time.monotonic()
-            if now >= next_schedule:  # check times are seconds apart: no need to look per record
-                self._schedule_checks()
-                next_schedule = now + _SCHEDULE_INTERVAL_S
-            if now >= next_returns and self.partitions and self._registry_read():
-                self._look_for_gone_writers()
-                if self._resumer is not None:
-                    self._look_for_returns(self._resumer)
-                next_returns = now + _RETURNS_INTERVAL_S
-            self.health.look()  # while it owns nothing: is any partition unserved?
-            # Ready messages go out at once unless a commit ended less than a quarter interval ago;
-            # anything else (offsets, state entries) waits for the interval.
-            if now >= next_commit or (self._publishable and now >= last_commit + interval * _EAGER):
-                published = self.stats[Stat.MESSAGES_REPUBLISHED]
-                self._commit_boundary()
-                stalled = self._publishable  # it could not publish: the tick, not a spin, retries
-                next_commit = time.monotonic() + interval
-                if self.stats[Stat.MESSAGES_REPUBLISHED] != published:  # the quarter batches publishing
-                    last_commit = time.monotonic()  # commits: an offsets-only one holds nothing back
-            if now >= next_log:
-                self._log_counts()
-                next_log = now + self.config.log_interval_s
+            now = self._look_around(time.monotonic())
+            if now >= next_tick:
+                self._commit_boundary(everything=True)
+                next_tick = time.monotonic() + interval
+            elif self._ready - self._in_flight.keys():
+                self._commit_boundary(everything=False)
+
+    def _look_around(self, now: float) -> float:
+        """Between consuming and committing: the registry, check answers and due checks,
+        gone and returning producers, unserved partitions, the periodic log line."""
+        assert self._registry is not None
+        self._registry.poll()
+        self._apply_check_results()
+        if now >= self._next_schedule:  # check times are seconds apart: no need to look per record
+            self._schedule_checks()
+            self._next_schedule = now + _SCHEDULE_INTERVAL_S
+        if now >= self._next_returns and self.partitions and self._registry_read():
+            self._look_for_gone_writers()
+            if self._resumer is not None:
+                self._look_for_returns(self._resumer)
+            self._next_returns = now + _RETURNS_INTERVAL_S
+        self.health.look()  # while it owns nothing: is any partition unserved?
+        if now >= self._next_log:
+            self._log_counts()
+            self._next_log = now + self.config.log_interval_s
+        return now
 
     # ------------------------------------------------------------------ rebalance
 
@@ -587,11 +596,14 @@ class Coordinator:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Commit while the partitions are still ours; the group metadata is still valid. What
         # fails to commit is above the committed offsets: the next owner does it again.
-        self._commit_boundary()
+        self._drain()
+        self._commit_boundary(everything=True)
+        self._drain()
         self._drop(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         logger.warning("partitions lost (session timeout): dropping their state without committing")
+        self._drain()  # their commits fail (fenced) or land: either way above what the next owner reads
         self._batch.clear()
         self._drop(partitions)
 
@@ -609,6 +621,7 @@ class Coordinator:
         self._owned = frozenset(self.partitions)
         self._owners.release(self._owners.numbers() - set(self.partitions))
         self._unsaved &= set(self.partitions)
+        self._ready &= set(self.partitions)
         self._batch.clear(self._batch.partitions() - set(self.partitions))
         self._expiring = {k: t for k, t in self._expiring.items() if t.partition in self.partitions}
         self._incomplete = [(t, r) for t, r in self._incomplete if t.partition in self.partitions]
@@ -639,7 +652,8 @@ class Coordinator:
                 self._quarantine(msg, str(exc))
                 return
             tx = state.on_half(half, msg.offset(), record_size(msg), _kafka.append_time_ms(msg) or _now_ms())
-            self._publishable |= tx is not None and tx.phase is Phase.READY
+            if tx is not None and tx.phase is Phase.READY:
+                self._ready.add(number)
         else:
             self.stats[Stat.OP_RECORDS] += 1
             try:
@@ -648,7 +662,8 @@ class Coordinator:
                 self._quarantine(msg, str(exc))
                 return
             tx = state.on_op(op)
-            self._publishable |= tx is not None and tx.phase is Phase.READY
+            if tx is not None and tx.phase is Phase.READY:
+                self._ready.add(number)
 
     def _quarantine(self, msg: Any, reason: str) -> None:
         origin = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
@@ -863,7 +878,8 @@ class Coordinator:
         tx.checks += 1
         # Applied in memory now and written as an op record in the same Kafka transaction.
         state.on_op(OpRecord(tx.tx_id, result.state, OpSource.CHECK, group=tx.group))
-        self._publishable |= tx.phase is Phase.READY
+        if tx.phase is Phase.READY:
+            self._ready.add(state.partition)
         self._batch.op(state.partition, tx.tx_id, result.state, OpSource.CHECK, group=tx.group)
 
     # ------------------------------------------------------------------ the commit boundary
@@ -875,23 +891,28 @@ class Coordinator:
         busy |= {t.partition for t, _ in self._incomplete}
         return [n for n, s in sorted(self.partitions.items()) if n in busy or s.has_work()]
 
-    def _commit_boundary(self) -> None:
-        """Commit every partition with work, each in a Kafka transaction of its own.
+    def _commit_boundary(self, *, everything: bool) -> None:
+        """Start a Kafka transaction for each partition with work whose previous one has ended.
 
-        The transactions are filled one after another on this thread (producing only queues
-        records), then ended together on the commit threads: a partition's commit waits for
-        its own round trips, not for the other partitions'.
+        ``everything``: every such partition (the interval's tick); otherwise only those where a
+        transaction became ready to republish. The transactions are filled here, one after
+        another (producing only queues records), and ended on the commit threads; the loop
+        collects them (:meth:`_collect`). What a fill moved in memory (published, set aside,
+        persisted) holds once its transaction commits, and is rebuilt from Kafka if it does not.
         """
         if self._fatal is not None or not self.partitions:
             return
-        if not self._with_work():
+        busy = self._in_flight.keys()
+        wanted = self._with_work() if everything else sorted(self._ready & set(self.partitions))
+        numbers = [n for n in wanted if n not in busy]
+        if not numbers:
             return
-        self._prepare_waits()
-        self._publishable = False
-        numbers = self._with_work()  # settled waits may have added work
-        expiring = [t for t in self._expiring.values() if t.phase is Phase.OPEN]
-        incomplete = list(self._incomplete)
+        self._prepare_waits(numbers)
+        numbers = [n for n in (self._with_work() if everything else numbers) if n not in busy]
+        expiring = [t for t in self._expiring.values() if t.phase is Phase.OPEN and t.partition in numbers]
+        incomplete = [(t, r) for t, r in self._incomplete if t.partition in numbers]
         ready = {n: self.partitions[n].ready_in_order() for n in numbers}
+        self._ready -= set(numbers)  # what cannot go out now waits for the tick, not a spin
         assert self._reader is not None
         try:
             self._reader.load(
@@ -901,11 +922,10 @@ class Coordinator:
             logger.warning("re-reading half payloads failed, retrying at the next commit: %s", exc)
             return
         metadata = self._client().consumer_group_metadata()
-        opened: dict[int, tuple[Plan, list[TopicPartition]]] = {}
         failed: dict[int, Exception] = {}
         for number in numbers:
             try:
-                opened[number] = self._fill(
+                offsets = self._fill(
                     number,
                     ready[number],
                     [t for t in expiring if t.partition == number],
@@ -913,13 +933,8 @@ class Coordinator:
                 )
             except Exception as exc:
                 failed[number] = exc
-        ending = {
-            n: self._commits.submit(self._end, n, offsets, metadata) for n, (_plan, offsets) in opened.items()
-        }
-        failed.update(self._ended(ending))
-        for number, (plan, _offsets) in opened.items():
-            if number not in failed:
-                self._saved(number, plan)
+                continue
+            self._in_flight[number] = self._commits.submit(self._end, number, offsets, metadata)
         if failed:
             self._on_transaction_errors(failed)
         evict_states(self.partitions.values(), self.config.payload_cache_bytes)
@@ -930,9 +945,9 @@ class Coordinator:
         ready: list[PendingTx],
         expiring: list[PendingTx],
         incomplete: list[tuple[PendingTx, str]],
-    ) -> tuple[Plan, list[TopicPartition]]:
-        """Begin partition ``number``'s transaction and produce its records; returns its changelog
-        plan and the offsets it commits."""
+    ) -> list[TopicPartition]:
+        """Begin partition ``number``'s transaction and produce its records; returns the offsets
+        it commits."""
         writer = self._owners.writer(number)
         self._owners.producer(number).begin_transaction()
         state = self.partitions[number]
@@ -941,6 +956,12 @@ class Coordinator:
         half = self.topics.half
         position = self._positions.get((half, number))
         plan = content.write_changelog(position, self.config.offset_metadata_bytes)
+        # From here the transaction carries it all: the partition's next fill starts afresh.
+        state.mark_persisted(plan.entries, plan.tombstones, plan.young)
+        self._batch.clear([number])
+        self._expiring = {k: t for k, t in self._expiring.items() if t.partition != number}
+        self._incomplete = [(t, r) for t, r in self._incomplete if t.partition != number]
+        self._unsaved.discard(number)
         offsets = []
         for topic in (half, self.topics.op):
             offset = self._positions.get((topic, number))
@@ -950,7 +971,7 @@ class Coordinator:
                 offsets.append(TopicPartition(topic, number, offset, plan.metadata))
             else:  # no metadata: what the previous commit listed is cleared
                 offsets.append(TopicPartition(topic, number, offset))
-        return plan, offsets
+        return offsets
 
     def _end(self, number: int, offsets: list[TopicPartition], metadata: Any) -> None:
         """Send partition ``number``'s offsets into its transaction and commit it (a commit thread)."""
@@ -962,28 +983,50 @@ class Coordinator:
                 producer.send_offsets_to_transaction(offsets, metadata, TXN_CALL_TIMEOUT_S)
         self._end_transaction(producer, commit=True)
 
-    def _ended(self, ending: dict[int, Future[None]]) -> dict[int, Exception]:
-        """Wait for the partitions' commits; returns the failed ones with their errors.
+    def _collect(self) -> None:
+        """Take the ended commits: count the committed, handle the failed (:meth:`_on_transaction_errors`).
 
         A commit whose call the watchdog reports stuck (confluentinc/librdkafka#5511: it waits
         forever for a dead group coordinator) cannot be interrupted: its producer is abandoned
         to its thread and the clients are replaced; the partition's next claim fences it.
         """
         failed: dict[int, Exception] = {}
-        backstop = time.monotonic() + END_RETRY_S + 2 * TXN_CALL_TIMEOUT_S + GRACE_S
-        for number, future in ending.items():
-            while True:
-                try:
-                    future.result(timeout=0.5)
-                except FutureTimeout:
-                    stuck = self._ending.get(number) in self._wedged_threads
-                    if not stuck and time.monotonic() < backstop:
-                        continue
+        for number, future in list(self._in_flight.items()):
+            if not future.done():
+                if self._ending.get(number) in self._wedged_threads:
+                    del self._in_flight[number]
                     failed[number] = self._abandon(number)
-                except Exception as exc:
-                    failed[number] = exc
-                break
-        return failed
+                continue
+            del self._in_flight[number]
+            error = future.exception()
+            if error is None:
+                self.stats[Stat.KAFKA_TRANSACTIONS] += 1
+            else:
+                failed[number] = error if isinstance(error, Exception) else RuntimeError(str(error))
+        if failed:
+            self._on_transaction_errors(failed)
+
+    def _drain(self, *, errors: bool = True) -> None:
+        """Wait for every commit in flight (before a revocation, a rejoin or the end).
+
+        ``errors``: handle the failed ones; without, only wait (the clients are being replaced).
+        """
+        backstop = time.monotonic() + END_RETRY_S + 2 * TXN_CALL_TIMEOUT_S + GRACE_S
+        while self._in_flight:
+            done, _ = wait_for_any(list(self._in_flight.values()), timeout=0.5)
+            stuck = [n for n in self._in_flight if self._ending.get(n) in self._wedged_threads]
+            if not done and (stuck or time.monotonic() > backstop):
+                for number in stuck or list(self._in_flight):
+                    del self._in_flight[number]
+                    error = self._abandon(number)
+                    if errors:
+                        self._on_transaction_errors({number: error})
+                continue
+            if errors:
+                self._collect()
+            else:
+                for number in [n for n, f in self._in_flight.items() if f.done()]:
+                    del self._in_flight[number]
 
     def _abandon(self, number: int) -> KafkaOperationError:
         logger.error(
@@ -998,17 +1041,8 @@ class Coordinator:
         self._commits = ThreadPoolExecutor(_COMMIT_THREADS, f"txbridge-commit-{self._pools}")
         return KafkaOperationError(f"the commit of partition {number} is stuck", fatal=True)
 
-    def _saved(self, number: int, plan: Plan) -> None:
-        """Partition ``number``'s transaction committed: what it carried is durable."""
-        self.stats[Stat.KAFKA_TRANSACTIONS] += 1
-        self.partitions[number].mark_persisted(plan.entries, plan.tombstones, plan.young)
-        self._batch.clear([number])
-        self._expiring = {k: t for k, t in self._expiring.items() if t.partition != number}
-        self._incomplete = [(t, r) for t, r in self._incomplete if t.partition != number]
-        self._unsaved.discard(number)
-
-    def _prepare_waits(self) -> None:
-        for state in self.partitions.values():
+    def _prepare_waits(self, numbers: list[int]) -> None:
+        for state in (self.partitions[n] for n in numbers):
             if state.needs_end_offset():
                 try:
                     # A client of its own: on the group consumer's connection this request would

@@ -24,7 +24,7 @@ c      CreateTime -> the read_committed watcher receives the record
 whole  local commit done -> the watcher receives the record (``whole_d``: from the insert, just
        before the DB commit, as the demo measures; ``native_d`` likewise)
 b1       op append -> the coordinator's loop receives the op record (its fetch)
-b2w      received -> its commit boundary begins (the eager wait, a boundary in progress)
+b2w      received -> its commit boundary begins (its partition's previous commit still ending)
 b2p      boundary begun -> produced
 c1o      produced -> ``commit_transaction`` called (``send_offsets_to_transaction``)
 c1c      the ``commit_transaction`` call
@@ -82,7 +82,6 @@ class Knobs:
     fetch_wait_ms: int | None = None  # coordinator.service.FETCH_WAIT_MS
     fetch_min_bytes: int | None = None  # coordinator.service.FETCH_MIN_BYTES
     coord_extra: Mapping[str, Any] = field(default_factory=dict)  # the coordinator's extra_config
-    eager: float | None = None  # coordinator.service._EAGER
     commit_interval_ms: int = 20
     watch_wait_ms: int = 10  # the watchers' fetch.wait.max.ms (the demo's: 10)
     single_producer: bool = False  # op records on the half records' producer (before URGENT_LINGER_MS)
@@ -103,7 +102,6 @@ VARIANTS: dict[str, Knobs] = {
     # alone (librdkafka's queue settings at their defaults).
     "fetch_5ms_64k": Knobs(coord_extra={**_LIBRDKAFKA_QUEUE, "fetch.min.bytes": 64 * 1024}),
     "fetch_first_record": Knobs(coord_extra=_LIBRDKAFKA_QUEUE),
-    "eager0": Knobs(eager=0.0),
     "interval50": Knobs(commit_interval_ms=50),
     "interval100": Knobs(commit_interval_ms=100),
     "watch_wait1": Knobs(watch_wait_ms=1),
@@ -134,8 +132,6 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     from txbridge.wire import H_TX
 
     knobs = spec.knobs
-    if knobs.eager is not None:
-        service._EAGER = knobs.eager
     if knobs.fetch_wait_ms is not None:
         service.FETCH_WAIT_MS = knobs.fetch_wait_ms
     if knobs.fetch_min_bytes is not None:
@@ -144,7 +140,7 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     boundaries: list[dict[str, float]] = []
     produced: dict[str, tuple[float, int]] = {}  # tx id -> (produce time, boundary index)
     op_seen: dict[str, float] = {}
-    op_phase: dict[str, str] = {}  # tx id -> its phase and _publishable after its op (debugging)
+    op_phase: dict[str, str] = {}  # tx id -> its phase and whether it waits for a commit (debugging)
     entered = [0.0]  # when the current _commit_boundary call began
 
     class Timed:
@@ -198,11 +194,13 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
             if msg.error() is None and msg.topic() == self.topics.op and msg.key():
                 state = self.partitions.get(msg.partition())
                 tx = state.pending.get(msg.key().decode()) if state else None
-                op_phase.setdefault(msg.key().decode(), f"{tx.phase if tx else None}/{self._publishable}")
+                op_phase.setdefault(
+                    msg.key().decode(), f"{tx.phase if tx else None}/{msg.partition() in self._ready}"
+                )
 
-        def _commit_boundary(self) -> None:
+        def _commit_boundary(self, *, everything: bool) -> None:
             entered[0] = time.time()
-            super()._commit_boundary()
+            super()._commit_boundary(everything=everything)
 
     instance = f"breakdown-{uuid.uuid4().hex[:8]}"
     fetches = [0]  # Fetch requests the group consumer (client.id = the instance id) sent so far
