@@ -30,11 +30,19 @@ from typing import Any
 from coordinator.state import HalfRef, PartitionState, PendingTx, Phase
 from txbridge import _kafka
 from txbridge.errors import WireFormatError
-from txbridge.wire import YOUNG_PREFIX, OpSource, encode_young
+from txbridge.wire import POSITIONS_KEY, YOUNG_PREFIX, OpSource, Positions, encode_young
 
 logger = logging.getLogger(__name__)
 
 ENTRY_VERSION = 1
+
+
+@dataclass
+class Restored:
+    """What :func:`restore` read: the pending transactions and the positions, per partition."""
+
+    pending: dict[int, list[PendingTx]] = field(default_factory=dict)
+    positions: dict[int, Positions] = field(default_factory=dict)
 
 
 @dataclass
@@ -163,8 +171,9 @@ def restore(
     partitions: list[int],
     extra: Mapping[str, Any] | None = None,
     timeout: float = 60.0,
-) -> dict[int, list[PendingTx]]:
-    """Every live entry of ``partitions`` of ``topic``, read with read_committed to the high watermark.
+) -> Restored:
+    """Every live entry and the positions of ``partitions`` of ``topic``, read with
+    read_committed to the high watermark.
 
     Not to the last stable offset: a transaction still open on a partition (under an id that
     no owner of it fenced) holds that offset below records that may commit, and entries of
@@ -174,13 +183,14 @@ def restore(
     that wait into an error.
 
     Returns:
-        ``{partition: pending transactions}`` (partitions without entries are absent).
+        The pending transactions and the positions; a partition without entries, or without
+        a positions record (a namespace an older txbridge served), is absent from either.
 
     Raises:
         KafkaOperationError: the high watermarks were not reached within ``timeout``.
     """
     if not partitions:
-        return {}
+        return Restored()
     ends = _high_watermarks(bootstrap, topic, partitions, extra)
     consumer = _kafka.consumer(
         bootstrap,
@@ -190,6 +200,7 @@ def restore(
         fetch_wait_max_ms=10,
     )
     entries: dict[int, dict[str, PendingTx]] = {}
+    out = Restored()
     try:
         consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in partitions])
         stable = {
@@ -209,8 +220,14 @@ def restore(
             consumer, topic, ends, timeout=timeout, what=f"restoring {topic}", late=late
         ):
             live = entries.setdefault(int(msg.partition() or 0), {})
-            key = (msg.key() or b"").decode("utf-8", "replace")
             value = msg.value()
+            if msg.key() == POSITIONS_KEY:
+                try:
+                    out.positions[int(msg.partition() or 0)] = Positions.decode(value or b"")
+                except WireFormatError as exc:
+                    logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+                continue
+            key = (msg.key() or b"").decode("utf-8", "replace")
             if value is None:
                 live.pop(key, None)
                 continue
@@ -220,7 +237,8 @@ def restore(
                 logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
     finally:
         consumer.close()
-    return {p: list(txs.values()) for p, txs in entries.items() if txs}
+    out.pending = {p: list(txs.values()) for p, txs in entries.items() if txs}
+    return out
 
 
 def _high_watermarks(

@@ -3,7 +3,8 @@
 Ready committed transactions are republished in decision order; those that cannot
 be (too large, missing topic, refused, halves deleted) are quarantined whole;
 incomplete and expired ones are copied aside; then the batched records (op
-records, quarantined input); last the ``<ns>_state`` changelog entries. Each
+records, quarantined input); last the ``<ns>_state`` changelog entries and the
+partition's positions record. Each
 owned partition has a transaction of its own (see :mod:`coordinator.ownership`),
 so everything here concerns one partition.
 """
@@ -115,3 +116,9 @@ class TransactionContent:
                 OutRecord(self.topics.state, tx.tx_id.encode(), changelog.encode_entry(tx), [], number)
             )
         return plan
+
+    def write_positions(self, where: changelog.Positions) -> None:
+        """The partition's positions record: where this transaction leaves half and op, and the
+        young transactions it lists (what a next owner resumes from)."""
+        key = changelog.POSITIONS_KEY
+        self.writer.produce(OutRecord(self.topics.state, key, where.encode(), [], self.state.partition))

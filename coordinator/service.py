@@ -174,6 +174,7 @@ class Coordinator:
         self._ready: set[int] = set()  # partitions where a transaction became READY since their last fill
         # partition -> its Kafka transaction being ended on a commit thread (one at a time per partition)
         self._in_flight: dict[int, Future[None]] = {}
+        self._monitored: dict[int, list[TopicPartition]] = {}  # offsets to copy to the group at commit
         self._next_schedule = self._next_returns = 0.0  # when _look_around looks again
         self._next_log = time.monotonic() + config.log_interval_s
         self._batch = Batch(self.topics)
@@ -475,10 +476,53 @@ class Coordinator:
         claimed = [n for n in numbers if n not in self._owners]
         self._owners.claim(numbers)
         self.stats[Stat.OWNERS_FENCED] += len(claimed)
-        young = self._take_committed(self._stable_committed(consumer, partitions))
-        self._restore(numbers, young)
+        restored = self._read_changelog(numbers)
+        young = self._take_positions(numbers, restored, consumer)
+        # Consume from there: the group's committed offsets are only a copy for monitoring.
+        consumer.assign(
+            [
+                _kafka.partition_at(t, n, self._positions.get((t, n), _kafka.OFFSET_BEGINNING))
+                for n in numbers
+                for t in (self.topics.half, self.topics.op)
+            ]
+        )
+        self._restore(numbers, restored, young)
         if self.config.check_invariants:
             self._assert_settled(numbers)
+
+    def _read_changelog(self, numbers: list[int]) -> changelog.Restored:
+        return changelog.restore(
+            self.config.bootstrap,
+            self.topics.state,
+            numbers,
+            self.config.extra_config,
+            timeout=RESTORE_WAIT_S,
+        )
+
+    def _take_positions(
+        self, numbers: list[int], restored: changelog.Restored, consumer: Consumer
+    ) -> dict[int, list[int]]:
+        """Where ``numbers`` resume: their positions records, read in the same transactions as
+        their changelog entries; for a partition an older txbridge served (no record yet), the
+        group's committed offsets. Returns the young halves' offsets per partition."""
+        for number in numbers:
+            for topic in (self.topics.half, self.topics.op):
+                self._positions.pop((topic, number), None)
+        committed = []
+        for number, where in restored.positions.items():
+            if where.half is not None:
+                committed.append(TopicPartition(self.topics.half, number, where.half, where.young))
+            if where.op is not None:
+                committed.append(TopicPartition(self.topics.op, number, where.op))
+        older = [
+            _kafka.partition_at(t, n)
+            for n in numbers
+            if n not in restored.positions
+            for t in (self.topics.half, self.topics.op)
+        ]
+        if older:
+            committed += self._stable_committed(consumer, older)
+        return self._take_committed(committed)
 
     def _assert_settled(self, numbers: list[int]) -> None:
         """The ownership invariant (tests turn it on): once partitions are claimed and restored,
@@ -540,15 +584,9 @@ class Coordinator:
                     logger.exception("%s/%d: its young transactions are lost", tp.topic, tp.partition)
         return young
 
-    def _restore(self, numbers: list[int], listed: dict[int, list[int]]) -> None:
+    def _restore(self, numbers: list[int], read: changelog.Restored, listed: dict[int, list[int]]) -> None:
         """Rebuild the partitions' state from ``<ns>_state`` and the young halves (re-read)."""
-        restored = changelog.restore(
-            self.config.bootstrap,
-            self.topics.state,
-            numbers,
-            self.config.extra_config,
-            timeout=RESTORE_WAIT_S,
-        )
+        restored = read.pending
         for number in numbers:
             start = self._positions.get((self.topics.half, number))
             if start is None:
@@ -921,7 +959,6 @@ class Coordinator:
         except KafkaOperationError as exc:
             logger.warning("re-reading half payloads failed, retrying at the next commit: %s", exc)
             return
-        metadata = self._client().consumer_group_metadata()
         failed: dict[int, Exception] = {}
         for number in numbers:
             try:
@@ -934,7 +971,8 @@ class Coordinator:
             except Exception as exc:
                 failed[number] = exc
                 continue
-            self._in_flight[number] = self._commits.submit(self._end, number, offsets, metadata)
+            self._in_flight[number] = self._commits.submit(self._end, number)
+            self._monitored[number] = offsets
         if failed:
             self._on_transaction_errors(failed)
         evict_states(self.partitions.values(), self.config.payload_cache_bytes)
@@ -962,26 +1000,23 @@ class Coordinator:
         self._expiring = {k: t for k, t in self._expiring.items() if t.partition != number}
         self._incomplete = [(t, r) for t, r in self._incomplete if t.partition != number]
         self._unsaved.discard(number)
-        offsets = []
-        for topic in (half, self.topics.op):
-            offset = self._positions.get((topic, number))
-            if offset is None:
-                continue
-            if topic == half and plan.metadata:
-                offsets.append(TopicPartition(topic, number, offset, plan.metadata))
-            else:  # no metadata: what the previous commit listed is cleared
-                offsets.append(TopicPartition(topic, number, offset))
-        return offsets
+        # Where the partition stands goes into the same transaction, in <ns>_state: no
+        # send_offsets_to_transaction (two round trips, one of them to the group coordinator,
+        # and librdkafka#5511's hang when that broker dies). The claim fences earlier owners,
+        # so the group's generation is not needed to fence them.
+        op_position = self._positions.get((self.topics.op, number))
+        where = changelog.Positions(position, op_position, plan.metadata)
+        content.write_positions(where)
+        return [  # a copy for monitoring (consumer lag), committed to the group once this commits
+            TopicPartition(topic, number, offset)
+            for topic, offset in ((half, position), (self.topics.op, op_position))
+            if offset is not None
+        ]
 
-    def _end(self, number: int, offsets: list[TopicPartition], metadata: Any) -> None:
-        """Send partition ``number``'s offsets into its transaction and commit it (a commit thread)."""
+    def _end(self, number: int) -> None:
+        """Commit partition ``number``'s transaction (a commit thread)."""
         self._ending[number] = threading.current_thread().name
-        producer = self._owners.producer(number)
-        if offsets:
-            # librdkafka#5511: this call can wait forever after the group coordinator's broker died.
-            with self._watchdog.deadline("send_offsets_to_transaction", TXN_CALL_TIMEOUT_S):
-                producer.send_offsets_to_transaction(offsets, metadata, TXN_CALL_TIMEOUT_S)
-        self._end_transaction(producer, commit=True)
+        self._end_transaction(self._owners.producer(number), commit=True)
 
     def _collect(self) -> None:
         """Take the ended commits: count the committed, handle the failed (:meth:`_on_transaction_errors`).
@@ -1001,10 +1036,21 @@ class Coordinator:
             error = future.exception()
             if error is None:
                 self.stats[Stat.KAFKA_TRANSACTIONS] += 1
+                self._copy_to_group(self._monitored.pop(number, []))
             else:
                 failed[number] = error if isinstance(error, Exception) else RuntimeError(str(error))
         if failed:
             self._on_transaction_errors(failed)
+
+    def _copy_to_group(self, offsets: list[TopicPartition]) -> None:
+        """The group's committed offsets follow the positions, for lag monitoring only: the
+        positions in ``<ns>_state`` are what a next owner reads."""
+        if not offsets:
+            return
+        try:
+            self._client().commit(offsets=offsets, asynchronous=True)
+        except Exception as exc:  # a copy: the next commit brings it up to date
+            logger.debug("copying positions to the group: %s", exc)
 
     def _drain(self, *, errors: bool = True) -> None:
         """Wait for every commit in flight (before a revocation, a rejoin or the end).
@@ -1151,16 +1197,14 @@ class Coordinator:
         self._expiring = {k: t for k, t in self._expiring.items() if t.partition not in numbers}
         self._incomplete = [(t, r) for t, r in self._incomplete if t.partition not in numbers]
         self._unsaved -= set(numbers)
-        pairs = [(t, p) for p in sorted(numbers) for t in (self.topics.half, self.topics.op)]
-        with self._watchdog.deadline("reading the committed offsets", 30):
-            committed = self._client().committed([_kafka.partition_at(t, p) for t, p in pairs], timeout=30)
-        for pair in pairs:
-            self._positions.pop(pair, None)
-        young = self._take_committed(committed)
-        for tp in committed:
-            offset = tp.offset if tp.offset >= 0 else _kafka.OFFSET_BEGINNING
-            self._client().seek(_kafka.partition_at(tp.topic, tp.partition, offset))
-        self._restore(sorted(numbers), young)
+        numbers = sorted(numbers)
+        restored = self._read_changelog(numbers)
+        young = self._take_positions(numbers, restored, self._client())
+        for number in numbers:
+            for topic in (self.topics.half, self.topics.op):
+                offset = self._positions.get((topic, number), _kafka.OFFSET_BEGINNING)
+                self._client().seek(_kafka.partition_at(topic, number, offset))
+        self._restore(numbers, restored, young)
 
     def _on_wedged(self, wedged: Wedged) -> None:
         self.stats[Stat.WEDGED_CALLS] += 1

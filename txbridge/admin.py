@@ -47,9 +47,11 @@ from txbridge.errors import TxBridgeError, WireFormatError
 from txbridge.wire import (
     DEFAULT_NAMESPACE,
     H_CHECKS,
+    POSITIONS_KEY,
     HalfMessage,
     OpRecord,
     OpSource,
+    Positions,
     Topics,
     TxState,
     decode_half,
@@ -203,40 +205,59 @@ def list_pending(
     """Transactions pending at the coordinators' last commits.
 
     The live entries of ``<ns>_state``, and the young transactions that the coordinators
-    of ``group_id`` (default: the namespace's default group,
-    :func:`~txbridge.wire.default_coordinator_group`) listed in their committed half offsets
-    instead (phase ``open``, no checks).
+    listed instead in their partitions' positions records (phase ``open``, no checks). A
+    partition without one (served by an older txbridge) lists them in the committed half
+    offset of ``group_id`` (default: the namespace's default group,
+    :func:`~txbridge.wire.default_coordinator_group`).
     """
     group_id = group_id or default_coordinator_group(namespace)
-    latest: dict[bytes, bytes | None] = {}
+    latest: dict[tuple[int, bytes], bytes | None] = {}
     for msg in read_committed(bootstrap, Topics(namespace).state, extra=extra):
-        latest[msg.key() or b""] = msg.value()
+        latest[(msg.partition() or 0, msg.key() or b"")] = msg.value()
     out = []
-    for value in latest.values():
+    listed: dict[int, tuple[int, str]] = {}  # partition -> (half position, young listing)
+    for (partition, key), value in latest.items():
         if value is None:
+            continue
+        if key == POSITIONS_KEY:
+            try:
+                where = Positions.decode(value)
+            except WireFormatError:
+                continue
+            if where.half is not None:
+                listed[partition] = (where.half, where.young)
             continue
         try:
             out.append(json.loads(value))
         except ValueError:
             continue
     known = {str(e.get("tx")) for e in out}
-    young = _young(bootstrap, Topics(namespace).half, group_id, extra)
+    young = _young(bootstrap, Topics(namespace).half, group_id, listed, extra=extra)
     out.extend(e for e in young if e["tx"] not in known)
     return sorted(out, key=lambda e: str(e.get("tx", "")))
 
 
 def _young(
-    bootstrap: str, half_topic: str, group_id: str, extra: Extra = None, timeout: float = 30.0
+    bootstrap: str,
+    half_topic: str,
+    group_id: str,
+    listed: dict[int, tuple[int, str]],
+    *,
+    extra: Extra = None,
+    timeout: float = 30.0,
 ) -> list[dict[str, Any]]:
-    """Young transactions listed in the committed half offsets' metadata, read from their halves."""
+    """Young transactions listed in the positions records (``listed``), or for a partition
+    without one in its committed half offset's metadata, read from their halves."""
     # Same group id, never subscribed: it only reads the group's committed offsets.
     consumer = _kafka.consumer(bootstrap, group_id, as_dict(extra))
     try:
         meta = consumer.list_topics(half_topic, timeout=10).topics.get(half_topic)
         if meta is None or meta.error is not None:
             return []
-        committed = consumer.committed([_kafka.partition_at(half_topic, p) for p in meta.partitions], 10)
+        older = [_kafka.partition_at(half_topic, p) for p in meta.partitions if p not in listed]
+        committed = consumer.committed(older, 10) if older else []
         wanted = {tp.partition: decode_young(tp.offset, tp.metadata) for tp in committed if tp.offset > 0}
+        wanted.update({p: decode_young(half, young) for p, (half, young) in listed.items() if half > 0})
         found: dict[str, dict[str, Any]] = {}
         for partition, offsets in wanted.items():
             if not offsets:

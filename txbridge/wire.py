@@ -205,6 +205,51 @@ def decode_young(position: int, metadata: str | None) -> list[int]:
     return sorted(position - b for b in back)
 
 
+#: The ``<ns>_state`` key of a partition's positions record: where its owner's last committed
+#: transaction left the half and op partitions, and the young transactions it listed. No tx id
+#: can take it: tx ids are text without control characters (:func:`decode_half`).
+POSITIONS_KEY = b"\x00txb.positions"
+
+
+@dataclass(frozen=True)
+class Positions:
+    """Where a partition's last committed coordinator transaction left its half and op partitions.
+
+    Attributes:
+        half: the next half offset to consume (None: nothing consumed yet).
+        op: the next op offset to consume (None: nothing consumed yet).
+        young: the young transactions' listing (see :func:`encode_young`; "" for none).
+    """
+
+    half: int | None
+    op: int | None
+    young: str = ""
+
+    def encode(self) -> bytes:
+        return json.dumps({"v": 1, "half": self.half, "op": self.op, "young": self.young}).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> Positions:
+        """Raises: WireFormatError: not a version-1 positions record."""
+        try:
+            body = json.loads(value)
+            if body.get("v") != 1:
+                raise WireFormatError(f"positions record has version {body.get('v')!r}")
+            half, op = body.get("half"), body.get("op")
+            return cls(
+                None if half is None else int(half), None if op is None else int(op), str(body["young"])
+            )
+        except (
+            UnicodeDecodeError,
+            json.JSONDecodeError,
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+        ) as exc:
+            raise WireFormatError(f"positions record is not valid: {exc}") from None
+
+
 def half_partition(order_key: bytes, partitions: int) -> int:
     """The half/op partition of a transaction: Kafka's default partitioner on its order key."""
     if partitions <= 0:
@@ -279,6 +324,13 @@ def _int(text: str, name: str) -> int:
         raise WireFormatError(f"half record header {name}={text!r} is not an integer") from None
 
 
+def _check_tx_id(tx_id: str, what: str) -> None:
+    """A tx id is text without control characters: keys that start with one are the
+    coordinator's own in ``<ns>_state`` (its partitions' positions)."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in tx_id):
+        raise WireFormatError(f"{what} has control characters in its tx id")
+
+
 def decode_half(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None) -> HalfMessage:
     """Parse a half record.
 
@@ -302,6 +354,7 @@ def decode_half(value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
     tx_id = _text(named, H_TX)
     if not tx_id:
         raise WireFormatError("half record has an empty txb.tx")
+    _check_tx_id(tx_id, "half record")
     seq = _int(_text(named, H_SEQ), H_SEQ)
     # Interned: a coordinator holds these for every pending transaction; they repeat.
     topic = sys.intern(_text(named, H_TOPIC))
@@ -383,6 +436,7 @@ def decode_op(value: bytes | None) -> OpRecord:
     tx_id = body.get("tx")
     if not isinstance(tx_id, str) or not tx_id:
         raise WireFormatError("op record has no tx id")
+    _check_tx_id(tx_id, "op record")
     state = body.get("state")
     if state not in (TxState.COMMIT.value, TxState.ROLLBACK.value):
         raise WireFormatError(f"op record has state {state!r}; only COMMIT or ROLLBACK end a transaction")

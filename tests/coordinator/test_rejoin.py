@@ -149,15 +149,16 @@ def test_a_fatal_producer_error_renews_the_clients_and_loses_nothing(
     assert running.errors == []
 
 
-def test_a_commit_stuck_in_librdkafka_is_abandoned_in_process_and_loses_nothing(
+def test_a_stuck_commit_is_abandoned_in_process_and_loses_nothing(
     env: Env, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """librdkafka#5511: ``send_offsets_to_transaction`` can wait forever once the group
-    coordinator's broker died. Here the first call on one partition's producer blocks for real
-    (a wrapped client). The watchdog reports it, the loop abandons that producer to its thread
-    and replaces the clients in-process: no exit (the wedge hook, which the CLI turns into
-    exit 75, is not called), and the transaction is published once by the partition's next
-    claim, which fences the abandoned producer."""
+    """A Kafka call that outlives its timeout cannot be interrupted (librdkafka#5511 was one:
+    ``send_offsets_to_transaction`` waited forever once the group coordinator's broker died).
+    Here the first commit of one partition's producer blocks for real (a wrapped client). The
+    watchdog reports it, the loop abandons that producer to its thread and replaces the
+    clients in-process: no exit (the wedge hook, which the CLI turns into exit 75, is not
+    called), and the transaction is published once by the partition's next claim, which
+    fences the abandoned producer."""
     monkeypatch.setattr(service_module, "TXN_CALL_TIMEOUT_S", 1.0)
     monkeypatch.setattr(service_module, "Watchdog", functools.partial(Watchdog, grace_s=1.0, poll_s=0.1))
     topic = topic_factory()
@@ -166,7 +167,7 @@ def test_a_commit_stuck_in_librdkafka_is_abandoned_in_process_and_loses_nothing(
     original = _kafka.producer
 
     class Stuck:
-        """A transactional producer whose first send_offsets_to_transaction never returns."""
+        """A transactional producer whose first commit_transaction does not return."""
 
         def __init__(self, inner: Any, transactional_id: str) -> None:
             self._inner, self._id = inner, transactional_id
@@ -174,11 +175,11 @@ def test_a_commit_stuck_in_librdkafka_is_abandoned_in_process_and_loses_nothing(
         def __getattr__(self, name: str) -> Any:
             return getattr(self._inner, name)
 
-        def send_offsets_to_transaction(self, *args: Any) -> None:
+        def commit_transaction(self, *args: Any) -> None:
             if not stuck:
                 stuck.append(self._id)
-                release.wait(120)  # as librdkafka's call waits for a coordinator that is gone
-            self._inner.send_offsets_to_transaction(*args)
+                release.wait(120)  # as librdkafka's call waited for a coordinator that was gone
+            self._inner.commit_transaction(*args)
 
     def producer(bootstrap: str, extra: Any = None, **defaults: Any) -> Any:
         made = original(bootstrap, extra, **defaults)
