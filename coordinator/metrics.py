@@ -109,7 +109,7 @@ class Stat(StrEnum):
     )
     COMMITS_WEDGED = (
         "commits_wedged",
-        "partition commits abandoned past their timeout (librdkafka#5511); the clients were replaced",
+        "partition commits abandoned past their timeout; the clients were replaced",
     )
     CONSUMER_REJOINS = (
         "consumer_rejoins",
