@@ -154,7 +154,9 @@ def markdown(figures: Sequence[Figure], info: dict[str, Any]) -> str:
     lines = [
         f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} on {info['cpu_cores']} cores, "
         f"{info['memory_gib']} GiB, Python {info['python']}, librdkafka {info['librdkafka']}, "
-        f"Kafka {info['kafka']} (single local broker)"
+        f"Kafka {info['kafka']} (single local broker"
+        + ("; node kill: a secured 3-node cluster" if any(f.name == "node kill" for f in figures) else "")
+        + ")"
         + (
             f", RocketMQ {info['rocketmq']} (one broker embedded in its proxy, "
             f"rocketmq-python-client {info['rocketmq_python_client']})."

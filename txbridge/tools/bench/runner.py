@@ -10,7 +10,7 @@ from pathlib import Path
 
 from txbridge.client_config import ClientConfig
 from txbridge.errors import TxBridgeError
-from txbridge.tools.bench import rocketmq, scaleout
+from txbridge.tools.bench import node_kill, rocketmq, scaleout
 from txbridge.tools.bench import txbridge_runs as tb
 from txbridge.tools.bench.floor import floor, floor_latency
 from txbridge.tools.bench.kafka_native import CpuMeter, Figure, native_transactions, raw_produce
@@ -116,7 +116,7 @@ class BenchRun:
         e2e = next((f for f in self.figures if f.name == "txbridge end to end"), None)
         return max(10.0, (e2e.msgs_per_s if e2e else 400.0) / 2)
 
-    def step(self, name: str) -> Figure:
+    def step(self, name: str) -> Figure:  # noqa: PLR0912 - one branch per step, in the order they run
         m, size = self.mode, self.size
         if name == "raw":
             figure = raw_produce(
@@ -194,6 +194,15 @@ class BenchRun:
                 name, self.env, quick=m == MODES["quick"], size=size, in_flight=self.in_flight
             )
             self.figures.extend(before)
+        elif name == "nodekill":
+            # On a secured 3-node cluster of its own, whatever the run's bootstrap: nodes SIGKILLed
+            # under txbridge and under native transactions at the same rate.
+            figure = node_kill.run(
+                node_kill.OPTIONS["quick" if m == MODES["quick"] else "full"],
+                self.env.work,
+                size=size,
+                progress=self.progress,
+            )
         elif name == "rocketmq":
             # The real RocketMQ with txbridge's message size and in-flight count; its figures come first.
             *before, figure = rocketmq.run(

@@ -20,5 +20,6 @@ STEPS = (
     "restart",
     "scaleout",
     "addremove",
+    "nodekill",
     "rocketmq",
 )

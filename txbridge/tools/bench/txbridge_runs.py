@@ -153,8 +153,12 @@ class Watcher:
         return len(self.seen) >= count
 
     def close(self) -> None:
+        """Stop the watcher; also one whose :meth:`start` failed or never came."""
         self._stop.set()
-        self._drain.join(15)
+        if self._drain.ident is not None:
+            self._drain.join(15)
+        if self._proc.pid is None:
+            return
         self._proc.join(15)
         if self._proc.is_alive():
             self._proc.kill()
@@ -523,9 +527,7 @@ def failovers(env: Env, *, size: int) -> list[Figure]:
     return [failover(env, size=size), failover(env, size=size, inside_transaction=True)]
 
 
-def _leave_a_transaction_open(
-    env: Env, ns: str, topic: str, owned: set[int], keys: list[bytes]
-) -> list[Any]:
+def _leave_a_transaction_open(env: Env, ns: str, topic: str, owned: set[int], keys: list[bytes]) -> list[Any]:
     """Open a Kafka transaction under each of a just-killed coordinator's partition
     transactional ids and leave them open: each holds its partition's half and op offsets (as
     they are committed), and the first also one record per key of ``keys`` on the real

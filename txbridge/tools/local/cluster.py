@@ -593,14 +593,21 @@ class LocalCluster:
         return None if self._running_pid(node_id) is not None else -1
 
     def _wait_ready(self, node_ids: list[int], timeout: float) -> None:
-        """Wait until every node is registered and unfenced, as an authenticated client sees it."""
+        """Wait until every node is registered and unfenced, as an authenticated client sees it,
+        and each of ``node_ids`` serves clients itself (:meth:`_serving`)."""
         from confluent_kafka import KafkaException
 
         from txbridge import _kafka
 
         deadline = time.monotonic() + timeout
         # Quiet: refused connections and failed handshakes are expected while the nodes start.
-        admin = _kafka.admin(self.bootstrap, {**self.client_config(), "log_level": 0})
+        quiet = {**self.client_config(), "log_level": 0}
+        admin = _kafka.admin(self.bootstrap, quiet)
+        ports = self._ports()
+        # One client per node, bootstrapped on that node alone: until the node answers, it is
+        # the only broker the client knows, so an answer comes from that node.
+        alone = {i: _kafka.admin(f"{self.host}:{ports[i].client}", quiet) for i in node_ids}
+        serving: set[int] = set()
         while True:
             for node_id in node_ids:
                 code = self._exited(node_id)
@@ -614,16 +621,37 @@ class LocalCluster:
                 brokers = set(admin.list_topics(timeout=2.0).brokers)
             except KafkaException:
                 brokers = set()
-            if brokers >= set(self.node_ids):
+            serving |= {i for i in set(node_ids) - serving if self._serving(alone[i])}
+            if brokers >= set(self.node_ids) and serving >= set(node_ids):
                 return
             if time.monotonic() > deadline:
-                missing = sorted(set(self.node_ids) - brokers)
+                missing = sorted(set(self.node_ids) - brokers) or sorted(set(node_ids) - serving)
                 raise BrokerError(
                     f"nodes {missing} of the local cluster did not join within {timeout:.0f}s "
-                    f"(an authenticated client at {self.bootstrap} sees nodes {sorted(brokers)}); "
+                    f"(an authenticated client at {self.bootstrap} sees nodes {sorted(brokers)}, "
+                    f"nodes {sorted(serving)} of {node_ids} serve clients); "
                     f"log {self.log_file(missing[0])}:\n{self.log_tail(missing[0])}"
                 )
             time.sleep(0.5)
+
+    @staticmethod
+    def _serving(alone: Any) -> bool:
+        """Whether the node a client was bootstrapped on alone has answered it.
+
+        The others may list a restarted node long before it serves: one killed and started again
+        within the controller's session timeout (9 s) never left their listing. A node serves
+        requests only once it has caught up with the cluster's metadata, so an answer means that
+        the cluster has seen it come back. Any answer counts, whoever sent it (the metadata's
+        ``orig_broker_id`` is -1 for the bootstrap connection, or another node once the client
+        has learnt them): the client learns of other nodes only from that node's first answer.
+        """
+        from confluent_kafka import KafkaException
+
+        try:
+            alone.list_topics(timeout=1.0)
+        except KafkaException:
+            return False
+        return True
 
     def _await_exit(self, node_id: int, pid: int, timeout: float) -> None:
         """Wait up to ``timeout`` for ``pid`` to exit, then SIGKILL it; forget the node's pid."""
