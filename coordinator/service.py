@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_any
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from coordinator import changelog, health, metrics, scheduler
 from coordinator.checker import Checker, CheckJob, CheckResult
@@ -359,6 +359,7 @@ class Coordinator:
         except Exception as exc:
             logger.info("closing the failed consumer: %s", exc)
         self._owners.release_all()  # the next assignment claims its partitions afresh
+        self._renew_offsets_client()
         self._join()
 
     def _shutdown(self) -> None:
@@ -456,13 +457,13 @@ class Coordinator:
             try:
                 self._take_over(consumer, partitions, numbers)
                 break
-            except KafkaOperationError as exc:
+            except (KafkaOperationError, KafkaException) as exc:
                 # A partition without a leader during an election, a transaction coordinator
                 # moving: tried again here, then by joining afresh; never by exiting.
                 if time.monotonic() > give_up or self._stop.is_set():
                     logger.warning("taking over partitions %s failed, joining again: %s", numbers, exc)
                     self._drop(partitions)
-                    self._clients_failed = exc
+                    self._clients_failed = _kafka.to_error(exc, f"taking over partitions {numbers}")
                     return
                 logger.info("taking over partitions %s: %s; trying again", numbers, exc)
                 time.sleep(_ASSIGN_RETRY_S)
@@ -1119,11 +1120,20 @@ class Coordinator:
                         _low, high = self._offsets_client().get_watermark_offsets(
                             _kafka.partition_at(self.topics.half, state.partition), timeout=10
                         )
-                except Exception as exc:  # transient: the waiting COMMITs just wait one more interval
+                except Exception as exc:
+                    # The waiting COMMITs wait one more interval. The client goes: after a leader
+                    # moved, one that is never assigned anything kept answering UNKNOWN_PARTITION
+                    # from its metadata (the nemesis saw it for minutes: the COMMITs never went out).
                     logger.warning("end offset of %s/%d: %s", self.topics.half, state.partition, exc)
+                    self._renew_offsets_client()
                     continue
                 state.set_end_offset(high)
             self._incomplete.extend((r.tx, r.reason) for r in state.settle_waits())
+
+    def _renew_offsets_client(self) -> None:
+        old, self._offsets = self._offsets, None
+        if old is not None:
+            threading.Thread(target=old.close, name="txbridge-close", daemon=True).start()
 
     def _offsets_client(self) -> Any:
         if self._offsets is None:
