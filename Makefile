@@ -1,11 +1,24 @@
 # The two commands of the README: `make demo` and `make test`.
 # Each builds .venv, installs the project and fetches the jars on first use.
+# Longer runs of the fault tests: `make chaos` and `make soak`.
 
 VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test setup lint bench clean
+.PHONY: demo test chaos soak setup lint bench clean
+
+# make chaos: the nemesis (tests/secure/test_nemesis.py) on the secured cluster, one run per seed:
+# CHAOS_SEEDS (comma-separated), else CHAOS_RUNS seeds drawn at random; CHAOS_SECONDS of faults
+# each (the load lasts until they are over; a run takes about a minute more). Ends with one line
+# per run: the seed, the faults of each kind, lost/dup/phantom/order. A failed run is replayed
+# with its seed: make chaos CHAOS_SEEDS=<seed> CHAOS_SECONDS=<seconds>.
+CHAOS_RUNS    ?= 5
+CHAOS_SECONDS ?= 300
+CHAOS_SEEDS   ?=
+# make soak: every test marked soak (the broker chaos, the check soak, the nemesis) at
+# TXBRIDGE_SOAK_SCALE=SOAK_SCALE (1.0 is what make test runs).
+SOAK_SCALE    ?= 3
 
 $(STAMP): pyproject.toml
 	@py=$$(scripts/check-prereqs.sh) || exit 1; \
@@ -22,14 +35,34 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check --exclude '*.md' .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/pytest $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check --exclude '*.md' .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+chaos: setup
+	@seeds="$(CHAOS_SEEDS)"; \
+	if [ -z "$$seeds" ]; then \
+	  seeds=$$($(BIN)/python -c 'import random; print(",".join(str(random.randrange(10**6)) for _ in range($(CHAOS_RUNS))))'); \
+	fi; \
+	summary=$$(mktemp); \
+	echo "chaos: seeds $$seeds, $(CHAOS_SECONDS)s each"; \
+	TXBRIDGE_CHAOS_SEEDS=$$seeds TXBRIDGE_CHAOS_SECONDS=$(CHAOS_SECONDS) TXBRIDGE_CHAOS_SUMMARY=$$summary \
+	  $(BIN)/pytest tests/secure/test_nemesis.py -s $(ARGS); status=$$?; \
+	echo; echo "chaos: one line per run"; \
+	for seed in $$(echo $$seeds | tr , ' '); do \
+	  grep "^nemesis seed=$$seed " $$summary || echo "nemesis seed=$$seed: no count (it failed before; see above)"; \
+	done; \
+	rm -f $$summary; exit $$status
+
+soak: setup
+	TXBRIDGE_SOAK_SCALE=$(SOAK_SCALE) $(BIN)/pytest -m soak -s -o timeout=7200 $(ARGS)
 
 bench: setup
 	$(BIN)/txbridge bench $(ARGS)

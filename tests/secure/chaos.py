@@ -1,5 +1,6 @@
-"""The pieces of the broker-chaos test (``test_broker_chaos.py``): where Kafka puts things, the
-processes under test, the reader that times what it sees, and the tally of what it saw.
+"""The pieces of the chaos tests (``test_broker_chaos.py``, ``test_nemesis.py``): where Kafka puts
+things, the processes under test, the readers (one that times what it sees, one on another
+client than the SDK's), and the tally of what they saw.
 """
 
 from __future__ import annotations
@@ -15,17 +16,20 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from coordinator.config import CoordinatorConfig
 from tests.secure import chaos_producer
 from tests.secure.conftest import SecureKafka
 from txbridge import _kafka
+from txbridge.tools.local.cluster import LocalCluster
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics
@@ -101,6 +105,30 @@ def wait_in_sync(admin: AdminClient, topics: Sequence[str], timeout: float) -> f
     return time.monotonic() - started
 
 
+def wait_serving(cluster: LocalCluster, node: int, timeout: float) -> None:
+    """Wait until node ``node`` answers a metadata request itself.
+
+    A node serves clients only once it has registered again and caught up with the metadata
+    log; a node registering after an unclean shutdown is out of the ISRs until its replicas
+    catch up, so the sync state that follows is the restarted node's. (Right after a SIGKILL
+    the cluster's metadata still lists the dead node, and every replica in sync, for the
+    broker session timeout: start_node() returns at once then.)
+    """
+    address = next(n.address for n in cluster.status().nodes if n.node_id == node)
+    settings = {**cluster.client_config(), "log_level": 0}  # refused connections are expected
+    deadline = time.monotonic() + timeout
+    while True:
+        try:  # a new client each time: its first answer comes from its only bootstrap server
+            if _kafka.admin(address, settings).list_topics(timeout=2).orig_broker_id == node:
+                return
+        except KafkaException:
+            pass
+        assert time.monotonic() < deadline, (
+            f"node {node} does not serve clients {timeout:.0f}s after its start"
+        )
+        time.sleep(0.5)
+
+
 def create_led_by(kafka: SecureKafka, namespace: str, partitions: int, leader: int) -> None:
     """The internal topics, RF 3, with ``leader`` the preferred leader of every half and op partition."""
     names = Topics(namespace)
@@ -118,32 +146,46 @@ def create_led_by(kafka: SecureKafka, namespace: str, partitions: int, leader: i
     _kafka.ensure_topics(kafka.bootstrap, specs, extra=kafka.config)
 
 
-def instances_sharing_a_transaction_coordinator(
-    admin: AdminClient, group_id: str, avoid: int, count: int = 2
-) -> tuple[list[str], int]:
-    """``count`` coordinator instance ids whose transactional ids (``<group_id>-<instance>``) have
-    one transaction coordinator, on a broker other than ``avoid``."""
-    by_node: dict[int, list[str]] = defaultdict(list)
-    for i in range(200):
-        node = coordinator_node(admin, TRANSACTION_LOG, f"{group_id}-c{i}")
-        if node != avoid:
-            by_node[node].append(f"c{i}")
-            if len(by_node[node]) == count:
-                return by_node[node], node
-    raise AssertionError(f"no {count} instance ids share a transaction coordinator: {dict(by_node)}")
+def transactional_ids(namespace: str, group_id: str, partitions: int) -> list[str]:
+    """The coordinators' Kafka transactional ids: one per half partition, whoever owns it."""
+    config = CoordinatorConfig(namespace=namespace, group_id=group_id)
+    return [config.partition_transactional_id(p) for p in range(partitions)]
 
 
-def roles(
-    admin: AdminClient, node: int, *, half: str, topic: str, group_id: str, instances: list[str]
-) -> str:
-    """What ``node`` is to the run right now (said in the summary of a kill)."""
+def transaction_coordinators(admin: AdminClient, ids: Sequence[str]) -> Counter[int]:
+    """How many of the transactional ``ids`` each broker is the transaction coordinator of."""
+    log = leaders(admin, TRANSACTION_LOG)
+    return Counter(log[partition_for(i, len(log))] for i in ids)
+
+
+def namespace_with_one_transaction_coordinator(
+    admin: AdminClient, partitions: int, avoid: int, tries: int = 5000
+) -> tuple[str, int]:
+    """A namespace (its group ``coord-<namespace>``) whose coordinators' transactional ids all have
+    one transaction coordinator, on a broker other than ``avoid``; and that broker."""
+    log = leaders(admin, TRANSACTION_LOG)
+    best: tuple[int, str, int] = (0, "", -1)
+    for _ in range(tries):
+        namespace = f"chaos{uuid.uuid4().hex[:10]}"
+        ids = transactional_ids(namespace, f"coord-{namespace}", partitions)
+        hosts = Counter(log[partition_for(i, len(log))] for i in ids)
+        node, hosted = max(((n, c) for n, c in hosts.items() if n != avoid), key=lambda nc: nc[1])
+        best = max(best, (hosted, namespace, node))
+        if hosted == partitions:
+            break
+    return best[1], best[2]
+
+
+def roles(admin: AdminClient, node: int, *, half: str, topic: str, group_id: str, ids: Sequence[str]) -> str:
+    """What ``node`` is to the run right now (said in the summary of a kill); ``ids``: the
+    coordinators' transactional ids."""
     said = [
         f"leads {sum(n == node for n in leaders(admin, half).values())}/{len(leaders(admin, half))} half",
         f"{sum(n == node for n in leaders(admin, topic).values())} of the topic's partitions",
     ]
-    hosted = [i for i in instances if coordinator_node(admin, TRANSACTION_LOG, f"{group_id}-{i}") == node]
+    hosted = transaction_coordinators(admin, ids)[node]
     if hosted:
-        said.append(f"transaction coordinator of {', '.join(hosted)}")
+        said.append(f"transaction coordinator of {hosted}/{len(ids)} transactional ids")
     if coordinator_node(admin, OFFSETS_TOPIC, group_id) == node:
         said.append("the coordinators' group coordinator")
     return "; ".join(said)
@@ -154,10 +196,16 @@ def roles(
 
 class Supervisor:
     """Restarts a coordinator child that exits, as a deployment's supervisor does
-    (``restart: unless-stopped`` in compose/); each exit is on record with the log's last lines."""
+    (``restart: unless-stopped`` in compose/); each exit is on record with the log's last lines.
+
+    A fault injector takes a coordinator out of its care while it works on it (:meth:`held`),
+    and may put a new process in its place (:meth:`replace`).
+    """
 
     def __init__(self, coordinators: list[CoordinatorProcess]) -> None:
-        self.coordinators = coordinators
+        self.coordinators = list(coordinators)
+        self._lock = threading.Lock()
+        self._held: set[int] = set()
         #: (wall time, the coordinator's log file name, its last log lines) per exit seen.
         self.exits: list[tuple[float, str, str]] = []
         #: (wall time, the coordinator's log file name) per stack dump of a silent coordinator.
@@ -172,27 +220,54 @@ class Supervisor:
         self._stop.set()
         self._thread.join(30)
 
+    @contextmanager
+    def held(self, index: int) -> Iterator[CoordinatorProcess]:
+        """Coordinator ``index``, neither restarted nor sent SIGUSR1 until the block ends."""
+        with self._lock:
+            self._held.add(index)
+            coordinator = self.coordinators[index]
+        try:
+            yield coordinator
+        finally:
+            with self._lock:
+                self._held.discard(index)
+
+    def replace(self, index: int, coordinator: CoordinatorProcess) -> None:
+        """Supervise ``coordinator`` instead of coordinator ``index`` (a restart under a new id)."""
+        with self._lock:
+            self.coordinators[index] = coordinator
+
     def _run(self) -> None:
         dumped: dict[str, float] = {}
         while not self._stop.wait(0.2):
-            for coordinator in self.coordinators:
-                if not coordinator.alive():
-                    self.exits.append((time.time(), coordinator.log_path.name, coordinator.log_tail(4)))
-                    coordinator.start()
-                    continue
-                # A loop that logs nothing for STALL_DUMP_S is stuck somewhere: SIGUSR1 makes the
-                # coordinator write every thread's stack to its log (coordinator/cli.py).
-                name = coordinator.log_path.name
-                silent = time.time() - coordinator.log_path.stat().st_mtime
-                if silent > STALL_DUMP_S and time.time() - dumped.get(name, 0.0) > 60 and coordinator.pid:
-                    os.kill(coordinator.pid, signal.SIGUSR1)
-                    dumped[name] = time.time()
-                    self.stall_dumps.append((time.time(), name))
+            with self._lock:
+                self._pass(dumped)
+
+    def _pass(self, dumped: dict[str, float]) -> None:
+        for index, coordinator in enumerate(self.coordinators):
+            if index in self._held:
+                continue
+            if not coordinator.alive():
+                self.exits.append((time.time(), coordinator.log_path.name, coordinator.log_tail(4)))
+                coordinator.start()
+                continue
+            # A loop that logs nothing for STALL_DUMP_S is stuck somewhere: SIGUSR1 makes the
+            # coordinator write every thread's stack to its log (coordinator/cli.py).
+            name = coordinator.log_path.name
+            silent = time.time() - coordinator.log_path.stat().st_mtime
+            if silent > STALL_DUMP_S and time.time() - dumped.get(name, 0.0) > 60 and coordinator.pid:
+                os.kill(coordinator.pid, signal.SIGUSR1)
+                dumped[name] = time.time()
+                self.stall_dumps.append((time.time(), name))
 
 
 @dataclass
 class Producers:
-    """The SDK producer processes (``chaos_producer``): their outcome files and barrier databases."""
+    """The SDK producer processes (``chaos_producer``): their outcome files and barrier databases.
+
+    A producer SIGKILLed (:meth:`kill`) and started again (:meth:`restart`) goes on where it
+    stopped, with the same outcome file and database.
+    """
 
     kafka: SecureKafka
     _: KW_ONLY
@@ -205,7 +280,13 @@ class Producers:
     threads: int
     per_thread: int
     rate: float
+    #: Each local transaction's work, in ms (chaos_producer's --work-ms).
+    work_ms: float = 0.0
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: The producers killed and not started again yet.
+    down: set[int] = field(default_factory=set)
+    #: SIGKILLs so far.
+    kills: int = 0
 
     @property
     def total(self) -> int:
@@ -220,38 +301,66 @@ class Producers:
     def log(self, index: int) -> Path:
         return self.folder / f"producer-{index}.log"
 
+    @property
+    def stop_file(self) -> Path:
+        return self.folder / "producers.stop"
+
     def start(self) -> None:
+        self.procs = [self._launch(index) for index in range(self.count)]
+
+    def _launch(self, index: int) -> subprocess.Popen[bytes]:
         env = {**os.environ, chaos_producer.SECRET_ENV: self.secret}
-        for index in range(self.count):
-            cmd = [sys.executable, "-m", "tests.secure.chaos_producer", "--bootstrap", self.kafka.bootstrap]
-            cmd += ["--command-config", str(self.kafka.properties_file), "--namespace", self.namespace]
-            cmd += ["--partitions", str(self.partitions), "--topic", self.topic, "--index", str(index)]
-            cmd += ["--threads", str(self.threads), "--transactions", str(self.per_thread)]
-            cmd += ["--rate", str(self.rate), "--db", str(self.db(index)), "--out", str(self.out(index))]
-            with self.log(index).open("wb") as log:
-                self.procs.append(
-                    subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=log, stderr=log)
-                )
+        cmd = [sys.executable, "-m", "tests.secure.chaos_producer", "--bootstrap", self.kafka.bootstrap]
+        cmd += ["--command-config", str(self.kafka.properties_file), "--namespace", self.namespace]
+        cmd += ["--partitions", str(self.partitions), "--topic", self.topic, "--index", str(index)]
+        cmd += ["--threads", str(self.threads), "--transactions", str(self.per_thread)]
+        cmd += ["--rate", str(self.rate), "--work-ms", str(self.work_ms), "--stop-file", str(self.stop_file)]
+        cmd += ["--db", str(self.db(index)), "--out", str(self.out(index))]
+        with self.log(index).open("ab") as log:  # a restart's lines follow the killed one's
+            return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=log, stderr=log)
+
+    def kill(self, index: int) -> None:
+        """SIGKILL producer ``index``: no op record, no answer to checks until :meth:`restart`."""
+        self.down.add(index)
+        proc = self.procs[index]
+        if proc.poll() is None:
+            proc.kill()
+            self.kills += 1
+        proc.wait(30)
+
+    def finish(self) -> None:
+        """Make every producer stop sending (after its current transaction) and write ``done``."""
+        self.stop_file.touch()
+
+    def restart(self, index: int) -> None:
+        """Start killed producer ``index`` again: it goes on after the last seq on record."""
+        self.procs[index] = self._launch(index)
+        self.down.discard(index)
 
     def records(self) -> list[dict[str, Any]]:
-        """Every line of every outcome file, with the producer's index."""
+        """Every whole line of every outcome file, with the producer's index (a line a SIGKILL cut
+        short is left out)."""
         lines = []
         for index in range(self.count):
             path = self.out(index)
             text = path.read_text() if path.exists() else ""
-            lines += [{**json.loads(line), "index": index} for line in text.splitlines() if line]
+            for line in text.split("\n")[:-1]:  # the last one may be half written
+                try:
+                    lines.append({**json.loads(line), "index": index})
+                except json.JSONDecodeError:
+                    continue
         return lines
 
     def progress(self) -> tuple[int, int]:
-        """(transactions done, producers done); raises if a producer died."""
+        """(transactions done, producers done); raises if a producer died (not killed by :meth:`kill`)."""
         for index, proc in enumerate(self.procs):
             code = proc.poll()
-            if code is not None:
+            if code is not None and index not in self.down:
                 raise AssertionError(
                     f"producer {index} exited with {code}:\n{self.log(index).read_text()[-3000:]}"
                 )
         records = self.records()
-        return sum("seq" in r for r in records), sum("done" in r for r in records)
+        return sum("seq" in r for r in records), len({r["index"] for r in records if "done" in r})
 
     def barriers(self) -> dict[int, dict[str, str]]:
         """Each producer's barrier rows: tx id -> 'committed' / 'rolled_back'."""
@@ -331,6 +440,55 @@ class Watcher:
     def times(self) -> list[float]:
         return sorted(self.first_seen.values())
 
+    def times_by(self, group: Callable[[bytes], int]) -> list[list[float]]:
+        """The first sightings of each group of values (e.g. by half partition), each sorted."""
+        groups: dict[int, list[float]] = defaultdict(list)
+        for value, seen in list(self.first_seen.items()):
+            groups[group(value)].append(seen)
+        return [sorted(times) for _, times in sorted(groups.items())]
+
+
+def read_committed_elsewhere(kafka: SecureKafka, topic: str, *, timeout: float = 60.0) -> list[bytes]:
+    """Every value of ``topic`` as kafka-python reads it, read_committed, to each partition's last
+    stable offset: a client with no code in common with librdkafka, which the SDK and the
+    coordinator use.
+
+    Raises:
+        TimeoutError: a partition was not read to its end within ``timeout``.
+    """
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KafkaPartition
+
+    settings = kafka.config
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka.bootstrap.split(","),
+        security_protocol=settings["security.protocol"],
+        sasl_mechanism=settings["sasl.mechanisms"],
+        sasl_plain_username=settings["sasl.username"],
+        sasl_plain_password=settings["sasl.password"],
+        ssl_cafile=settings["ssl.ca.location"],
+        isolation_level="read_committed",
+        group_id=None,
+        enable_auto_commit=False,
+    )
+    try:
+        partitions = [KafkaPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        assert partitions, f"kafka-python sees no partitions of {topic}"
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        ends = consumer.end_offsets(partitions)  # read_committed: the last stable offsets
+        seen: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < ends[tp] for tp in partitions):
+            if time.monotonic() > deadline:
+                behind = {tp.partition: (consumer.position(tp), ends[tp]) for tp in partitions}
+                raise TimeoutError(f"{topic}: kafka-python at (position, end) {behind} after {timeout:.0f}s")
+            for batch in consumer.poll(timeout_ms=500).values():
+                seen += [record.value or b"" for record in batch]
+        return seen
+    finally:
+        consumer.close()
+
 
 def longest_gap(times: Sequence[float], start: float, end: float) -> float:
     """The longest wait for a new message between ``start`` (a kill) and ``end`` (the next kill,
@@ -350,6 +508,10 @@ class Figures:
 
     transactions: int = 0
     reported: Counter[str] = field(default_factory=Counter)
+    #: Transactions begun by a producer that was killed before it had the result: their
+    #: barrier row decides them (``in_doubt_committed`` of them committed).
+    in_doubt: int = 0
+    in_doubt_committed: int = 0
     op_unacknowledged: int = 0
     sdk_against_barrier: list[str] = field(default_factory=list)
     committed: int = 0
@@ -367,12 +529,23 @@ def tally(
     """Compare the outcome records and barrier rows with the values a reader saw, in its order.
 
     Committed means the barrier holds the transaction as committed (the SDK reported COMMIT, or
-    an UNKNOWN the check settles COMMIT); each of its messages must be seen once. A value of any
-    other transaction is a phantom. Per key, transactions must be seen in their sequence order
-    (a key's transactions are sent one after another by one thread).
+    an UNKNOWN the check settles COMMIT); each of its messages must be seen once. So does a
+    transaction in doubt (``begun`` on record, no result: its producer was killed) that the
+    barrier holds as committed. A value of any other transaction is a phantom. Per key,
+    transactions must be seen in their sequence order (a key's transactions are sent one after
+    another by one thread).
     """
     figures = Figures()
     committed: dict[tuple[int, int, int], int] = {}  # (producer, thread, seq) -> messages
+    done = {(r["index"], r["thread"], r["seq"]) for r in records if "seq" in r}
+    for r in records:
+        begun = r.get("begun")
+        if begun is None or (r["index"], begun["thread"], begun["seq"]) in done:
+            continue
+        figures.in_doubt += 1
+        if barriers[r["index"]].get(begun["tx"]) == "committed":
+            figures.in_doubt_committed += 1
+            committed[(r["index"], begun["thread"], begun["seq"])] = begun["messages"]
     for r in records:
         if "seq" not in r:
             continue
@@ -397,7 +570,8 @@ def tally(
     figures.lost = len(lost)
     figures.duplicates = sum(n - 1 for v, n in delivered.items() if v in expected)
     figures.phantom = sum(delivered[v] for v in phantoms)
-    figures.examples += [f"lost {v.decode()}" for v in lost[:5]] + [f"phantom {v!r}" for v in phantoms[:5]]
+    figures.examples += [f"lost {v.decode()} ({_key(v)})" for v in lost[:5]]
+    figures.examples += [f"phantom {v!r}" for v in phantoms[:5]]
     by_key: dict[str, list[int]] = defaultdict(list)
     for value in dict.fromkeys(v for v in seen if v in expected):  # first sightings, in order
         producer, thread, seq, _n = (int(x) for x in value.decode().split("/"))
@@ -409,6 +583,12 @@ def tally(
         figures.order_violations += len(inversions)
         figures.examples += [f"{key}: seq {a} seen before seq {b}" for a, b in inversions[:3]]
     return figures
+
+
+def _key(value: bytes) -> str:
+    """The key of a republished value (which names its half partition)."""
+    producer, thread, seq, _n = (int(x) for x in value.decode().split("/"))
+    return f"key {chaos_producer.key_of(producer, thread, seq)}"
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, poll: float = 0.5) -> bool:

@@ -17,10 +17,26 @@ back-check gets the same answer). The mix, by sequence number:
     seq % 20 == 19  raises before the local commit: settled ROLLBACK
     otherwise       local commit, COMMIT
 
+With ``--work-ms``, a local transaction works a random while before its commit and another
+after it (up to the value in all), as a service's does: a producer SIGKILLed at a random
+moment then often finds one in flight, before or after its local commit.
+
 Every transaction's result is one JSON line in ``--out`` (tx id, key, seq, message count,
 the state the SDK reported, whether the op was acknowledged, the error, start and end wall
-times). After the last one it writes ``{"done": ...}`` and keeps serving back-checks until
-its stdin closes; then it closes the producer and exits.
+times). Before that, once its half records are written, the local transaction puts
+``{"begun": {thread, seq, tx, messages}}`` on record: a process killed before the result
+leaves the transaction in doubt, and its barrier row (or the check's) decides it. After the
+last one it writes ``{"done": ...}`` and keeps serving back-checks until its stdin closes;
+then it closes the producer and exits.
+
+With ``--stop-file``, each thread stops sending once that file exists (a load that lasts
+as long as something else does, e.g. a fault schedule), at most ``--transactions`` each.
+
+A process started again on the same ``--out`` and ``--db`` (after a SIGKILL) goes on where
+the last one stopped: each thread from the seq after the last one on record, under the same
+instance id, so it also answers the back-checks of the transactions its predecessor left.
+Each producer process is a group of its own (``chaos-<namespace>-<index>``): a decisive
+check may be asked of any live instance of the group, and each process has its own database.
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ import argparse
 import json
 import logging
 import os
+import random
 import sqlite3
 import sys
 import threading
@@ -60,19 +77,6 @@ class LocalFailure(Exception):
     """The local transaction failed before committing (the callback raised)."""
 
 
-def _execute(barrier: SqliteBarrier, seq: int) -> Any:
-    def execute(txn: LocalTransaction, _arg: Any) -> TxState:
-        if seq % 10 == 7:
-            return TxState.ROLLBACK
-        if seq % 20 == 19:
-            raise LocalFailure(f"seq {seq} failed before its local commit")
-        with barrier.local_transaction(txn.tx_id) as conn:
-            conn.execute("INSERT INTO orders (tx_id, seq) VALUES (?, ?)", (txn.tx_id, seq))
-        return TxState.UNKNOWN if seq % 10 == 8 else TxState.COMMIT
-
-    return execute
-
-
 class Recorder:
     """Appends one JSON line per event to the outcome file, flushed at once (the test tails it)."""
 
@@ -87,19 +91,43 @@ class Recorder:
             self._out.flush()
 
 
+def _execute(barrier: SqliteBarrier, recorder: Recorder, begun: dict[str, Any], work_s: float) -> Any:
+    seq = begun["seq"]
+
+    def execute(txn: LocalTransaction, _arg: Any) -> TxState:
+        recorder.write({"begun": {**begun, "tx": txn.tx_id}})
+        before = random.uniform(0.0, work_s)
+        time.sleep(before)
+        if seq % 10 == 7:
+            return TxState.ROLLBACK
+        if seq % 20 == 19:
+            raise LocalFailure(f"seq {seq} failed before its local commit")
+        with barrier.local_transaction(txn.tx_id) as conn:
+            conn.execute("INSERT INTO orders (tx_id, seq) VALUES (?, ?)", (txn.tx_id, seq))
+        time.sleep(work_s - before)
+        return TxState.UNKNOWN if seq % 10 == 8 else TxState.COMMIT
+
+    return execute
+
+
 def run_thread(
     producer: TransactionProducer,
     barrier: SqliteBarrier,
     recorder: Recorder,
     opts: argparse.Namespace,
     thread: int,
+    *,
+    first: int,
 ) -> None:
     interval = 1.0 / opts.rate if opts.rate > 0 else 0.0
     next_start = time.monotonic()
-    for seq in range(opts.transactions):
+    stop = Path(opts.stop_file) if opts.stop_file else None
+    for seq in range(first, opts.transactions):
         # Paced without catching up: after a stall the thread goes on at its rate, not in a burst.
         time.sleep(max(0.0, next_start - time.monotonic()))
         next_start = max(next_start + interval, time.monotonic())
+        if stop is not None and stop.exists():
+            break
         key = key_of(opts.index, thread, seq)
         batch = [
             Message(opts.topic, value_of(opts.index, thread, seq, n).encode(), key=key.encode())
@@ -108,7 +136,9 @@ def run_thread(
         record: dict[str, Any] = {"thread": thread, "seq": seq, "key": key, "messages": len(batch)}
         record["start"] = time.time()
         try:
-            result = producer.send_in_transaction(batch, _execute(barrier, seq))
+            begun = {"thread": thread, "seq": seq, "messages": len(batch)}
+            execute = _execute(barrier, recorder, begun, opts.work_ms / 1000)
+            result = producer.send_in_transaction(batch, execute)
         except Exception as exc:  # nothing was written (docs/producer.md): on record, and go on
             record.update(tx=None, state=None, op_ack=False, error=f"raised {exc!r}", end=time.time())
             recorder.write(record)
@@ -123,6 +153,20 @@ def run_thread(
         recorder.write(record)
 
 
+def resume_points(out: Path, threads: int) -> list[int]:
+    """Each thread's first seq not yet on record in ``out`` (0 for a fresh file)."""
+    first = [0] * threads
+    text = out.read_text() if out.exists() else ""
+    for line in text.split("\n")[:-1]:  # whole lines: a SIGKILL may have cut the last one
+        if not line:
+            continue
+        record = json.loads(line)
+        record = record.get("begun", record)
+        if "seq" in record:
+            first[record["thread"]] = max(first[record["thread"]], record["seq"] + 1)
+    return first
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     for name in ("bootstrap", "command-config", "namespace", "topic", "db", "out"):
@@ -130,6 +174,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("partitions", "index", "threads", "transactions"):
         parser.add_argument(f"--{name}", type=int, required=True)
     parser.add_argument("--rate", type=float, default=0.0, help="transactions per second per thread")
+    parser.add_argument("--work-ms", type=float, default=0.0, help="each local transaction's work")
+    parser.add_argument("--stop-file", help="stop sending once this file exists")
     opts = parser.parse_args(argv)
     # The SDK's warnings (retries, failed writes) go to this process's log for the test to show.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -138,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     barrier = SqliteBarrier(opts.db)
     producer = TransactionProducer(
         opts.bootstrap,
-        f"chaos-{opts.namespace}",
+        f"chaos-{opts.namespace}-{opts.index}",
         secret=os.environ[SECRET_ENV],
         check=barrier.check,
         namespace=opts.namespace,
@@ -146,11 +192,19 @@ def main(argv: list[str] | None = None) -> None:
         instance_id=f"producer-{opts.index}",
         client_config=ClientConfig.load(opts.command_config),
     )
+    first = resume_points(Path(opts.out), opts.threads)
     with Path(opts.out).open("a") as out:
+        if out.tell() and not Path(opts.out).read_text().endswith("\n"):
+            out.write("\n")  # the line a SIGKILL cut stays alone on its line
         recorder = Recorder(out)
         producer.start()
         threads = [
-            threading.Thread(target=run_thread, args=(producer, barrier, recorder, opts, t), daemon=True)
+            threading.Thread(
+                target=run_thread,
+                args=(producer, barrier, recorder, opts, t),
+                kwargs={"first": first[t]},
+                daemon=True,
+            )
             for t in range(opts.threads)
         ]
         for thread in threads:
