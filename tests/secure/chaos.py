@@ -31,6 +31,13 @@ from tests.secure.conftest import SecureKafka
 from txbridge import _kafka
 from txbridge.tools.local.cluster import LocalCluster
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
+from txbridge.tools.local.placement import (
+    OFFSETS_TOPIC,
+    TRANSACTION_LOG,
+    coordinator_node,
+    leaders,
+    partition_for,
+)
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics
 
@@ -38,42 +45,6 @@ from txbridge.wire import Topics
 STALL_DUMP_S = 20.0
 
 ROOT = Path(__file__).resolve().parents[2]
-TRANSACTION_LOG = "__transaction_state"
-OFFSETS_TOPIC = "__consumer_offsets"
-
-
-# ------------------------------------------------------------------ where Kafka puts things
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode()``: 31-based over UTF-16 code units, as a signed 32-bit int."""
-    units = text.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(units), 2):
-        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(name: str, partitions: int) -> int:
-    """The internal-topic partition of a transactional id or a group: ``Utils.abs(hashCode) % n``.
-
-    Kafka's ``TransactionStateManager.partitionFor`` and ``GroupMetadataManager.partitionFor``;
-    ``Utils.abs`` maps ``Integer.MIN_VALUE`` to 0.
-    """
-    h = java_string_hash(name)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
-def leaders(admin: AdminClient, topic: str) -> dict[int, int]:
-    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
-    return {number: int(meta.leader) for number, meta in partitions.items()}
-
-
-def coordinator_node(admin: AdminClient, internal_topic: str, name: str) -> int:
-    """The broker coordinating ``name`` (a transactional id in ``__transaction_state``, a group in
-    ``__consumer_offsets``): the leader of its partition there."""
-    log = leaders(admin, internal_topic)
-    return log[partition_for(name, len(log))]
 
 
 def ensure_transaction_log(kafka: SecureKafka) -> None:
