@@ -99,6 +99,10 @@ class Stat(StrEnum):
         "partitions_fenced",
         "owned partitions whose transactional id another owner initialised (this one was a zombie)",
     )
+    HANDOVERS = (
+        "handovers",
+        "clean stops of a static member that handed its partitions to the group's other members",
+    )
     KAFKA_TRANSACTIONS = "kafka_transactions", "Kafka transactions committed"
     KAFKA_ABORTS = "kafka_aborts", "Kafka transactions aborted (state rewound to the committed offsets)"
     COMMIT_RETRIES = "commit_retries", "commit_transaction calls resumed after a retriable failure"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from coordinator import changelog, health, metrics, scheduler
+from coordinator import changelog, health, membership, metrics, scheduler
 from coordinator.checker import Checker, CheckJob, CheckResult
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
@@ -235,6 +235,7 @@ class Coordinator:
             self._drain()
             self._commit_boundary(everything=True)  # finish the open work before leaving the group
             self._drain()
+            self._hand_over()
         finally:
             self._shutdown()
 
@@ -261,6 +262,8 @@ class Coordinator:
             )
             self._resumer.start()
         self._reader = HalfReader(cfg.bootstrap, self.topics.half, extra)
+        if cfg.static_membership:
+            membership.wait_for_handed_over(cfg, self.topics.half, self._session_timeout_s(), self._stop)
         if cfg.metrics_port is not None:
             from prometheus_client import generate_latest
 
@@ -361,6 +364,53 @@ class Coordinator:
         self._owners.release_all()  # the next assignment claims its partitions afresh
         self._renew_offsets_client()
         self._join()
+
+    def _session_timeout_s(self) -> float:
+        return float(self.config.extra_config.get("session.timeout.ms", SESSION_TIMEOUT_MS)) / 1000
+
+    def _hand_over(self) -> None:
+        """A static member's clean stop: give the partitions to the group's other members now,
+        not after the session timeout (:mod:`coordinator.membership`). Its work is committed
+        already; the revocation commits what was consumed since."""
+        cfg = self.config
+        if not cfg.static_membership or self._consumer is None or not self.partitions or self._fatal:
+            return
+        try:
+            if not membership.others_present(cfg, self.topics.half):
+                return  # nobody to take them: a restart under this instance id gets them back at once
+        except Exception as exc:
+            logger.info("no hand-over: describing group %s failed: %s", cfg.group_id, exc)
+            return
+        numbers = sorted(self.partitions)
+        started = time.monotonic()
+        handed = threading.Event()
+
+        def on_assign(_consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+            handed.set()  # <ns>_state's partitions: never read, the consumer closes next
+
+        self._consumer.subscribe(
+            [self.topics.state], on_assign=on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        mine = {self.topics.half, self.topics.op}
+        deadline = started + self._session_timeout_s() + 5.0
+        while not handed.is_set() and time.monotonic() < deadline and self._consumer is not None:
+            self.health.beat()
+            self._collect()
+            for msg in _kafka.consume_available(self._client(), _BATCH, 0.05):
+                if msg.error() is not None or msg.topic() in mine:
+                    self._on_record(msg)  # consumed before the revocation: its commit covers them
+        if handed.is_set():
+            self.stats[Stat.HANDOVERS] += 1
+            logger.info(
+                "coordinator %s handed partitions %s over in %.2fs",
+                cfg.instance_id,
+                numbers,
+                time.monotonic() - started,
+            )
+        else:
+            logger.warning(
+                "coordinator %s: the hand-over of partitions %s did not complete", cfg.instance_id, numbers
+            )
 
     def _shutdown(self) -> None:
         if self._consumer is not None:

@@ -306,6 +306,34 @@ class Soak:
                 server.stop()
 
 
+def _trace(env: Env, tx_ids: list[str]) -> str:
+    """What Kafka holds of ``tx_ids`` (their halves, ops and ``<ns>_state`` entries, every
+    version, read_uncommitted) and the positions records of their partitions: a failure's story."""
+    wanted = set(tx_ids)
+    lines: list[str] = []
+    halves = read_topic(env.bootstrap, env.topics.half, isolation="read_uncommitted")
+    partitions = set()
+    for s in halves:
+        tx = s.headers.get("txb.tx", b"").decode(errors="replace")
+        if tx in wanted:
+            partitions.add(s.partition)
+            lines.append(f"half {tx} {s.partition}/{s.offset}")
+    for s in read_topic(env.bootstrap, env.topics.op, isolation="read_uncommitted"):
+        if any(tx.encode() in (s.value or b"") for tx in wanted):
+            lines.append(f"op {s.partition}/{s.offset}: {(s.value or b'')[:200]!r}")
+    committed = {(s.partition, s.offset) for s in read_topic(env.bootstrap, env.topics.state)}
+    for s in read_topic(env.bootstrap, env.topics.state, isolation="read_uncommitted"):
+        if (s.partition, s.offset) not in committed:
+            key = (s.key or b"").decode(errors="replace")
+            if key in wanted or s.partition in partitions:
+                lines.append(f"state {s.partition}/{s.offset} aborted {key!r}")
+            continue
+        key = (s.key or b"").decode(errors="replace")
+        if key in wanted or (key.startswith("\x00") and s.partition in partitions):
+            lines.append(f"state {s.partition}/{s.offset} {key!r}: {(s.value or b'')[:300]!r}")
+    return "\n".join(lines)
+
+
 def test_no_transaction_is_stranded_whatever_the_check_endpoints_do(
     env: Env, topic_factory: Callable[..., str]
 ) -> None:
@@ -343,7 +371,10 @@ def test_no_transaction_is_stranded_whatever_the_check_endpoints_do(
         )
 
         assert soak.pending() == 0
-        assert stranded == set(), f"{len(stranded)} transactions neither published, rolled back nor expired"
+        assert stranded == set(), (
+            f"{len(stranded)} transactions neither published, rolled back nor expired:\n"
+            + _trace(env, sorted(stranded))
+        )
         against = set(published) - commits
         assert against == set(), f"{len(against)} published against their truth"
         not_once = {tx: n for tx, n in published.items() if n != soak.messages[tx]}

@@ -1,0 +1,96 @@
+"""How a static member leaves without its partitions waiting out its session, and comes back.
+
+librdkafka sends no LeaveGroup for a static member (KIP-345: a restart within the session
+timeout is meant to get its partitions back without a rebalance), and confluent-kafka has no
+call to remove a member. Left alone, a stopped static member's partitions stay assigned to it
+until its session expires. So a stopping static member hands them over instead
+(:meth:`coordinator.service.Coordinator._hand_over`): it subscribes to ``<ns>_state`` alone,
+a topic the other members do not subscribe to. A known member that joins with new metadata
+makes the group rebalance at once; the others take its half and op partitions, and it gets
+the state topic's, which it never reads. (A pattern that matches no topic does not do: librdkafka
+then sends no JoinGroup at all.) It then closes, and stays a member owning no half partition
+until its session expires.
+
+Its next life under the same instance id must not join before that: the broker would give it
+the member's cached assignment, now empty, without a rebalance, and it would idle while the
+others carry its share. So a static member about to join first waits for its instance id to
+leave the group when that member owns no half partition (:func:`wait_for_handed_over`). One that still
+owns partitions (a crash, not a hand-over) is joined at once: it gets them back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from coordinator.config import CoordinatorConfig
+from txbridge import _kafka
+
+logger = logging.getLogger(__name__)
+
+_DESCRIBE_TIMEOUT_S = 5.0
+
+
+def _members(config: CoordinatorConfig, half_topic: str) -> list[tuple[str | None, int]]:
+    """``(group.instance.id, half partitions assigned)`` of each member of the coordinator's group."""
+    admin = _kafka.admin(config.bootstrap, config.extra_config)
+    group = config.group_id
+    described = admin.describe_consumer_groups([group], request_timeout=_DESCRIBE_TIMEOUT_S)[group]
+    return [
+        (m.group_instance_id, sum(tp.topic == half_topic for tp in m.assignment.topic_partitions))
+        if m.assignment is not None
+        else (m.group_instance_id, 0)
+        for m in described.result(_DESCRIBE_TIMEOUT_S).members
+    ]
+
+
+def others_present(config: CoordinatorConfig, half_topic: str) -> bool:
+    """Whether another member of the group serves half partitions, and so can take this one's.
+
+    A member that owns none is left out: it may be a stopped coordinator's, handed over and
+    waiting for its session to expire, which would hold the hand-over's rebalance until then.
+
+    Raises:
+        Exception: the group could not be described (the caller does not hand over then).
+    """
+    return any(instance != config.instance_id and n > 0 for instance, n in _members(config, half_topic))
+
+
+def wait_for_handed_over(
+    config: CoordinatorConfig, half_topic: str, session_timeout_s: float, stop: threading.Event
+) -> None:
+    """Before joining: while this instance id is a member of the group that owns nothing (its
+    previous life handed its partitions over), wait for that member's session to expire."""
+    deadline = time.monotonic() + session_timeout_s + 3.0
+    waited = False
+    while not stop.is_set():
+        try:
+            mine = [n for instance, n in _members(config, half_topic) if instance == config.instance_id]
+        except Exception as exc:  # cannot tell: join now (at worst it idles until a rebalance)
+            logger.info("describing group %s before joining: %s", config.group_id, exc)
+            return
+        if not mine or any(mine):
+            if waited:
+                logger.info(
+                    "instance %s: its previous member has left group %s", config.instance_id, config.group_id
+                )
+            return
+        if time.monotonic() > deadline:
+            logger.warning(
+                "instance %s is still a member of group %s owning nothing after %.0fs; joining anyway",
+                config.instance_id,
+                config.group_id,
+                session_timeout_s,
+            )
+            return
+        if not waited:
+            logger.info(
+                "instance %s: its previous member handed its partitions over and is still in group %s; "
+                "joining once its session expires (within %.0fs), so that the group rebalances",
+                config.instance_id,
+                config.group_id,
+                session_timeout_s,
+            )
+            waited = True
+        time.sleep(0.25)
