@@ -7,15 +7,15 @@ until its session expires. So a stopping static member hands them over instead
 (:meth:`coordinator.service.Coordinator._hand_over`): it subscribes to ``<ns>_state`` alone,
 a topic the other members do not subscribe to. A known member that joins with new metadata
 makes the group rebalance at once; the others take its half and op partitions, and it gets
-the state topic's, which it never reads. (A pattern that matches no topic does not do: librdkafka
-then sends no JoinGroup at all.) It then closes, and stays a member owning no half partition
-until its session expires.
+the state topic's, which it never reads. (A pattern that matches no topic does not do:
+librdkafka then sends no JoinGroup at all.) It then closes, and stays a member holding only
+``<ns>_state`` until its session expires.
 
 Its next life under the same instance id must not join before that: the broker would give it
-the member's cached assignment, now empty, without a rebalance, and it would idle while the
-others carry its share. So a static member about to join first waits for its instance id to
-leave the group when that member owns no half partition (:func:`wait_for_handed_over`). One that still
-owns partitions (a crash, not a hand-over) is joined at once: it gets them back.
+the member's cached assignment without a rebalance, and it would idle while the others carry
+its share. So a static member about to join first waits while its instance id is a member
+holding only ``<ns>_state`` (:func:`wait_for_handed_over`). One that holds half and op
+partitions (a crash, not a hand-over) is joined at once: it gets them back.
 """
 
 from __future__ import annotations
@@ -26,51 +26,51 @@ import time
 
 from coordinator.config import CoordinatorConfig
 from txbridge import _kafka
+from txbridge.wire import Topics
 
 logger = logging.getLogger(__name__)
 
 _DESCRIBE_TIMEOUT_S = 5.0
 
 
-def _members(config: CoordinatorConfig, half_topic: str) -> list[tuple[str | None, int]]:
-    """``(group.instance.id, half partitions assigned)`` of each member of the coordinator's group."""
+def _members(config: CoordinatorConfig) -> list[tuple[str | None, set[str]]]:
+    """``(group.instance.id, topics assigned)`` of each member of the coordinator's group."""
     admin = _kafka.admin(config.bootstrap, config.extra_config)
     group = config.group_id
     described = admin.describe_consumer_groups([group], request_timeout=_DESCRIBE_TIMEOUT_S)[group]
     return [
-        (m.group_instance_id, sum(tp.topic == half_topic for tp in m.assignment.topic_partitions))
-        if m.assignment is not None
-        else (m.group_instance_id, 0)
+        (m.group_instance_id, {tp.topic for tp in m.assignment.topic_partitions} if m.assignment else set())
         for m in described.result(_DESCRIBE_TIMEOUT_S).members
     ]
 
 
-def others_present(config: CoordinatorConfig, half_topic: str) -> bool:
+def others_present(config: CoordinatorConfig, topics: Topics) -> bool:
     """Whether another member of the group serves half partitions, and so can take this one's.
 
-    A member that owns none is left out: it may be a stopped coordinator's, handed over and
+    A member that serves none is left out: it may be a stopped coordinator's, handed over and
     waiting for its session to expire, which would hold the hand-over's rebalance until then.
 
     Raises:
         Exception: the group could not be described (the caller does not hand over then).
     """
-    return any(instance != config.instance_id and n > 0 for instance, n in _members(config, half_topic))
+    return any(instance != config.instance_id and topics.half in held for instance, held in _members(config))
 
 
 def wait_for_handed_over(
-    config: CoordinatorConfig, half_topic: str, session_timeout_s: float, stop: threading.Event
+    config: CoordinatorConfig, topics: Topics, session_timeout_s: float, stop: threading.Event
 ) -> None:
-    """Before joining: while this instance id is a member of the group that owns nothing (its
-    previous life handed its partitions over), wait for that member's session to expire."""
+    """Before joining: while this instance id is a member of the group that holds only
+    ``<ns>_state`` (its previous life handed its partitions over), wait for that member's
+    session to expire."""
     deadline = time.monotonic() + session_timeout_s + 3.0
     waited = False
     while not stop.is_set():
         try:
-            mine = [n for instance, n in _members(config, half_topic) if instance == config.instance_id]
+            mine = [held for instance, held in _members(config) if instance == config.instance_id]
         except Exception as exc:  # cannot tell: join now (at worst it idles until a rebalance)
             logger.info("describing group %s before joining: %s", config.group_id, exc)
             return
-        if not mine or any(mine):
+        if not mine or any(held != {topics.state} for held in mine):
             if waited:
                 logger.info(
                     "instance %s: its previous member has left group %s", config.instance_id, config.group_id
@@ -78,7 +78,7 @@ def wait_for_handed_over(
             return
         if time.monotonic() > deadline:
             logger.warning(
-                "instance %s is still a member of group %s owning nothing after %.0fs; joining anyway",
+                "instance %s is still a member of group %s after %.0fs; joining anyway",
                 config.instance_id,
                 config.group_id,
                 session_timeout_s,

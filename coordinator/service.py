@@ -263,7 +263,7 @@ class Coordinator:
             self._resumer.start()
         self._reader = HalfReader(cfg.bootstrap, self.topics.half, extra)
         if cfg.static_membership:
-            membership.wait_for_handed_over(cfg, self.topics.half, self._session_timeout_s(), self._stop)
+            membership.wait_for_handed_over(cfg, self.topics, self._session_timeout_s(), self._stop)
         if cfg.metrics_port is not None:
             from prometheus_client import generate_latest
 
@@ -376,7 +376,7 @@ class Coordinator:
         if not cfg.static_membership or self._consumer is None or not self.partitions or self._fatal:
             return
         try:
-            if not membership.others_present(cfg, self.topics.half):
+            if not membership.others_present(cfg, self.topics):
                 return  # nobody to take them: a restart under this instance id gets them back at once
         except Exception as exc:
             logger.info("no hand-over: describing group %s failed: %s", cfg.group_id, exc)
