@@ -429,6 +429,7 @@ class PartitionState:
         # Resolved ids and their decision; a deque remembers which to forget first.
         self._resolved: dict[str, TxState | None] = {}
         self._resolved_order: deque[str] = deque()
+        self._orphaned: set[str] = set()  # of _resolved: COMMITs given up with no half seen
         # Indexes (see the module docstring), kept by _adopt, _moved, _dirty_changed,
         # _rescheduled and _resolve.
         self._dirty: dict[str, PendingTx] = {}
@@ -486,7 +487,19 @@ class PartitionState:
         self.half_position = max(self.half_position, offset + 1)
         if msg.tx_id in self._resolved:
             self.stats[Stat.LATE_HALVES] += 1
-            logger.debug("half %s/%d of a resolved transaction ignored", msg.tx_id, msg.seq)
+            if msg.tx_id in self._orphaned:
+                # Its COMMIT was read, then the half partition's end offset read after it was
+                # reached with no half: the writer sent the op before its halves were
+                # acknowledged (the SDK never does; docs/wire-format.md). Not republished.
+                logger.warning(
+                    "tx %s of group %r: a half came after its COMMIT was given up for want of halves; "
+                    "its writer must not send the op before its half records are acknowledged",
+                    msg.tx_id,
+                    msg.group,
+                )
+                self._orphaned.discard(msg.tx_id)
+            else:
+                logger.debug("half %s/%d of a resolved transaction ignored", msg.tx_id, msg.seq)
             return None
         tx = self.pending.get(msg.tx_id)
         new = tx is None
@@ -607,6 +620,7 @@ class PartitionState:
                 tx.move(Phase.ORPHAN)
                 self.stats[Stat.ORPHAN_OPS] += 1
                 self._resolve(tx)
+                self._orphaned.add(tx.tx_id)
                 continue
             expected = tx.count if tx.count is not None else "?"
             out.append(Resolution(tx, f"incomplete: {tx.half_count()} of {expected} half records found"))
@@ -944,7 +958,9 @@ class PartitionState:
             self._resolved_order.append(tx_id)
         self._resolved[tx_id] = tx.decision
         if len(self._resolved_order) > RESOLVED_MEMORY:
-            del self._resolved[self._resolved_order.popleft()]
+            forgotten = self._resolved_order.popleft()
+            del self._resolved[forgotten]
+            self._orphaned.discard(forgotten)
         if tx.persisted:
             self.tombstones.add(tx_id)
         self.stats[_RESOLVED_STAT[tx._phase]] += 1

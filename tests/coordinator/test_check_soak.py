@@ -216,6 +216,12 @@ class Soak:
             self.first_wave_at = time.monotonic()
         for _ in range(size):
             self._transaction(number)
+        # Each op only once its halves are acknowledged, as the SDK writes them (the wire
+        # contract, docs/wire-format.md): a COMMIT's wait for its halves ends at the half
+        # partition's end offset read after the op, so an op that overtook its halves would
+        # make the transaction an orphan.
+        for group in self.groups.values():
+            group.producer.flush()
         for op in [op for op in self.late_ops if op.wave <= number]:
             op.group.producer.op(op.tx_id, op.partition, op.state, count=op.count, flush=False)
         self.late_ops = [op for op in self.late_ops if op.wave > number]
@@ -237,8 +243,8 @@ class Soak:
             state = TxState(verdict)
             count = len(messages) if state is TxState.COMMIT else None
             roll = rng.random()
-            if roll < 0.3:  # the producer's own decision at once
-                group.producer.op(tx_id, partition, state, count=count, flush=False)
+            if roll < 0.3:  # the producer's own decision at once (once the wave's halves are acknowledged)
+                self.late_ops.append(LateOp(wave, group, tx_id, partition, state, count))
             elif roll < 0.4:  # ... or later, maybe after a check decided it already
                 self.late_ops.append(
                     LateOp(wave + rng.randrange(3, 15), group, tx_id, partition, state, count)

@@ -102,6 +102,23 @@ def test_decision_without_halves_past_the_end_offset_is_an_orphan() -> None:
     assert stats["orphan_ops"] == 1
 
 
+def test_a_half_after_its_commit_was_given_up_says_the_writer_broke_the_order(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The wire contract: halves are acknowledged before the op. A writer that sends its op
+    first can see its COMMIT given up (an orphan) before its half arrives: said, not hidden."""
+    stats: Counter[str] = Counter()
+    state = PartitionState(0, stats, half_position=10)
+    state.on_op(op("early", TxState.COMMIT, count=1))
+    state.set_end_offset(10)
+    assert state.settle_waits() == []
+    assert stats["orphan_ops"] == 1
+    with caplog.at_level("WARNING", logger="coordinator.state"):
+        assert state.on_half(half("early", 0), 10, 5, 0) is None
+    assert "must not send the op before its half records are acknowledged" in caplog.text
+    assert stats["late_halves"] == 1
+
+
 def test_incomplete_commit_is_reported_for_quarantine() -> None:
     state = PartitionState(0, half_position=0)
     state.on_half(half("a", 0), 0, 10, 1000)
