@@ -99,6 +99,10 @@ class Stat(StrEnum):
         "partitions_fenced",
         "owned partitions whose transactional id another owner initialised (this one was a zombie)",
     )
+    PARTITIONS_KEPT = (
+        "partitions_kept",
+        "partitions a rebalance gave back to this coordinator, served on from memory (no claim, no restore)",
+    )
     HANDOVERS = (
         "handovers",
         "clean stops of a static member that handed its partitions to the group's other members",

@@ -204,6 +204,9 @@ class Coordinator:
         self._pools = 0
         self._commits = ThreadPoolExecutor(_COMMIT_THREADS, "txbridge-commit-0")
         self._unsaved: set[int] = set()  # partitions that consumed records since their last commit
+        # Revoked with everything committed, producer and state kept: served on from memory if the
+        # next assignment gives them back (_keep, _assign).
+        self._kept: dict[int, PartitionState] = {}
         self._ending: dict[int, str] = {}  # partition -> the commit thread ending its transaction
         self._wedged_threads: set[str] = set()  # threads whose call the watchdog reported stuck
         self._fatal: KafkaOperationError | None = None  # set once the coordinator must stop
@@ -342,6 +345,7 @@ class Coordinator:
             error,
         )
         self.stats[Stat.CONSUMER_REJOINS] += 1
+        self._kept = {}
         self._drain(errors=False)
         self._batch.clear()
         self._unsaved.clear()
@@ -503,6 +507,7 @@ class Coordinator:
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition], numbers: list[int]) -> None:
         started = time.monotonic()
         give_up = started + _ASSIGN_RETRY_FOR_S
+        self._take_back(numbers)
         while True:
             try:
                 self._take_over(consumer, partitions, numbers)
@@ -523,6 +528,20 @@ class Coordinator:
         self.health.serving(len(self.partitions))
         self.running.set()
 
+    def _take_back(self, numbers: list[int]) -> None:
+        """Serve on the kept partitions (:meth:`_keep`) the assignment gives back; let the others go."""
+        kept, self._kept = self._kept, {}
+        gone = set(kept) - set(numbers)
+        for number in gone:
+            for topic in (self.topics.half, self.topics.op):
+                self._positions.pop((topic, number), None)
+            self._op_ends.pop(number, None)
+        self._owners.release(gone)
+        for number in set(kept) & set(numbers):
+            self.partitions[number] = kept[number]
+        self._owned = frozenset(self.partitions)
+        self.stats[Stat.PARTITIONS_KEPT] += len(set(kept) & set(numbers))
+
     def _take_over(self, consumer: Consumer, partitions: list[TopicPartition], numbers: list[int]) -> None:
         """Claim ``numbers``, then read where they stand: the order is the ownership argument.
 
@@ -531,11 +550,12 @@ class Coordinator:
         are read, and that no earlier owner can commit after the read (docs/DESIGN.md,
         "Ownership").
         """
-        claimed = [n for n in numbers if n not in self._owners]
-        self._owners.claim(numbers)
+        fresh = [n for n in numbers if n not in self.partitions]  # not kept (_take_back)
+        claimed = [n for n in fresh if n not in self._owners]
+        self._owners.claim(fresh)
         self.stats[Stat.OWNERS_FENCED] += len(claimed)
-        restored = self._read_changelog(numbers)
-        young = self._take_positions(numbers, restored, consumer)
+        restored = self._read_changelog(fresh)
+        young = self._take_positions(fresh, restored, consumer)
         # Consume from there: the group's committed offsets are only a copy for monitoring.
         consumer.assign(
             [
@@ -544,7 +564,7 @@ class Coordinator:
                 for t in (self.topics.half, self.topics.op)
             ]
         )
-        self._restore(numbers, restored, young)
+        self._restore(fresh, restored, young)
         if self.config.check_invariants:
             self._assert_settled(numbers)
 
@@ -704,12 +724,36 @@ class Coordinator:
         self._drain()
         self._next_copy = 0.0  # the group's copy of the offsets up to date before they go
         self._copy_to_group([])
+        self._keep(partitions)
         self._drop(partitions)
+
+    def _keep(self, partitions: list[TopicPartition]) -> None:
+        """Keep the revoked partitions whose work is all committed, with their producers.
+
+        An eager rebalance revokes every partition, and most come back to the same member in
+        the next generation. No other member was assigned them in between, so nobody claimed
+        their transactional ids and nothing of them was committed elsewhere: the kept state is
+        current, and a claim and a restore would only read it back. Should another owner have
+        claimed one all the same (a generation this member missed, two coordinators under one
+        instance id), the kept producer is fenced, and its next commit fails and replaces the
+        clients (:meth:`_on_transaction_errors`): nothing is committed from a stale state.
+        """
+        self._kept = {}
+        if self._clients_failed is not None or self._fatal is not None:
+            return
+        batched = self._batch.partitions()
+        aside = {t.partition for t in self._expiring.values()} | {t.partition for t, _ in self._incomplete}
+        for number in sorted({tp.partition for tp in partitions if tp.topic == self.topics.half}):
+            state = self.partitions.get(number)
+            settled = number not in self._unsaved | batched | aside | self._in_flight.keys()
+            if state is not None and settled and not state.unsaved_changes() and number in self._owners:
+                self._kept[number] = state
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         logger.warning("partitions lost (session timeout): dropping their state without committing")
         self._drain()  # their commits fail (fenced) or land: either way above what the next owner reads
         self._batch.clear()
+        self._kept = {}
         self._drop(partitions)
 
     def _client(self) -> Consumer:
@@ -718,13 +762,14 @@ class Coordinator:
 
     def _drop(self, partitions: list[Any]) -> None:
         for tp in partitions:
-            self._positions.pop((tp.topic, tp.partition), None)
-            if tp.topic == self.topics.op:
-                self._op_ends.pop(tp.partition, None)
+            if tp.partition not in self._kept:
+                self._positions.pop((tp.topic, tp.partition), None)
+                if tp.topic == self.topics.op:
+                    self._op_ends.pop(tp.partition, None)
             if tp.topic == self.topics.half:
                 self.partitions.pop(tp.partition, None)
         self._owned = frozenset(self.partitions)
-        self._owners.release(self._owners.numbers() - set(self.partitions))
+        self._owners.release(self._owners.numbers() - set(self.partitions) - set(self._kept))
         self._unsaved &= set(self.partitions)
         self._ready &= set(self.partitions)
         self._to_copy = {k: tp for k, tp in self._to_copy.items() if k[1] in self.partitions}

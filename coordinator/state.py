@@ -727,6 +727,10 @@ class PartitionState:
             self.check_invariants()
         return count
 
+    def unsaved_changes(self) -> bool:
+        """Changes that only a commit would write: a dirty transaction, a tombstone."""
+        return bool(self._dirty or self.tombstones)
+
     def has_work(self) -> bool:
         """Something for the next commit boundary: a tombstone, a dirty or READY tx, an end offset to
         read, a COMMIT whose wait for halves is over."""
