@@ -97,7 +97,13 @@ def kafka() -> None:
 @click.option(
     "--controller-port", default=9093, show_default=True, help="KRaft controller port (single node)."
 )
-@click.option("--timeout", default=90.0, show_default=True, help="Seconds to wait for the broker.")
+@click.option(
+    "--timeout",
+    default=90.0,
+    show_default=True,
+    help="Give up after this many seconds without an answer and without a new line in the broker's "
+    "log (recovering a large data directory may take minutes: it logs as it goes).",
+)
 @click.option(
     "--brokers",
     default=1,

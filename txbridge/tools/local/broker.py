@@ -26,6 +26,7 @@ from pathlib import Path
 
 from txbridge.errors import BrokerError, KafkaUnavailableError
 from txbridge.tools.local import jars
+from txbridge.tools.local.startup import StartupWatch
 
 logger = logging.getLogger(__name__)
 
@@ -280,9 +281,12 @@ class LocalKafka:
     def start(self, *, timeout: float = 90.0) -> BrokerStatus:
         """Start the broker in the background and wait until it answers.
 
+        ``timeout``: how long it may go without answering and without writing to its logs (a
+        large data directory takes minutes to recover, and says so as it goes).
+
         Raises:
             BrokerError: already running, a port is taken, or the broker died or
-                did not answer within ``timeout`` (the log's tail is in the message).
+                went ``timeout`` without answering or logging (the log's tail is in the message).
             SetupError: Java or Maven missing, or the jars could not be fetched.
         """
         pid = self._running_pid()
@@ -322,7 +326,10 @@ class LocalKafka:
         from txbridge._kafka import check_reachable
 
         assert self._process is not None
-        deadline = time.monotonic() + timeout
+        logs = self.home / "logs"
+        watch = StartupWatch(
+            [self.log_file, logs / "stdout.log"], timeout, f"the local broker at {self.bootstrap}"
+        )
         while True:
             code = self._process.poll()
             if code is not None:
@@ -334,11 +341,11 @@ class LocalKafka:
             try:
                 check_reachable(self.bootstrap, timeout=2.0)
             except KafkaUnavailableError:
-                if time.monotonic() > deadline:
+                if watch.hung():
                     self.stop()
                     raise BrokerError(
-                        f"the local broker did not answer at {self.bootstrap} within {timeout:.0f}s; "
-                        f"log {self.log_file}:\n{self.log_tail()}"
+                        f"the local broker did not answer at {self.bootstrap}, and wrote nothing to its log "
+                        f"for {timeout:.0f}s; log {self.log_file}:\n{self.log_tail()}"
                     ) from None
                 time.sleep(0.5)
             else:

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from txbridge.errors import BrokerError, ConfigurationError
 from txbridge.tools.local import jars
 from txbridge.tools.local.broker import _cluster_id, _pid_alive, free_port, java_command, port_in_use
+from txbridge.tools.local.startup import StartupWatch
 
 if TYPE_CHECKING:
     from txbridge.tools.local import certs
@@ -599,7 +600,9 @@ class LocalCluster:
 
         from txbridge import _kafka
 
-        deadline = time.monotonic() + timeout
+        watch = StartupWatch(
+            [self.log_file(i) for i in node_ids], timeout, f"the local cluster's nodes {node_ids}"
+        )
         # Quiet: refused connections and failed handshakes are expected while the nodes start.
         quiet = {**self.client_config(), "log_level": 0}
         admin = _kafka.admin(self.bootstrap, quiet)
@@ -624,10 +627,11 @@ class LocalCluster:
             serving |= {i for i in set(node_ids) - serving if self._serving(alone[i])}
             if brokers >= set(self.node_ids) and serving >= set(node_ids):
                 return
-            if time.monotonic() > deadline:
+            if watch.hung():
                 missing = sorted(set(self.node_ids) - brokers) or sorted(set(node_ids) - serving)
                 raise BrokerError(
-                    f"nodes {missing} of the local cluster did not join within {timeout:.0f}s "
+                    f"nodes {missing} of the local cluster did not join, and wrote nothing to their logs "
+                    f"for {timeout:.0f}s "
                     f"(an authenticated client at {self.bootstrap} sees nodes {sorted(brokers)}, "
                     f"nodes {sorted(serving)} of {node_ids} serve clients); "
                     f"log {self.log_file(missing[0])}:\n{self.log_tail(missing[0])}"
