@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -28,6 +30,18 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A run cut by a timeout (SIGTERM from CI or a shell's ``timeout``) still tears its session
+    down, so the brokers, clusters and servers it started stop with it: pytest runs the
+    fixtures' finalizers on KeyboardInterrupt, and dies without them on SIGTERM."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
 
 
 def _docker_answers() -> bool:
