@@ -18,6 +18,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from coordinator import membership
 from coordinator.config import CoordinatorConfig
 from txbridge import _kafka
 
@@ -91,13 +92,10 @@ class Health:
         topic = admin.list_topics(self.half_topic, timeout=10).topics.get(self.half_topic)
         if topic is None or topic.error is not None:
             return []
-        group = self.config.group_id
-        described = admin.describe_consumer_groups([group])[group].result(10)
         served = {
             tp.partition
-            for member in described.members
-            if member.assignment is not None
-            for tp in member.assignment.topic_partitions
+            for _instance, held in membership.assignments(self.config)
+            for tp in held
             if tp.topic == self.half_topic
         }
         return sorted(set(topic.partitions) - served)

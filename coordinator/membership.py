@@ -26,6 +26,7 @@ import time
 
 from coordinator.config import CoordinatorConfig
 from txbridge import _kafka
+from txbridge._kafka import TopicPartition
 from txbridge.wire import Topics
 
 logger = logging.getLogger(__name__)
@@ -33,15 +34,24 @@ logger = logging.getLogger(__name__)
 _DESCRIBE_TIMEOUT_S = 5.0
 
 
-def _members(config: CoordinatorConfig) -> list[tuple[str | None, set[str]]]:
-    """``(group.instance.id, topics assigned)`` of each member of the coordinator's group."""
+def assignments(config: CoordinatorConfig) -> list[tuple[str | None, list[TopicPartition]]]:
+    """``(group.instance.id, partitions assigned)`` of each member of the coordinator's group.
+
+    Raises:
+        Exception: the group could not be described.
+    """
     admin = _kafka.admin(config.bootstrap, config.extra_config)
     group = config.group_id
     described = admin.describe_consumer_groups([group], request_timeout=_DESCRIBE_TIMEOUT_S)[group]
     return [
-        (m.group_instance_id, {tp.topic for tp in m.assignment.topic_partitions} if m.assignment else set())
+        (m.group_instance_id, list(m.assignment.topic_partitions) if m.assignment else [])
         for m in described.result(_DESCRIBE_TIMEOUT_S).members
     ]
+
+
+def _members(config: CoordinatorConfig) -> list[tuple[str | None, set[str]]]:
+    """``(group.instance.id, topics assigned)`` of each member of the coordinator's group."""
+    return [(instance, {tp.topic for tp in held}) for instance, held in assignments(config)]
 
 
 def others_present(config: CoordinatorConfig, topics: Topics) -> bool:

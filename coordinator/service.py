@@ -531,15 +531,11 @@ class Coordinator:
     def _take_back(self, numbers: list[int]) -> None:
         """Serve on the kept partitions (:meth:`_keep`) the assignment gives back; let the others go."""
         kept, self._kept = self._kept, {}
-        gone = set(kept) - set(numbers)
-        for number in gone:
-            for topic in (self.topics.half, self.topics.op):
-                self._positions.pop((topic, number), None)
-            self._op_ends.pop(number, None)
-        self._owners.release(gone)
         for number in set(kept) & set(numbers):
             self.partitions[number] = kept[number]
-        self._owned = frozenset(self.partitions)
+        # After the kept ones are back: _drop lets go of every producer of a partition not served.
+        gone = sorted(set(kept) - set(numbers))
+        self._drop([_kafka.partition_at(t, n) for n in gone for t in (self.topics.half, self.topics.op)])
         self.stats[Stat.PARTITIONS_KEPT] += len(set(kept) & set(numbers))
 
     def _take_over(self, consumer: Consumer, partitions: list[TopicPartition], numbers: list[int]) -> None:
