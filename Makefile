@@ -19,6 +19,9 @@ CHAOS_SEEDS   ?=
 # make soak: every test marked soak (the broker chaos, the check soak, the nemesis) at
 # TXBRIDGE_SOAK_SCALE=SOAK_SCALE (1.0 is what make test runs).
 SOAK_SCALE    ?= 3
+# make test: pytest-xdist workers. Most of a test's time is waiting on Kafka, Spark or a
+# subprocess, so two workers overlap those waits on a 2-core box; TEST_WORKERS=0 runs in-process.
+TEST_WORKERS  ?= 2
 
 $(STAMP): pyproject.toml
 	@py=$$(scripts/check-prereqs.sh) || exit 1; \
@@ -38,7 +41,7 @@ test: setup
 	$(BIN)/ruff format --check --exclude '*.md' .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest $(ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

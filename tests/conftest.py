@@ -44,6 +44,36 @@ def _interrupted(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"stopped by signal {signum}")
 
 
+# `make test` runs the suite on pytest-xdist workers with `--dist loadgroup`. A session server
+# (the secured 3-node cluster, the SparkSession, the Spark cluster, RocketMQ) costs a JVM or
+# three and tens of seconds to start, so every test that uses one goes to the one worker that
+# starts it: tests are grouped by the costliest server they use, else by module (a module's
+# fixtures then start once too). These groups are also the suite's longest stretches, so a
+# worker puts them first: they start at once on separate workers while the short modules fill
+# in around them.
+_SERVER_GROUPS = {"secure_kafka": "secured-cluster", "spark": "spark", "spark_cluster": "spark"}
+
+
+def _group(item: pytest.Item) -> str:
+    fixtures = getattr(item, "fixturenames", ())
+    for fixture, group in _SERVER_GROUPS.items():
+        if fixture in fixtures:
+            return group
+    module = item.nodeid.split("::", 1)[0]
+    if module.startswith("tests/rocketmq/"):
+        return "spark"  # RocketMQ's session fixture; its demo tests use the SparkSession too
+    return module
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups = {item.nodeid: _group(item) for item in items}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts the same way
+        servers = set(_SERVER_GROUPS.values())
+        items.sort(key=lambda item: groups[item.nodeid] not in servers)
+
+
 def _docker_answers() -> bool:
     if os.environ.get("TXBRIDGE_TEST_DOCKER", "1") == "0":
         return False
