@@ -102,3 +102,15 @@ def test_cpu_meter_leaves_out_a_process_it_cannot_read() -> None:
     meter.start()
 
     assert meter.per_message(10) == {}
+
+
+def test_txbridge_latency_is_set_against_rocketmqs_at_rocketmqs_rate_p50_and_p99() -> None:
+    figures = [
+        latency("txbridge commit-to-visible (RocketMQ's rate)", 6.0),
+        latency("rocketmq commit-to-visible", 12.0),
+        latency("txbridge commit-to-visible", 40.0),  # another rate: not this ratio's
+    ]
+
+    assert ratios(figures) == pytest.approx(
+        {"txbridge / rocketmq commit-to-visible p50": 0.5, "txbridge / rocketmq commit-to-visible p99": 0.5}
+    )
