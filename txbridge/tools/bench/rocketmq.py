@@ -1,6 +1,6 @@
 """The real Apache RocketMQ 5 beside txbridge, in the same bench run on the same machine.
 
-What the step measures, each side configured alike (``docs`` of ``txbridge bench`` in the README):
+What the step measures, each side configured alike (``docs/bench.md``, "Beside the real RocketMQ"):
 
 - **transactional sends end to end** (``rocketmq txn end to end``): ``in_flight`` threads of one
   producer process (the bench's own) loop begin / send the half message / commit, with no local
