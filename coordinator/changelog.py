@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.state import HalfRef, PartitionState, PendingTx, Phase
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.errors import WireFormatError
 from txbridge.wire import POSITIONS_KEY, YOUNG_PREFIX, OpSource, Positions, encode_young
 
@@ -192,7 +192,7 @@ def restore(
     if not partitions:
         return Restored()
     ends = _high_watermarks(bootstrap, topic, partitions, extra)
-    consumer = _kafka.consumer(
+    consumer = kafka.consumer(
         bootstrap,
         f"txbridge-restore-{uuid.uuid4().hex[:8]}",
         extra,
@@ -202,10 +202,10 @@ def restore(
     entries: dict[int, dict[str, PendingTx]] = {}
     out = Restored()
     try:
-        consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in partitions])
+        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in partitions])
         _warn_if_held(consumer, topic, ends)
         late = " (an open transaction holds its last stable offset below its high watermark)"
-        for msg in _kafka.read_to_end(
+        for msg in kafka.read_to_end(
             consumer, topic, ends, timeout=timeout, what=f"restoring {topic}", late=late
         ):
             live = entries.setdefault(int(msg.partition() or 0), {})
@@ -233,7 +233,7 @@ def restore(
 def _warn_if_held(consumer: Any, topic: str, ends: dict[int, int | None]) -> None:
     """Say why a restore is about to wait: open transactions hold partitions below their ends."""
     try:
-        stable = {p: consumer.get_watermark_offsets(_kafka.partition_at(topic, p), 10)[1] for p in ends}
+        stable = {p: consumer.get_watermark_offsets(kafka.partition_at(topic, p), 10)[1] for p in ends}
     except Exception as exc:  # only the warning is lost: the read itself waits all the same
         logger.debug("%s: last stable offsets: %s", topic, exc)
         return
@@ -256,13 +256,13 @@ def _high_watermarks(
     Asked as read_uncommitted: librdkafka asks for the offsets with its isolation level, and
     read_committed answers the last stable offset.
     """
-    client = _kafka.consumer(bootstrap, "txbridge-restore", extra, isolation_level="read_uncommitted")
+    client = kafka.consumer(bootstrap, "txbridge-restore", extra, isolation_level="read_uncommitted")
     try:
         marks = {
-            p: client.get_watermark_offsets(_kafka.partition_at(topic, p), timeout=10) for p in partitions
+            p: client.get_watermark_offsets(kafka.partition_at(topic, p), timeout=10) for p in partitions
         }
     except Exception as exc:
-        raise _kafka.to_error(exc, f"reading the high watermarks of {topic}") from exc
+        raise kafka.to_error(exc, f"reading the high watermarks of {topic}") from exc
     finally:
         client.close()
     return {p: high if high > max(low, 0) else None for p, (low, high) in marks.items()}

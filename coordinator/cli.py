@@ -155,7 +155,7 @@ def coordinator(
 def _resolve_bootstrap(bootstrap: str | None, client: ClientConfig) -> str:
     """The bootstrap to use: the given one, else the client file's ``bootstrap.servers``; checked
     with the client settings. Under ``txbridge``, its resolver (which also finds the local broker)."""
-    from txbridge._kafka import check_reachable
+    from txbridge.kafka import check_reachable
 
     resolver = click.get_current_context().meta.get(BOOTSTRAP_RESOLVER)
     if resolver is not None:

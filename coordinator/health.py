@@ -20,7 +20,7 @@ from typing import Any
 
 from coordinator import membership
 from coordinator.config import CoordinatorConfig
-from txbridge import _kafka
+from txbridge import kafka
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class Health:
         self.unserved = unserved
 
     def _unserved(self) -> list[int]:
-        admin = _kafka.admin(self.config.bootstrap, self.config.extra_config)
+        admin = kafka.admin(self.config.bootstrap, self.config.extra_config)
         topic = admin.list_topics(self.half_topic, timeout=10).topics.get(self.half_topic)
         if topic is None or topic.error is not None:
             return []

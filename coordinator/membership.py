@@ -25,8 +25,8 @@ import threading
 import time
 
 from coordinator.config import CoordinatorConfig
-from txbridge import _kafka
-from txbridge._kafka import TopicPartition
+from txbridge import kafka
+from txbridge.kafka import TopicPartition
 from txbridge.wire import Topics
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ def assignments(config: CoordinatorConfig) -> list[tuple[str | None, list[TopicP
     Raises:
         Exception: the group could not be described.
     """
-    admin = _kafka.admin(config.bootstrap, config.extra_config)
+    admin = kafka.admin(config.bootstrap, config.extra_config)
     group = config.group_id
     described = admin.describe_consumer_groups([group], request_timeout=_DESCRIBE_TIMEOUT_S)[group]
     return [

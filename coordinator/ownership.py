@@ -21,9 +21,9 @@ from typing import Any
 from coordinator.config import CoordinatorConfig
 from coordinator.watchdog import Watchdog
 from coordinator.writer import TransactionWriter
-from txbridge import _kafka
-from txbridge._kafka import Producer
+from txbridge import kafka
 from txbridge.errors import KafkaOperationError
+from txbridge.kafka import Producer
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class PartitionProducers:
         return self._writers[number]
 
     def producer(self, number: int) -> Producer:
-        return _kafka.opened(self._writers[number].producer, f"partition {number}'s producer")
+        return kafka.opened(self._writers[number].producer, f"partition {number}'s producer")
 
     def claim(self, numbers: Iterable[int]) -> None:
         """Initialise the producers of ``numbers``: from here on no earlier owner commits them.
@@ -94,7 +94,7 @@ class PartitionProducers:
     def _initialised(self, number: int) -> Producer | KafkaOperationError:
         cfg = self.config
         transactional_id = cfg.partition_transactional_id(number)
-        producer = _kafka.producer(
+        producer = kafka.producer(
             cfg.bootstrap,
             cfg.extra_config,
             transactional_id=transactional_id,
@@ -106,10 +106,10 @@ class PartitionProducers:
         )
         try:
             with self._watchdog.deadline(f"init_transactions of {transactional_id}", 2 * _INIT_TIMEOUT_S):
-                _kafka.init_transactions(producer, _INIT_TIMEOUT_S)
+                kafka.init_transactions(producer, _INIT_TIMEOUT_S)
         except Exception as exc:
             self._release_clients([producer])
-            return _kafka.to_error(exc, f"claiming partition {number} (transactional id {transactional_id})")
+            return kafka.to_error(exc, f"claiming partition {number} (transactional id {transactional_id})")
         return producer
 
     def release(self, numbers: Iterable[int]) -> None:

@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from coordinator.state import HalfRef, PartitionState, PendingTx
-from txbridge import _kafka
-from txbridge._kafka import Consumer
+from txbridge import kafka
 from txbridge.errors import KafkaOperationError, WireFormatError
+from txbridge.kafka import Consumer
 from txbridge.wire import HalfMessage, decode_half
 
 logger = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class HalfReader:
             return {}
         if self._consumer is None:
             # A short fetch wait: a re-read sits on the commit path, the records are already there.
-            self._consumer = _kafka.consumer(
+            self._consumer = kafka.consumer(
                 self._bootstrap,
                 f"txbridge-halfreader-{uuid.uuid4().hex[:8]}",
                 self._extra,
@@ -111,7 +111,7 @@ class HalfReader:
             )
         want = set(offsets)
         found: dict[int, HalfRecord] = {}
-        self._consumer.assign([_kafka.partition_at(self._topic, partition, offsets[0])])
+        self._consumer.assign([kafka.partition_at(self._topic, partition, offsets[0])])
         deadline = time.monotonic() + timeout
         reached = -1  # the highest offset read so far
         try:
@@ -121,7 +121,7 @@ class HalfReader:
                     raise KafkaOperationError(
                         f"half records {self._topic}/{partition} at {missing} could not be read back"
                     )
-                for msg in _kafka.consume_available(self._consumer, 500, 0.5):
+                for msg in kafka.consume_available(self._consumer, 500, 0.5):
                     if msg.error() is not None:
                         continue
                     reached = max(reached, msg.offset())
@@ -133,7 +133,7 @@ class HalfReader:
                         raise KafkaOperationError(
                             f"half record {msg.offset()} no longer parses: {exc}"
                         ) from exc
-                    found[msg.offset()] = HalfRecord(message, record_size(msg), _kafka.append_time_ms(msg))
+                    found[msg.offset()] = HalfRecord(message, record_size(msg), kafka.append_time_ms(msg))
         finally:
             self._consumer.unassign()
         return found

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from txbridge import _kafka
-from txbridge._kafka import Consumer
+from txbridge import kafka
 from txbridge.errors import WireFormatError
+from txbridge.kafka import Consumer
 from txbridge.wire import ProducerInstance, decode_producer
 
 logger = logging.getLogger(__name__)
@@ -111,26 +111,26 @@ class ProducerRegistry:
 
     def start(self) -> None:
         # A throwaway group id: this consumer never commits, it re-reads the compacted topic.
-        self._consumer = _kafka.consumer(
+        self._consumer = kafka.consumer(
             self._bootstrap,
             f"txbridge-registry-{uuid.uuid4().hex[:8]}",
             self._extra,
             enable_partition_eof=True,
         )
-        self._consumer.assign([_kafka.partition_at(self._topic, 0, _kafka.FROM_START)])
+        self._consumer.assign([kafka.partition_at(self._topic, 0, kafka.FROM_START)])
 
     def poll(self, timeout: float = 0.0) -> None:
-        for msg in _kafka.consume_available(
-            _kafka.opened(self._consumer, "the registry's consumer"), 500, timeout
+        for msg in kafka.consume_available(
+            kafka.opened(self._consumer, "the registry's consumer"), 500, timeout
         ):
             err = msg.error()
             if err is not None:
-                if _kafka.is_partition_eof(err):
+                if kafka.is_partition_eof(err):
                     self.caught_up = True
                 else:
                     logger.warning("reading %s: %s", self._topic, err)
                 continue
-            seen = _kafka.append_time_ms(msg) or int(time.time() * 1000)
+            seen = kafka.append_time_ms(msg) or int(time.time() * 1000)
             try:
                 self.view.apply(msg.key(), msg.value(), seen)
             except WireFormatError as exc:

@@ -25,8 +25,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_any
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
 from coordinator import changelog, health, membership, metrics, scheduler
 from coordinator.checker import Checker, CheckJob, CheckResult
 from coordinator.commit import TransactionContent
@@ -40,9 +38,9 @@ from coordinator.resume import ExpiryResumer
 from coordinator.scheduler import CheckPolicy
 from coordinator.state import PartitionState, PendingTx, Phase
 from coordinator.watchdog import GRACE_S, Watchdog, Wedged
-from txbridge import _kafka
-from txbridge._kafka import Consumer, Producer
+from txbridge import kafka
 from txbridge.errors import KafkaOperationError, ProducerFencedError, WireFormatError
+from txbridge.kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from txbridge.wire import (
     CheckMessage,
     CheckRequest,
@@ -88,7 +86,7 @@ FETCH_QUEUE_BACKOFF_MS = 5
 
 
 def fetch_settings() -> dict[str, int]:
-    """The half/op consumer's fetch settings, as ``_kafka.consumer`` keywords (the floor's too)."""
+    """The half/op consumer's fetch settings, as ``kafka.consumer`` keywords (the floor's too)."""
     return {
         "fetch_wait_max_ms": FETCH_WAIT_MS,
         "fetch_min_bytes": FETCH_MIN_BYTES,
@@ -283,7 +281,7 @@ class Coordinator:
         """Create the half/op consumer and subscribe: the group assigns this instance its partitions."""
         cfg = self.config
         # Classic protocol + range keeps partition i of half and op on one member (DESIGN pitfalls).
-        self._consumer = _kafka.consumer(
+        self._consumer = kafka.consumer(
             cfg.bootstrap,
             cfg.group_id,
             cfg.extra_config,
@@ -351,7 +349,7 @@ class Coordinator:
         self._unsaved.clear()
         self._drop(
             [
-                _kafka.partition_at(t, n)
+                kafka.partition_at(t, n)
                 for n in list(self.partitions)
                 for t in (self.topics.half, self.topics.op)
             ]
@@ -362,7 +360,7 @@ class Coordinator:
         try:
             with self._watchdog.deadline("closing the failed consumer", 30):
                 # nothing to commit: its partitions were dropped above
-                _kafka.opened(old, "the failed consumer").close()
+                kafka.opened(old, "the failed consumer").close()
         except Exception as exc:
             logger.info("closing the failed consumer: %s", exc)
         self._owners.release_all()  # the next assignment claims its partitions afresh
@@ -400,7 +398,7 @@ class Coordinator:
         while not handed.is_set() and time.monotonic() < deadline and self._consumer is not None:
             self.health.beat()
             self._collect()
-            for msg in _kafka.consume_available(self._client(), _BATCH, 0.05):
+            for msg in kafka.consume_available(self._client(), _BATCH, 0.05):
                 if msg.error() is not None or msg.topic() in mine:
                     self._on_record(msg)  # consumed before the revocation: its commit covers them
         if handed.is_set():
@@ -460,7 +458,7 @@ class Coordinator:
                 wait = 0.0
             else:  # librdkafka takes whole milliseconds: a poll under 1 ms returns at once
                 wait = min(max(next_tick - time.monotonic(), 0.001), 0.1)
-            for msg in _kafka.consume_available(self._client(), _BATCH, wait):
+            for msg in kafka.consume_available(self._client(), _BATCH, wait):
                 self._on_record(msg)
                 if self._clients_failed is not None:
                     break
@@ -518,7 +516,7 @@ class Coordinator:
                 if time.monotonic() > give_up or self._stop.is_set():
                     logger.warning("taking over partitions %s failed, joining again: %s", numbers, exc)
                     self._drop(partitions)
-                    self._clients_failed = _kafka.to_error(exc, f"taking over partitions {numbers}")
+                    self._clients_failed = kafka.to_error(exc, f"taking over partitions {numbers}")
                     return
                 logger.info("taking over partitions %s: %s; trying again", numbers, exc)
                 time.sleep(_ASSIGN_RETRY_S)
@@ -535,7 +533,7 @@ class Coordinator:
             self.partitions[number] = kept[number]
         # After the kept ones are back: _drop lets go of every producer of a partition not served.
         gone = sorted(set(kept) - set(numbers))
-        self._drop([_kafka.partition_at(t, n) for n in gone for t in (self.topics.half, self.topics.op)])
+        self._drop([kafka.partition_at(t, n) for n in gone for t in (self.topics.half, self.topics.op)])
         self.stats[Stat.PARTITIONS_KEPT] += len(set(kept) & set(numbers))
 
     def _take_over(self, consumer: Consumer, partitions: list[TopicPartition], numbers: list[int]) -> None:
@@ -555,7 +553,7 @@ class Coordinator:
         # Consume from there: the group's committed offsets are only a copy for monitoring.
         consumer.assign(
             [
-                _kafka.partition_at(t, n, self._positions.get((t, n), _kafka.OFFSET_BEGINNING))
+                kafka.partition_at(t, n, self._positions.get((t, n), kafka.OFFSET_BEGINNING))
                 for n in numbers
                 for t in (self.topics.half, self.topics.op)
             ]
@@ -589,7 +587,7 @@ class Coordinator:
             if where.op is not None:
                 committed.append(TopicPartition(self.topics.op, number, where.op))
         older = [
-            _kafka.partition_at(t, n)
+            kafka.partition_at(t, n)
             for n in numbers
             if n not in restored.positions
             for t in (self.topics.half, self.topics.op)
@@ -609,7 +607,7 @@ class Coordinator:
         again and commit on it; that one ends within milliseconds, a stale one does not.
         """
         committed = self._offsets_client()  # read_committed: its "high" is the last stable offset
-        uncommitted = _kafka.consumer(
+        uncommitted = kafka.consumer(
             self.config.bootstrap,
             self.config.group_id,
             self.config.extra_config,
@@ -617,7 +615,7 @@ class Coordinator:
         )
         try:
             for number in numbers:
-                tp = _kafka.partition_at(self.topics.state, number)
+                tp = kafka.partition_at(self.topics.state, number)
                 high = uncommitted.get_watermark_offsets(tp, timeout=10)[1]
                 deadline = time.monotonic() + _SETTLE_S
                 while (stable := committed.get_watermark_offsets(tp, timeout=10)[1]) < high:
@@ -641,7 +639,7 @@ class Coordinator:
                 with self._watchdog.deadline("reading the committed offsets", 10):
                     return list(consumer.committed(partitions, timeout=10))
             except Exception as exc:
-                error = _kafka.to_error(exc, "reading the committed offsets")
+                error = kafka.to_error(exc, "reading the committed offsets")
                 if time.monotonic() > give_up:
                     raise error from exc
                 logger.warning(
@@ -673,7 +671,7 @@ class Coordinator:
             if start is None:
                 with self._watchdog.deadline("reading a half partition's offsets", 10):
                     low, _high = self._client().get_watermark_offsets(
-                        _kafka.partition_at(self.topics.half, number), timeout=10
+                        kafka.partition_at(self.topics.half, number), timeout=10
                     )
                 start = max(low, 0)
             state = PartitionState(number, self.stats, half_position=start)
@@ -754,7 +752,7 @@ class Coordinator:
 
     def _client(self) -> Consumer:
         """The group's consumer (half + op), while the coordinator holds one."""
-        return _kafka.opened(self._consumer, "the coordinator's consumer")
+        return kafka.opened(self._consumer, "the coordinator's consumer")
 
     def _drop(self, partitions: list[Any]) -> None:
         for tp in partitions:
@@ -780,8 +778,8 @@ class Coordinator:
         if err is not None:
             if err.fatal() or err.code() == KafkaError._FATAL:  # e.g. its static membership fenced
                 # This consumer never fetches again: the loop replaces it (_rejoin).
-                self._clients_failed = _kafka.to_error(err, "consuming half and op")
-            elif not _kafka.is_partition_eof(err):
+                self._clients_failed = kafka.to_error(err, "consuming half and op")
+            elif not kafka.is_partition_eof(err):
                 logger.warning("consume: %s", err)
             return
         topic, number = msg.topic(), msg.partition()
@@ -798,7 +796,7 @@ class Coordinator:
                 state.read_to(msg.offset() + 1)  # read all the same: a COMMIT may wait for this offset
                 self._quarantine(msg, str(exc))
                 return
-            tx = state.on_half(half, msg.offset(), record_size(msg), _kafka.append_time_ms(msg) or _now_ms())
+            tx = state.on_half(half, msg.offset(), record_size(msg), kafka.append_time_ms(msg) or _now_ms())
             if tx is not None and tx.phase is Phase.READY:
                 self._ready.add(number)
         else:
@@ -877,7 +875,7 @@ class Coordinator:
         consumed message shows, so a half partition written by a transactional producer is
         read "to the end" only by this measure.
         """
-        tps = [_kafka.partition_at(t, n) for n in numbers for t in (self.topics.half, self.topics.op)]
+        tps = [kafka.partition_at(t, n) for n in numbers for t in (self.topics.half, self.topics.op)]
         try:
             return {(tp.topic, tp.partition): tp.offset for tp in self._client().position(tps)}
         except Exception as exc:  # transient: checks and waits look again at the next pass
@@ -946,7 +944,7 @@ class Coordinator:
             if half_position >= 0:
                 self.partitions[number].read_to(half_position)
         positions = {n: read.get((self.topics.op, n), -1) for n in numbers}
-        tps = [_kafka.partition_at(self.topics.op, n) for n in numbers]
+        tps = [kafka.partition_at(self.topics.op, n) for n in numbers]
         ready = []
         for number, tp in zip(numbers, tps, strict=True):
             previous = self._op_ends.get(number)
@@ -1209,7 +1207,7 @@ class Coordinator:
                     # queue behind a parked fetch (fetch.wait.max.ms, 500 ms) every time.
                     with self._watchdog.deadline("reading a half partition's end offset", 10):
                         _low, high = self._offsets_client().get_watermark_offsets(
-                            _kafka.partition_at(self.topics.half, state.partition), timeout=10
+                            kafka.partition_at(self.topics.half, state.partition), timeout=10
                         )
                 except Exception as exc:
                     # The waiting COMMITs wait one more interval. The client goes: after a leader
@@ -1228,7 +1226,7 @@ class Coordinator:
 
     def _offsets_client(self) -> Any:
         if self._offsets is None:
-            self._offsets = _kafka.consumer(
+            self._offsets = kafka.consumer(
                 self.config.bootstrap, f"{self.config.group_id}-offsets", self.config.extra_config
             )
         return self._offsets
@@ -1237,7 +1235,7 @@ class Coordinator:
         """Partitions whose transaction failed: abort and rewind them, or replace the clients."""
         rewind = []
         for number, exc in sorted(failed.items()):
-            error = exc if isinstance(exc, KafkaOperationError) else _kafka.to_error(exc, "committing")
+            error = exc if isinstance(exc, KafkaOperationError) else kafka.to_error(exc, "committing")
             if isinstance(error, ProducerFencedError):
                 # Another owner claimed the partition: this coordinator's session expired (it was
                 # stopped, or cut off) and the group moved on. Its transaction is aborted already.
@@ -1268,9 +1266,7 @@ class Coordinator:
             try:
                 self._end_transaction(self._owners.producer(number), commit=False)
             except Exception as abort_exc:  # the producer is in no state to go on: new clients
-                self._clients_failed = _kafka.to_error(
-                    abort_exc, f"aborting partition {number}'s transaction"
-                )
+                self._clients_failed = kafka.to_error(abort_exc, f"aborting partition {number}'s transaction")
                 continue
             if error.code == KafkaError.FENCED_INSTANCE_ID:
                 # The group fenced this static member (its consumer says so too, or soon will):
@@ -1282,7 +1278,7 @@ class Coordinator:
             try:
                 self._rewind(rewind)
             except Exception as rewind_exc:  # the consumer cannot seek or read its offsets: start afresh
-                self._clients_failed = _kafka.to_error(rewind_exc, "rewinding to the committed offsets")
+                self._clients_failed = kafka.to_error(rewind_exc, "rewinding to the committed offsets")
 
     def _end_transaction(self, producer: Producer, *, commit: bool) -> None:
         """``commit_transaction`` or ``abort_transaction``, resumed while it fails retriably.
@@ -1300,7 +1296,7 @@ class Coordinator:
                 with self._watchdog.deadline(what, TXN_CALL_TIMEOUT_S):
                     call(TXN_CALL_TIMEOUT_S)
             except Exception as exc:
-                error = _kafka.to_error(exc, what)
+                error = kafka.to_error(exc, what)
                 if (
                     not error.retriable
                     or (commit and error.txn_requires_abort)
@@ -1325,8 +1321,8 @@ class Coordinator:
         young = self._take_positions(numbers, restored, self._client())
         for number in numbers:
             for topic in (self.topics.half, self.topics.op):
-                offset = self._positions.get((topic, number), _kafka.OFFSET_BEGINNING)
-                self._client().seek(_kafka.partition_at(topic, number, offset))
+                offset = self._positions.get((topic, number), kafka.OFFSET_BEGINNING)
+                self._client().seek(kafka.partition_at(topic, number, offset))
         self._restore(numbers, restored, young)
 
     def _on_wedged(self, wedged: Wedged) -> None:

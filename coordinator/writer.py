@@ -13,12 +13,10 @@ import time
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-
 from coordinator.republisher import OutRecord
-from txbridge import _kafka
-from txbridge._kafka import Producer
+from txbridge import kafka
 from txbridge.errors import KafkaOperationError
+from txbridge.kafka import KafkaError, KafkaException, Producer
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +53,7 @@ class TransactionWriter:
     topic is looked up once, not once per partition.
 
     A record without a partition goes where the producer's partitioner puts it: ``murmur2_random``
-    (``txbridge._kafka.PARTITIONER``), the partition Kafka's Java producer picks for its key, on
+    (``txbridge.kafka.PARTITIONER``), the partition Kafka's Java producer picks for its key, on
     the producer's own metadata (which a partition computed from another count could contradict).
     """
 
@@ -77,7 +75,7 @@ class TransactionWriter:
             kwargs["partition"] = record.partition
         if tx_id is not None:
             kwargs["on_delivery"] = partial(self._delivered, tx_id)
-        producer = _kafka.opened(self.producer, "the coordinator's producer")
+        producer = kafka.opened(self.producer, "the coordinator's producer")
         while True:
             try:
                 producer.produce(record.topic, **kwargs)
@@ -87,11 +85,11 @@ class TransactionWriter:
                 kerr = exc.args[0] if exc.args else None
                 if isinstance(kerr, KafkaError) and kerr.code() in RECORD_FAULTS:
                     raise RecordRefusedError(f"producing to {record.topic}: {kerr.str()}") from exc
-                error = _kafka.to_error(exc, f"producing to {record.topic}")
+                error = kafka.to_error(exc, f"producing to {record.topic}")
                 error.txn_requires_abort = True  # sent again in the next Kafka transaction
                 raise error from exc
             except Exception as exc:
-                raise _kafka.to_error(exc, f"producing to {record.topic}") from exc
+                raise kafka.to_error(exc, f"producing to {record.topic}") from exc
             else:
                 return
 
@@ -134,7 +132,7 @@ class TransactionWriter:
         if cached is not None and time.monotonic() - cached[1] < ttl:
             return cached[0]
         metadata = (
-            _kafka.opened(self.producer, "the coordinator's producer")
+            kafka.opened(self.producer, "the coordinator's producer")
             .list_topics(topic, timeout=10)
             .topics.get(topic)
         )

@@ -11,8 +11,7 @@ import argparse
 import os
 import time
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from txbridge.kafka import AdminClient, KafkaError, KafkaException, NewTopic
 
 
 def create_topic_if_missing(bootstrap, topic, partitions):

@@ -20,7 +20,7 @@ from spark_pipelines.paths import CHECKED_PATHS, KAFKA_PATHS, PATHS, ROCKETMQ
 from spark_pipelines.processes import PathResult, ProducerRunner
 from spark_pipelines.watcher import RocketMQWatcher, VisibilityWatcher
 from spark_pipelines.workload import RunConfig
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.local.coordinator_process import CoordinatorProcess, CoordinatorProcessError
 
 if TYPE_CHECKING:
@@ -57,10 +57,10 @@ def prepare(config: RunConfig, paths: Sequence[str] = PATHS, *, client: ClientCo
     """Create the run's folders, topics and tables (idempotent); ``client``: the cluster's settings."""
     run_dir = Path(config.run_dir)
     (run_dir / "db").mkdir(parents=True, exist_ok=True)
-    specs = [_kafka.TopicSpec(config.topics[p], config.partitions) for p in paths if p in KAFKA_PATHS]
+    specs = [kafka.TopicSpec(config.topics[p], config.partitions) for p in paths if p in KAFKA_PATHS]
     if specs:
         extra = client.librdkafka() if client is not None else None
-        _kafka.ensure_topics(config.bootstrap, specs, extra=extra)
+        kafka.ensure_topics(config.bootstrap, specs, extra=extra)
     if "txbridge" in paths:
         from txbridge.topics import init_topics
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_pipelines import schema
-from txbridge import _kafka
+from txbridge import kafka
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class VisibilityWatcher:
         return self
 
     def _run(self) -> None:
-        consumer = _kafka.consumer(
+        consumer = kafka.consumer(
             self.bootstrap,
             f"watcher-{uuid.uuid4().hex[:8]}",
             self.extra,
@@ -75,7 +75,7 @@ class VisibilityWatcher:
         try:
             consumer.subscribe([self.topic])
             while not self._stop.is_set():
-                batch = _kafka.consume_available(consumer, 500, 0.05)
+                batch = kafka.consume_available(consumer, 500, 0.05)
                 if not self._assigned.is_set() and consumer.assignment():
                     self._assigned.set()
                 for msg in batch:

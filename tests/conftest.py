@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.local.broker import LocalKafka, free_port
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The bootstrap address of the session's Kafka."""
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if external:
-        _kafka.check_reachable(external, timeout=15)
+        kafka.check_reachable(external, timeout=15)
         yield external
         return
     if _docker_answers():
@@ -145,7 +145,7 @@ def topic_factory(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Ca
 
     def make(partitions: int = 1, config: dict[str, str] | None = None, prefix: str = "t") -> str:
         name = unique_name(prefix)
-        _kafka.ensure_topics(kafka_bootstrap, [_kafka.TopicSpec(name, partitions, config or {})])
+        kafka.ensure_topics(kafka_bootstrap, [kafka.TopicSpec(name, partitions, config or {})])
         return name
 
     return make

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-from txbridge import _kafka
+from txbridge import kafka
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ def read_topic(
     bootstrap: str, topic: str, *, isolation: str = "read_committed", timeout: float = 30.0
 ) -> list[Seen]:
     """Every record of ``topic`` visible under ``isolation``, read to the end of each partition."""
-    consumer = _kafka.consumer(
+    consumer = kafka.consumer(
         bootstrap,
         f"reader-{uuid.uuid4().hex[:8]}",
         isolation_level=isolation,

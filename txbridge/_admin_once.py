@@ -33,10 +33,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from txbridge import _kafka
-from txbridge._kafka import Producer
+from txbridge import kafka
 from txbridge._side_topics import produce, read_committed
 from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError
+from txbridge.kafka import Producer
 from txbridge.wire import H_ORIGIN, VERSION, TxState, header_dict
 
 logger = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ def decide_once(
     """
     tx_id = draft.tx_id
     mine = replace(draft, attempt=uuid.uuid4().hex, timestamp_ms=int(time.time() * 1000))
-    producer = _kafka.producer(
+    producer = kafka.producer(
         bootstrap,
         extra,
         transactional_id=fence_id(namespace, tx_id),
@@ -196,7 +196,7 @@ def decide_once(
     try:
         producer.init_transactions(_KAFKA_TIMEOUT_S)
     except Exception as exc:
-        raise _kafka.to_error(exc, f"fencing other admins of tx {tx_id} (nothing was published)") from exc
+        raise kafka.to_error(exc, f"fencing other admins of tx {tx_id} (nothing was published)") from exc
 
     def reread() -> list[Marker]:
         return markers_of(read_committed(bootstrap, marker_topic, wait_for_open=True, extra=extra), tx_id)
@@ -212,11 +212,11 @@ def decide_once(
         produce(producer, marker_topic, key, value, headers=headers)
     except Exception as exc:
         _abort_quietly(producer, tx_id)
-        raise _kafka.to_error(exc, f"writing the decision on tx {tx_id} (nothing was published)") from exc
+        raise kafka.to_error(exc, f"writing the decision on tx {tx_id} (nothing was published)") from exc
     try:
         producer.commit_transaction(_KAFKA_TIMEOUT_S)
     except Exception as exc:
-        return _settle(producer, mine, _kafka.to_error(exc, f"committing tx {tx_id}"), reread)
+        return _settle(producer, mine, kafka.to_error(exc, f"committing tx {tx_id}"), reread)
     logger.info("tx %s: %s by admin", tx_id, mine.describe())
     return mine
 

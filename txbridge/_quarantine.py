@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass, field, replace
 
 from txbridge._admin_once import REQUEUE, AlreadyDecidedError, Marker, decide_once, decode_marker
-from txbridge._kafka import Producer
 from txbridge._side_topics import (
     Extra,
     as_dict,
@@ -30,6 +29,7 @@ from txbridge._side_topics import (
     reason_of,
 )
 from txbridge.errors import TxBridgeError, WireFormatError
+from txbridge.kafka import Producer
 from txbridge.wire import (
     DEFAULT_NAMESPACE,
     HalfMessage,

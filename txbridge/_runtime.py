@@ -23,7 +23,7 @@ from typing import Any, Required, TypedDict, TypeVar
 
 from starlette.applications import Starlette
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge._core import (
     OpenTransaction,
     ProducerSettings,
@@ -208,8 +208,8 @@ class ProducerRuntime:
             if self._state is not _Lifecycle.NEW:
                 raise TransactionStateError(f"the producer is {self._state}: a producer starts once")
             settings = self.settings
-            _kafka.check_reachable(
-                settings.bootstrap, extra=_kafka.settings_for("admin", settings.extra_config)
+            kafka.check_reachable(
+                settings.bootstrap, extra=kafka.settings_for("admin", settings.extra_config)
             )
             try:
                 self.pump.start()

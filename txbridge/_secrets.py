@@ -1,6 +1,6 @@
 """Which client settings are secret, and how a secret is shown.
 
-Apart from :mod:`txbridge.client_config` so that the Kafka layer (:mod:`txbridge._kafka`), which
+Apart from :mod:`txbridge.client_config` so that the Kafka layer (:mod:`txbridge.kafka`), which
 that module uses, can mask secrets in its errors without importing it back (no import cycle).
 """
 

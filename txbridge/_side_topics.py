@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from txbridge import _kafka
-from txbridge._kafka import Producer
+from txbridge import kafka
 from txbridge.errors import TxBridgeError
+from txbridge.kafka import Producer
 from txbridge.wire import H_CHECKS, H_ORIGIN, H_REASON, HalfMessage
 
 Extra = Mapping[str, Any] | None
@@ -42,13 +42,13 @@ def read_committed(
         KafkaOperationError: the read failed or did not reach the ends within ``timeout``.
     """
     ends = _ends(bootstrap, topic, partitions, extra, open_included=wait_for_open)
-    consumer = _kafka.consumer(bootstrap, _group(), extra)
+    consumer = kafka.consumer(bootstrap, _group(), extra)
     try:
         wanted = {p: end for p, (low, end) in ends.items() if end > low}
-        consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in wanted])
+        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in wanted])
         held = " (an open Kafka transaction holds them back)" if wait_for_open else ""
         return list(
-            _kafka.read_to_end(consumer, topic, wanted, timeout=timeout, what=f"reading {topic}", late=held)
+            kafka.read_to_end(consumer, topic, wanted, timeout=timeout, what=f"reading {topic}", late=held)
         )
     finally:
         consumer.close()
@@ -59,7 +59,7 @@ def _ends(
 ) -> dict[int, tuple[int, int]]:
     """``{partition: (low, end)}``: the high watermark when ``open_included``, else the last stable offset."""
     isolation = "read_uncommitted" if open_included else "read_committed"
-    client = _kafka.consumer(bootstrap, _group(), extra, isolation_level=isolation)
+    client = kafka.consumer(bootstrap, _group(), extra, isolation_level=isolation)
     try:
         meta = client.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
@@ -70,9 +70,9 @@ def _ends(
         out = {}
         for number in numbers:
             try:
-                out[number] = client.get_watermark_offsets(_kafka.partition_at(topic, number), timeout=10)
+                out[number] = client.get_watermark_offsets(kafka.partition_at(topic, number), timeout=10)
             except Exception as exc:
-                raise _kafka.to_error(exc, f"reading the end of {topic}/{number}") from exc
+                raise kafka.to_error(exc, f"reading the end of {topic}/{number}") from exc
         return out
     finally:
         client.close()
@@ -106,11 +106,11 @@ def check_destinations(
     Raises:
         TxBridgeError: a topic or partition is missing; the message says what to create.
     """
-    consumer = _kafka.consumer(bootstrap, _group(), extra)
+    consumer = kafka.consumer(bootstrap, _group(), extra)
     try:
         topics: dict[str, Any] = consumer.list_topics(timeout=10).topics
     except Exception as exc:
-        raise _kafka.to_error(exc, "reading topic metadata") from exc
+        raise kafka.to_error(exc, "reading topic metadata") from exc
     finally:
         consumer.close()
     for msg in messages:

@@ -29,9 +29,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge._admin_once import RESOLVE, AlreadyDecidedError, Marker, decide_once, decode_marker
-from txbridge._kafka import Producer
 from txbridge._quarantine import Quarantined, RequeueResult, list_quarantine, requeue, requeue_all
 from txbridge._side_topics import (
     Extra,
@@ -44,6 +43,7 @@ from txbridge._side_topics import (
     reason_of,
 )
 from txbridge.errors import TxBridgeError, WireFormatError
+from txbridge.kafka import Producer
 from txbridge.wire import (
     DEFAULT_NAMESPACE,
     H_CHECKS,
@@ -249,12 +249,12 @@ def _young(
     """Young transactions listed in the positions records (``listed``), or for a partition
     without one in its committed half offset's metadata, read from their halves."""
     # Same group id, never subscribed: it only reads the group's committed offsets.
-    consumer = _kafka.consumer(bootstrap, group_id, as_dict(extra))
+    consumer = kafka.consumer(bootstrap, group_id, as_dict(extra))
     try:
         meta = consumer.list_topics(half_topic, timeout=10).topics.get(half_topic)
         if meta is None or meta.error is not None:
             return []
-        older = [_kafka.partition_at(half_topic, p) for p in meta.partitions if p not in listed]
+        older = [kafka.partition_at(half_topic, p) for p in meta.partitions if p not in listed]
         committed = consumer.committed(older, 10) if older else []
         wanted = {tp.partition: decode_young(tp.offset, tp.metadata) for tp in committed if tp.offset > 0}
         wanted.update({p: decode_young(half, young) for p, (half, young) in listed.items() if half > 0})
@@ -262,10 +262,10 @@ def _young(
         for partition, offsets in wanted.items():
             if not offsets:
                 continue
-            consumer.assign([_kafka.partition_at(half_topic, partition, offsets[0])])
+            consumer.assign([kafka.partition_at(half_topic, partition, offsets[0])])
             deadline, reached = time.monotonic() + timeout, -1
             while reached < offsets[-1] and time.monotonic() < deadline:
-                for msg in _kafka.consume_available(consumer, 500, 0.5):
+                for msg in kafka.consume_available(consumer, 500, 0.5):
                     if msg.error() is not None:
                         continue
                     reached = max(reached, msg.offset())

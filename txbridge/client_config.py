@@ -266,7 +266,7 @@ _SENTINEL = "socket.timeout.ms"
 def _librdkafka_has(name: str) -> str:
     """``"yes"``, ``"no"`` (no such setting) or ``"unsupported"`` (a Java name it refuses)."""
     # A bad value after the name stops the producer from being created once the name is taken.
-    from txbridge._kafka import librdkafka_refusal
+    from txbridge.kafka import librdkafka_refusal
 
     sentinel = "message.timeout.ms" if name == _SENTINEL else _SENTINEL
     complaint = librdkafka_refusal({name: "1", sentinel: "not-a-number"}) or ""
@@ -638,7 +638,7 @@ class ClientConfig:
         return f"{where} is a Java client setting librdkafka does not have: remove it for txbridge's clients"
 
     def _check_librdkafka(self, settings: dict[str, Any]) -> None:
-        from txbridge._kafka import librdkafka_refusal
+        from txbridge.kafka import librdkafka_refusal
 
         for name in _FILES:
             item = self._canonical.get(name)
@@ -672,7 +672,7 @@ class ClientConfig:
         )
 
     def _culprit(self, settings: Mapping[str, Any]) -> _Canonical | None:
-        from txbridge._kafka import librdkafka_refusal
+        from txbridge.kafka import librdkafka_refusal
 
         for name, value in settings.items():
             sentinel = "message.timeout.ms" if name == _SENTINEL else _SENTINEL

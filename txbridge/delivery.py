@@ -16,9 +16,9 @@ from concurrent.futures import Future
 from functools import partial
 from typing import Any, NamedTuple, cast
 
-from txbridge import _kafka
-from txbridge._kafka import Producer
+from txbridge import kafka
 from txbridge.errors import KafkaOperationError, TransactionStateError
+from txbridge.kafka import Producer
 from txbridge.wire import Headers
 
 logger = logging.getLogger(__name__)
@@ -90,14 +90,14 @@ class DeliveryPump:
         if self._producer is not None:
             raise TransactionStateError("the delivery pump is already started")
         # Half and op records must not be reordered or duplicated: idempotence + acks=all
-        # (the defaults of _kafka.producer); extra_config may tune batching and timeouts.
-        self._producer = _kafka.producer(
+        # (the defaults of kafka.producer); extra_config may tune batching and timeouts.
+        self._producer = kafka.producer(
             self._bootstrap, self._extra, message_timeout_ms=DEFAULT_MESSAGE_TIMEOUT_MS
         )
         producers = [self._producer]
         if self._urgent_topics:
             urgent = {**self._extra, "linger.ms": URGENT_LINGER_MS}
-            self._urgent = _kafka.producer(
+            self._urgent = kafka.producer(
                 self._bootstrap, urgent, message_timeout_ms=DEFAULT_MESSAGE_TIMEOUT_MS
             )
             producers.append(self._urgent)
@@ -116,9 +116,9 @@ class DeliveryPump:
     def list_topics(self, timeout: float) -> dict[str, int | None]:
         """``{topic: partition count}`` of the cluster's topics (metadata through the producer)."""
         try:
-            metadata = _kafka.opened(self._producer, "the producer").list_topics(timeout=timeout)
+            metadata = kafka.opened(self._producer, "the producer").list_topics(timeout=timeout)
         except Exception as exc:  # KafkaException: translated, with its classification
-            raise _kafka.to_error(exc, "reading topic metadata") from exc
+            raise kafka.to_error(exc, "reading topic metadata") from exc
         return {
             name: (None if topic.error is not None else len(topic.partitions))
             for name, topic in metadata.topics.items()
@@ -153,7 +153,7 @@ class DeliveryPump:
         while True:
             try:
                 producer.produce(
-                    topic, value, key, partition, on_delivery, headers=cast("_kafka.Headers | None", headers)
+                    topic, value, key, partition, on_delivery, headers=cast("kafka.Headers | None", headers)
                 )
             except BufferError:
                 # The local queue is full: the poll thread drains it; wait, bounded.
@@ -166,7 +166,7 @@ class DeliveryPump:
                     )
                 time.sleep(0.01)
             except Exception as exc:  # KafkaException (unknown partition, too large...): the record failed
-                return _kafka.to_error(exc, f"producing to {topic}[{partition}]")
+                return kafka.to_error(exc, f"producing to {topic}[{partition}]")
             else:
                 return None
 
@@ -216,7 +216,7 @@ class DeliveryPump:
 
 def delivery_error(err: Any, msg: Any) -> KafkaOperationError:
     """A failed delivery report as txbridge's error, naming where the record was going."""
-    return _kafka.to_error(err, f"writing to {msg.topic()}[{msg.partition()}]")
+    return kafka.to_error(err, f"writing to {msg.topic()}[{msg.partition()}]")
 
 
 def _report(future: Future[Delivered], err: Any, msg: Any) -> None:

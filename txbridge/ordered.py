@@ -20,11 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from txbridge import _kafka
-from txbridge._kafka import Producer
+from txbridge import kafka
 from txbridge.client_config import ClientConfig
 from txbridge.consumer.tags import validate_tag
 from txbridge.errors import ConfigurationError, KafkaOperationError
+from txbridge.kafka import Producer
 from txbridge.wire import H_TAGS, murmur2
 
 logger = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class OrderedProducer:
 
     def start(self) -> OrderedProducer:
         if self._producer is None:
-            self._producer = _kafka.producer(self._bootstrap, self._extra)
+            self._producer = kafka.producer(self._bootstrap, self._extra)
         return self
 
     def __enter__(self) -> OrderedProducer:
@@ -131,7 +131,7 @@ class OrderedProducer:
         """
         if topic not in self._counts:
             meta = (
-                _kafka.opened(self.start()._producer, "the producer")
+                kafka.opened(self.start()._producer, "the producer")
                 .list_topics(topic, timeout=timeout)
                 .topics.get(topic)
             )
@@ -163,12 +163,12 @@ class OrderedProducer:
         partition = select_partition(
             message, self.partition_count(topic), selector=selector or self._selector, arg=arg
         )
-        producer = _kafka.opened(self._producer, "the producer")  # started by partition_count
+        producer = kafka.opened(self._producer, "the producer")  # started by partition_count
         producer.produce(
             topic,
             value=value,
             key=key,
-            headers=cast("_kafka.Headers", all_headers),
+            headers=cast("kafka.Headers", all_headers),
             partition=partition,
             on_delivery=self._delivered,
         )
@@ -177,7 +177,7 @@ class OrderedProducer:
 
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is not None:
-            error = _kafka.to_error(err, f"ordered send to {msg.topic()}")
+            error = kafka.to_error(err, f"ordered send to {msg.topic()}")
             logger.error("%s", error)
             with self._lock:
                 self._errors.append(error)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from txbridge import _kafka
-from txbridge._kafka import TopicSpec
+from txbridge import kafka
 from txbridge.client_config import ClientConfig
+from txbridge.kafka import TopicSpec
 from txbridge.wire import DEFAULT_NAMESPACE, DEFAULT_PARTITIONS, Topics
 
 _DAY_MS = 24 * 3600 * 1000
@@ -59,6 +59,6 @@ def init_topics(
         client_config: the client settings (security) of the cluster, as the SDK classes take them.
     """
     extra = ClientConfig.coerce(client_config).librdkafka()
-    return _kafka.ensure_topics(
+    return kafka.ensure_topics(
         bootstrap, internal_topics(namespace, partitions, replication_factor), extra=extra
     )

@@ -24,7 +24,7 @@ from spark_pipelines.faults import Fault, PlannedOrder
 from spark_pipelines.paths import CrashPoint, LocalFailure, event_for, write_order
 from spark_pipelines.schema import OrderCreated
 from spark_pipelines.store import OrderStore
-from txbridge import _kafka
+from txbridge import kafka
 
 logger = logging.getLogger(__name__)
 
@@ -51,10 +51,10 @@ class NativePath:
         self.topic = topic
         self.store = store
         self.transactional_id = transactional_id
-        self._producer: _kafka.Producer | None = None
+        self._producer: kafka.Producer | None = None
 
     def start(self) -> None:
-        self._producer = _kafka.producer(
+        self._producer = kafka.producer(
             self.bootstrap, self.extra, transactional_id=self.transactional_id, transaction_timeout_ms=60_000
         )
         self._producer.init_transactions(_TIMEOUT_S)
@@ -89,8 +89,8 @@ class NativePath:
             producer.begin_transaction()
             try:
                 producer.produce(self.topic, key=event.key(), value=schema.encode(event))
-            except _kafka.KafkaException as exc:
-                error = _kafka.to_error(exc, f"producing order {event.order_id}")
+            except kafka.KafkaException as exc:
+                error = kafka.to_error(exc, f"producing order {event.order_id}")
                 if error.fatal or attempt == _ATTEMPTS:
                     raise error from exc
                 logger.warning("%s; aborting the transaction and beginning it again", error)
@@ -102,8 +102,8 @@ class NativePath:
         producer = self._opened()
         try:
             producer.commit_transaction(timeout)
-        except _kafka.KafkaException as exc:
-            error = _kafka.to_error(exc, "commit_transaction")
+        except kafka.KafkaException as exc:
+            error = kafka.to_error(exc, "commit_transaction")
             if error.retriable:
                 producer.commit_transaction(_TIMEOUT_S)
                 return "committed_after_retry"
@@ -122,7 +122,7 @@ class NativePath:
         producer.flush(_TIMEOUT_S)
         producer.abort_transaction(_TIMEOUT_S)
 
-    def _opened(self) -> _kafka.Producer:
+    def _opened(self) -> kafka.Producer:
         assert self._producer is not None, "start() first"
         return self._producer
 

@@ -18,7 +18,7 @@ from spark_pipelines import schema
 from spark_pipelines.faults import Fault, PlannedOrder
 from spark_pipelines.paths import CrashPoint, LocalFailure, event_for, write_order
 from spark_pipelines.store import OrderStore
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.errors import KafkaOperationError
 
 logger = logging.getLogger(__name__)
@@ -38,10 +38,10 @@ class PlainPath:
         self.extra = dict(extra or {})
         self.topic = topic
         self.store = store
-        self._producer: _kafka.Producer | None = None
+        self._producer: kafka.Producer | None = None
 
     def start(self) -> None:
-        self._producer = _kafka.producer(
+        self._producer = kafka.producer(
             self.bootstrap, self.extra, enable_idempotence=False, acks="all", linger_ms=0
         )
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from txbridge import _kafka
+from txbridge import kafka
 
 #: Fast group settings so tests do not wait on the broker's defaults.
 FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
@@ -49,10 +49,10 @@ def calls() -> Calls:
 
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     """The group's committed offsets on ``topic`` (-1001 when none)."""
-    consumer = _kafka.consumer(bootstrap, group)
+    consumer = kafka.consumer(bootstrap, group)
     try:
         found = consumer.committed(
-            _kafka.topic_partitions([(topic, p) for p in range(partitions)]), timeout=10
+            kafka.topic_partitions([(topic, p) for p in range(partitions)]), timeout=10
         )
         return {tp.partition: tp.offset for tp in found}
     finally:
@@ -60,11 +60,11 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = _kafka.consumer(bootstrap, f"probe-{uuid.uuid4().hex[:8]}")
+    consumer = kafka.consumer(bootstrap, f"probe-{uuid.uuid4().hex[:8]}")
     try:
         ends = {}
         for p in range(partitions):
-            _, high = consumer.get_watermark_offsets(_kafka.topic_partitions([(topic, p)])[0], timeout=10)
+            _, high = consumer.get_watermark_offsets(kafka.topic_partitions([(topic, p)])[0], timeout=10)
             ends[p] = high
         return ends
     finally:

@@ -9,7 +9,7 @@ import pytest
 
 from tests.consumers.conftest import FAST_GROUP, Calls, wait_committed
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.consumer import (
     ConcurrentConsumer,
     ConcurrentContext,
@@ -28,7 +28,7 @@ LATER = ConsumeConcurrentlyStatus.RECONSUME_LATER
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes], tags: list[str | None] | None = None) -> None:
-    producer = _kafka.producer(bootstrap)
+    producer = kafka.producer(bootstrap)
     for i, value in enumerate(values):
         tag = tags[i] if tags else None
         headers = [(H_TAGS, tag.encode())] if tag else []
@@ -119,7 +119,7 @@ def test_malformed_tag_header_is_moved_to_dead_letter_not_dropped(
     topic = topic_factory(partitions=1)
     group = group_factory()
     namespace = f"ns{group[-6:]}"
-    producer = _kafka.producer(kafka_bootstrap)
+    producer = kafka.producer(kafka_bootstrap)
     producer.produce(topic, value=b"bad", headers=[(H_TAGS, b"\xff\xfe")], partition=0)
     producer.produce(topic, value=b"good", headers=[(H_TAGS, b"TAGA")], partition=0)
     assert producer.flush(15) == 0

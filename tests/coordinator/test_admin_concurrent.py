@@ -13,7 +13,7 @@ from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.admin import requeue, resolve
 from txbridge.errors import TxBridgeError
 from txbridge.wire import OpSource, TxState, decode_op
@@ -89,7 +89,7 @@ def test_concurrent_requeues_of_one_quarantined_transaction_publish_it_once(
         for i in range(RACES)
     ]
     assert len(wait_for(env.bootstrap, env.topics.quarantine, RACES)) == RACES
-    _kafka.ensure_topics(env.bootstrap, [_kafka.TopicSpec(topic, 1)])
+    kafka.ensure_topics(env.bootstrap, [kafka.TopicSpec(topic, 1)])
     handle.stop()  # a new instance reads the topic's metadata afresh (the old one keeps it 30 s)
     handle = env.start(extra_config=no_auto_create)
 

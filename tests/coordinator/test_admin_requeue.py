@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 from tests.coordinator.conftest import Env, RunningCoordinator, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.cli.main import main
 from txbridge.wire import OpSource, TxState, decode_op
 
@@ -39,7 +39,7 @@ def _restart(env: Env, handle: RunningCoordinator, **overrides: Any) -> RunningC
 
 
 def _create(env: Env, *topics: str) -> None:
-    _kafka.ensure_topics(env.bootstrap, [_kafka.TopicSpec(t, 1) for t in topics])
+    kafka.ensure_topics(env.bootstrap, [kafka.TopicSpec(t, 1) for t in topics])
 
 
 def _entry(listing: str, tx_id: str) -> tuple[str, str]:

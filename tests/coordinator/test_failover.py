@@ -14,7 +14,7 @@ from confluent_kafka import TopicPartition
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import TxState
 
@@ -32,10 +32,10 @@ def test_a_dead_owners_open_transaction_is_aborted_at_takeover(
     instance id, claims the partitions' transactional ids, which aborts them at once."""
     topic = topic_factory()
     config = env.config()
-    members = _kafka.consumer(env.bootstrap, config.group_id)  # never joins: generation -1, as a dead owner's
+    members = kafka.consumer(env.bootstrap, config.group_id)  # never joins: generation -1, as a dead owner's
     ghosts = []
     for p in range(PARTITIONS):
-        ghost = _kafka.producer(
+        ghost = kafka.producer(
             env.bootstrap,
             transactional_id=config.partition_transactional_id(p),
             transaction_timeout_ms=120_000,
@@ -74,9 +74,9 @@ def test_offsets_held_by_a_transaction_of_an_unknown_id_are_waited_for(
     caplog.set_level(logging.WARNING, logger="coordinator.service")
     topic = topic_factory()
     group = f"coord-{env.namespace}"  # the group Env.config gives the coordinators
-    owner = _kafka.producer(env.bootstrap, transactional_id=f"{group}-other", transaction_timeout_ms=120_000)
+    owner = kafka.producer(env.bootstrap, transactional_id=f"{group}-other", transaction_timeout_ms=120_000)
     owner.init_transactions(30)
-    members = _kafka.consumer(env.bootstrap, group)  # never joins: generation -1
+    members = kafka.consumer(env.bootstrap, group)  # never joins: generation -1
     offsets = [TopicPartition(t, p, 0) for t in (env.topics.half, env.topics.op) for p in range(PARTITIONS)]
     owner.begin_transaction()
     owner.send_offsets_to_transaction(offsets, members.consumer_group_metadata(), 30)

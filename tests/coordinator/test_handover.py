@@ -11,7 +11,7 @@ import pytest
 from tests.coordinator.conftest import PARTITIONS, Env, RunningCoordinator, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 def _members(env: Env, group: str) -> dict[str | None, int]:
     """Each member's ``group.instance.id`` and how many half partitions it is assigned."""
-    admin = _kafka.admin(env.bootstrap)
+    admin = kafka.admin(env.bootstrap)
     described = admin.describe_consumer_groups([group])[group].result(10)
     members = {}
     for m in described.members:

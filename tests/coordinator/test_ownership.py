@@ -25,7 +25,7 @@ from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import Seen, read_topic
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import CheckRequest, TxState, half_partition, new_tx_id
 
@@ -101,7 +101,7 @@ def test_an_open_transaction_on_the_changelog_under_an_unknown_id_is_waited_out(
     _wait_visible(env, topic, [probe_1])
     owner.stop()
 
-    foreign = _kafka.producer(
+    foreign = kafka.producer(
         env.bootstrap, transactional_id=f"someone-else-{env.namespace}", transaction_timeout_ms=10_000
     )
     foreign.init_transactions(30)
@@ -161,7 +161,7 @@ def test_the_partitions_dead_owner_is_aborted_before_the_next_owner_reads(
 
     # The name CoordinatorConfig.partition_transactional_id gives the partition (and the ACLs grant).
     group = env.config().group_id
-    dead = _kafka.producer(
+    dead = kafka.producer(
         env.bootstrap,
         transactional_id=f"{group}-{env.namespace}-{partition}",
         transaction_timeout_ms=DEAD_OWNER_TIMEOUT_MS,

@@ -23,7 +23,7 @@ from coordinator.watchdog import Watchdog
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.errors import KafkaOperationError
 from txbridge.wire import TxState
 
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 def _fence_static_member(env: Env, instance_id: str) -> None:
     """Join the coordinators' group as ``instance_id``: the broker fences the member holding it."""
-    intruder = _kafka.consumer(
+    intruder = kafka.consumer(
         env.bootstrap,
         f"coord-{env.namespace}",
         partition_assignment_strategy="range",
@@ -164,7 +164,7 @@ def test_a_stuck_commit_is_abandoned_in_process_and_loses_nothing(
     topic = topic_factory()
     release = threading.Event()
     stuck: list[str] = []
-    original = _kafka.producer
+    original = kafka.producer
 
     class Stuck:
         """A transactional producer whose first commit_transaction does not return."""
@@ -185,7 +185,7 @@ def test_a_stuck_commit_is_abandoned_in_process_and_loses_nothing(
         made = original(bootstrap, extra, **defaults)
         return Stuck(made, defaults["transactional_id"]) if "transactional_id" in defaults else made
 
-    monkeypatch.setattr(_kafka, "producer", producer)
+    monkeypatch.setattr(kafka, "producer", producer)
     wedged: list[Any] = []
     service = Coordinator(env.config(instance_id="unstuck"), on_wedged=wedged.append)
     thread = threading.Thread(target=service.run, name="coordinator", daemon=True)

@@ -10,7 +10,7 @@ from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import wait_for
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.wire import HalfMessage, TxState, new_tx_id
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ def test_checked_commit_is_published_when_the_halves_were_written_in_a_kafka_tra
     tx_id = new_tx_id()
     half = HalfMessage(tx_id, 0, topic, b"v", key=b"k", group="orders", instance="inst-1")
     partition = env.producer.partition_of(tx_id, [Msg(topic, b"v", key=b"k")])
-    writer = _kafka.producer(env.bootstrap, transactional_id=f"third-party-{tx_id}")
+    writer = kafka.producer(env.bootstrap, transactional_id=f"third-party-{tx_id}")
     writer.init_transactions(30)
     writer.begin_transaction()
     writer.produce(

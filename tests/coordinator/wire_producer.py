@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.wire import (
     HalfMessage,
     OpRecord,
@@ -39,7 +39,7 @@ class WireProducer:
         self.topics = Topics(namespace)
         self.partitions = partitions
         self.group, self.instance = group, instance
-        self._producer = _kafka.producer(bootstrap)
+        self._producer = kafka.producer(bootstrap)
 
     def partition_of(self, tx_id: str, messages: Sequence[Msg]) -> int:
         order_key = messages[0].key if messages and messages[0].key is not None else tx_id.encode()

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.bench.floor import floor_latency
 from txbridge.tools.bench.runner import MODES, BenchRun
 
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 
 
 def topic_names(bootstrap: str) -> set[str]:
-    return set(_kafka.admin(bootstrap).list_topics(timeout=10).topics)
+    return set(kafka.admin(bootstrap).list_topics(timeout=10).topics)
 
 
 def wait_until_gone(bootstrap: str, names: set[str], timeout: float = 15.0) -> set[str]:

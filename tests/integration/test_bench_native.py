@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.bench.kafka_native import native_transactions
 
 pytestmark = pytest.mark.integration
@@ -28,11 +28,11 @@ def test_native_transactions_count_what_a_read_committed_consumer_sees(
     assert figure.seconds >= 1.0  # every producer ran the whole second, none left at once
     assert figure.messages > 0
     assert figure.values["txn_per_s"] * figure.seconds * per_txn == pytest.approx(figure.messages)
-    consumer = _kafka.consumer(kafka_bootstrap, group_factory())
+    consumer = kafka.consumer(kafka_bootstrap, group_factory())
     consumer.subscribe([topic])
     seen = 0
     try:
-        while seen < figure.messages and (batch := _kafka.consume_available(consumer, 1000, 5.0)):
+        while seen < figure.messages and (batch := kafka.consume_available(consumer, 1000, 5.0)):
             seen += sum(1 for msg in batch if msg.error() is None)
     finally:
         consumer.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.kafka_helpers import read_topic
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.errors import BrokerError, KafkaOperationError
 from txbridge.tools.local.broker import LocalKafka, free_port
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 def test_produced_message_is_consumed_back(kafka_bootstrap: str, topic_factory: Callable[..., str]) -> None:
     topic = topic_factory()
-    producer = _kafka.producer(kafka_bootstrap)
+    producer = kafka.producer(kafka_bootstrap)
     producer.produce(topic, key=b"order-1", value=b"created", headers=[("h", b"1")])
     assert producer.flush(15) == 0
 
@@ -35,19 +35,19 @@ def test_consume_available_returns_what_is_there_without_waiting_out_the_timeout
     kafka_bootstrap: str, topic_factory: Callable[..., str]
 ) -> None:
     topic = topic_factory(partitions=1)
-    producer = _kafka.producer(kafka_bootstrap)
+    producer = kafka.producer(kafka_bootstrap)
     for i in range(3):
         producer.produce(topic, value=f"m{i}".encode())
     assert producer.flush(15) == 0
-    consumer = _kafka.consumer(kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest")
-    consumer.assign([_kafka.partition_at(topic, 0, 0)])
+    consumer = kafka.consumer(kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", auto_offset_reset="earliest")
+    consumer.assign([kafka.partition_at(topic, 0, 0)])
     try:
         got: list[bytes] = []
         started = time.monotonic()
         while len(got) < 3 and time.monotonic() - started < 30:
-            got += [m.value() for m in _kafka.consume_available(consumer, 1000, 30) if m.error() is None]
+            got += [m.value() for m in kafka.consume_available(consumer, 1000, 30) if m.error() is None]
         elapsed = time.monotonic() - started
-        assert _kafka.consume_available(consumer, 1000, 0.2) == []  # nothing more: empty after the wait
+        assert kafka.consume_available(consumer, 1000, 0.2) == []  # nothing more: empty after the wait
     finally:
         consumer.close()
     assert got == [b"m0", b"m1", b"m2"]
@@ -57,7 +57,7 @@ def test_consume_available_returns_what_is_there_without_waiting_out_the_timeout
 
 def _commit_then_abort(bootstrap: str, topic: str) -> None:
     """Offsets 0-2 committed (marker at 3), 4-5 aborted (marker at 6)."""
-    producer = _kafka.producer(bootstrap, transactional_id=f"tx-{uuid.uuid4().hex[:8]}")
+    producer = kafka.producer(bootstrap, transactional_id=f"tx-{uuid.uuid4().hex[:8]}")
     producer.init_transactions(30)
     producer.begin_transaction()
     for i in range(3):
@@ -77,12 +77,12 @@ def test_read_to_end_ends_past_markers_and_aborted_records_or_at_partition_eof(
     _commit_then_abort(kafka_bootstrap, topic)  # the end: 7, past the abort marker
 
     def read(ends: dict[int, int | None], timeout: float = 30, **options: object) -> list[bytes | None]:
-        consumer = _kafka.consumer(
+        consumer = kafka.consumer(
             kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}", fetch_wait_max_ms=10, **options
         )
-        consumer.assign([_kafka.partition_at(topic, 0, _kafka.FROM_START)])
+        consumer.assign([kafka.partition_at(topic, 0, kafka.FROM_START)])
         try:
-            return [m.value() for m in _kafka.read_to_end(consumer, topic, ends, timeout=timeout, what="t")]
+            return [m.value() for m in kafka.read_to_end(consumer, topic, ends, timeout=timeout, what="t")]
         finally:
             consumer.close()
 
@@ -99,8 +99,8 @@ def test_read_to_end_ends_past_markers_and_aborted_records_or_at_partition_eof(
 def test_created_topics_are_listed_with_leaders_when_ensure_topics_returns(kafka_bootstrap: str) -> None:
     names = [f"t-listed-{uuid.uuid4().hex[:8]}-{i}" for i in range(5)]
 
-    created = _kafka.ensure_topics(kafka_bootstrap, [_kafka.TopicSpec(n, 6) for n in names])
-    listed = _kafka.producer(kafka_bootstrap).list_topics(timeout=10).topics  # a client of its own
+    created = kafka.ensure_topics(kafka_bootstrap, [kafka.TopicSpec(n, 6) for n in names])
+    listed = kafka.producer(kafka_bootstrap).list_topics(timeout=10).topics  # a client of its own
 
     assert created == dict.fromkeys(names, "created")
     assert {n: sorted(p.leader >= 0 for p in listed[n].partitions.values()) for n in names} == {
@@ -128,7 +128,7 @@ def test_native_transaction_visibility_and_markers(
     ]
     # The commit marker takes offset 3 and the abort marker offset 6.
     assert [s.offset for s in uncommitted] == [0, 1, 2, 4, 5]
-    consumer = _kafka.consumer(kafka_bootstrap, "watermarks")
+    consumer = kafka.consumer(kafka_bootstrap, "watermarks")
     try:
         from confluent_kafka import TopicPartition
 

@@ -20,7 +20,7 @@ from spark_pipelines.faults import Fault, FaultPlan, PlannedOrder
 from spark_pipelines.paths.native import NativePath
 from spark_pipelines.store import OrderStore
 from tests.kafka_helpers import read_topic
-from txbridge import _kafka
+from txbridge import kafka
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 class _FailsOnce:
     """The real producer; before the first ``before`` call, its open transaction fails."""
 
-    def __init__(self, real: _kafka.Producer, refusing_topic: str, before: str) -> None:
+    def __init__(self, real: kafka.Producer, refusing_topic: str, before: str) -> None:
         self._real = real
         self.refusing_topic = refusing_topic
         self._before = before

@@ -20,7 +20,7 @@ from spark_pipelines.faults import Fault
 from spark_pipelines.report import load_metrics, table, write_report
 from tests.kafka_helpers import read_topic
 from tests.pipelines.conftest import SideBySide, db_file
-from txbridge import _kafka
+from txbridge import kafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -163,7 +163,7 @@ def test_a_record_that_is_not_avro_is_counted_undecodable(
 ) -> None:
     topic = topic_factory()
     good = [schema.OrderCreated(f"o-{i}", "customer-1", i + 1, 100, 0) for i in range(2)]
-    producer = _kafka.producer(kafka_bootstrap)
+    producer = kafka.producer(kafka_bootstrap)
     producer.produce(topic, key=b"customer-1", value=schema.encode(good[0]))
     producer.produce(topic, key=b"customer-1", value=b'{"order_id": "not avro"}')
     producer.produce(topic, key=b"customer-1", value=schema.encode(good[1]))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.kafka_helpers import read_topic
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.topics import init_topics
 from txbridge.wire import Topics
 
@@ -81,5 +81,5 @@ def test_create_topic_creates_once(kafka_bootstrap: str, unique_name: Callable[[
     ]
 
     assert outputs == [f"created  {topic}\n", f"exists   {topic}\n"]
-    found = _kafka.admin(kafka_bootstrap).list_topics(timeout=10).topics[topic]
+    found = kafka.admin(kafka_bootstrap).list_topics(timeout=10).topics[topic]
     assert len(found.partitions) == 3

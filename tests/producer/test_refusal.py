@@ -18,7 +18,7 @@ import pytest
 from coordinator.config import CoordinatorConfig, Secrets
 from coordinator.service import Coordinator
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge import AsyncTransactionProducer, LocalTransaction, Message, TransactionProducer, TxState, _kafka
+from txbridge import AsyncTransactionProducer, LocalTransaction, Message, TransactionProducer, TxState, kafka
 from txbridge._runtime import runtime_of
 from txbridge.errors import KafkaOperationError, MessageTooLargeError, UnknownTopicError
 from txbridge.wire import Topics
@@ -126,13 +126,13 @@ class Runs:
 
 def cluster_topics(bootstrap: str) -> set[str]:
     # Every topic: asking for one by name would create it on a broker with auto.create.topics.enable.
-    return set(_kafka.admin(bootstrap).list_topics(timeout=10).topics)
+    return set(kafka.admin(bootstrap).list_topics(timeout=10).topics)
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     """Create ``name`` and wait until the broker's metadata shows it with leaders."""
-    _kafka.ensure_topics(bootstrap, [_kafka.TopicSpec(name, partitions)])
-    admin, deadline = _kafka.admin(bootstrap), time.monotonic() + 30
+    kafka.ensure_topics(bootstrap, [kafka.TopicSpec(name, partitions)])
+    admin, deadline = kafka.admin(bootstrap), time.monotonic() + 30
     while time.monotonic() < deadline:
         found = admin.list_topics(timeout=10).topics.get(name)
         if found is not None and found.error is None:

@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from coordinator.config import CoordinatorConfig
 from tests.secure import chaos_producer
 from tests.secure.conftest import SecureKafka
-from txbridge import _kafka
+from txbridge import kafka as txkafka
 from txbridge.tools.local.cluster import LocalCluster
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.tools.local.placement import (
@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def ensure_transaction_log(kafka: SecureKafka) -> None:
     """The broker creates ``__transaction_state`` at the first transactional producer's request."""
     warm_id = f"warm-{uuid.uuid4().hex[:8]}"
-    producer = _kafka.producer(kafka.bootstrap, kafka.config, transactional_id=warm_id)
-    _kafka.init_transactions(producer, 60)
+    producer = txkafka.producer(kafka.bootstrap, kafka.config, transactional_id=warm_id)
+    txkafka.init_transactions(producer, 60)
 
 
 def out_of_sync(admin: AdminClient, topics: Sequence[str]) -> list[str]:
@@ -90,7 +90,7 @@ def wait_serving(cluster: LocalCluster, node: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:  # a new client each time: its first answer comes from its only bootstrap server
-            if _kafka.admin(address, settings).list_topics(timeout=2).orig_broker_id == node:
+            if txkafka.admin(address, settings).list_topics(timeout=2).orig_broker_id == node:
                 return
         except KafkaException:
             pass
@@ -111,10 +111,10 @@ def create_led_by(kafka: SecureKafka, namespace: str, partitions: int, leader: i
         for s in specs
         if s.name in (names.half, names.op)
     ]
-    admin = _kafka.admin(kafka.bootstrap, kafka.config)
+    admin = txkafka.admin(kafka.bootstrap, kafka.config)
     for future in admin.create_topics(led, operation_timeout=30).values():
         future.result(timeout=30)
-    _kafka.ensure_topics(kafka.bootstrap, specs, extra=kafka.config)
+    txkafka.ensure_topics(kafka.bootstrap, specs, extra=kafka.config)
 
 
 def transactional_ids(namespace: str, group_id: str, partitions: int) -> list[str]:
@@ -388,7 +388,7 @@ class Watcher:
 
     def _run(self) -> None:
         try:
-            consumer = _kafka.consumer(
+            consumer = txkafka.consumer(
                 self.kafka.bootstrap, f"watcher-{uuid.uuid4().hex[:8]}", self.kafka.config
             )
             try:

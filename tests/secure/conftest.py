@@ -23,7 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from coordinator.config import CoordinatorConfig
 from coordinator.service import Coordinator
-from txbridge import _kafka
+from txbridge import kafka as txkafka
 from txbridge.tools.local.cluster import LocalCluster
 
 logger = logging.getLogger(__name__)
@@ -67,8 +67,8 @@ def secure_topic(secure_kafka: SecureKafka) -> Callable[..., str]:
 
     def make(partitions: int = 1) -> str:
         name = f"t-{uuid.uuid4().hex[:12]}"
-        spec = _kafka.TopicSpec(name, partitions, replication_factor=3)
-        _kafka.ensure_topics(secure_kafka.bootstrap, [spec], extra=secure_kafka.config)
+        spec = txkafka.TopicSpec(name, partitions, replication_factor=3)
+        txkafka.ensure_topics(secure_kafka.bootstrap, [spec], extra=secure_kafka.config)
         return name
 
     return make
@@ -78,7 +78,7 @@ def read_committed(
     kafka: SecureKafka, topic: str, *, timeout: float = 30.0
 ) -> list[tuple[bytes | None, bytes | None]]:
     """Every (key, value) a read_committed consumer sees on ``topic``, read to each partition's end."""
-    consumer = _kafka.consumer(
+    consumer = txkafka.consumer(
         kafka.bootstrap, f"reader-{uuid.uuid4().hex[:8]}", kafka.config, enable_partition_eof=True
     )
     try:

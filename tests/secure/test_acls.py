@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
 
 from coordinator.config import CoordinatorConfig, Secrets
 from tests.secure.conftest import SecureKafka, running_coordinator
-from txbridge import Message, TransactionProducer, TxState, _kafka
+from txbridge import Message, TransactionProducer, TxState, kafka
 from txbridge.tools.acls import Acl, apply_acls, role_acls
 from txbridge.tools.cli.main import main
 from txbridge.topics import internal_topics
@@ -62,7 +62,7 @@ class Roles:
 
 def _granted(kafka: SecureKafka, principal: str) -> set[tuple[str, str, bool, str]]:
     """The ACLs the cluster lists for ``principal``, as ``(resource, name, prefixed, operation)``."""
-    admin = _kafka.admin(kafka.bootstrap, kafka.config)
+    admin = kafka.admin(kafka.bootstrap, kafka.config)
     everything = AclBindingFilter(
         ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY,
         AclPermissionType.ANY,
@@ -95,10 +95,10 @@ def roles(secure_kafka: SecureKafka) -> Roles:
     namespace = f"txba{uuid.uuid4().hex[:10]}"
     topic, open_topic = f"orders-{uuid.uuid4().hex[:8]}", f"audit-{uuid.uuid4().hex[:8]}"
     # Topics are the admin's to create: no role may.
-    _kafka.ensure_topics(kafka.bootstrap, internal_topics(namespace, PARTITIONS, 3), extra=kafka.config)
-    _kafka.ensure_topics(
+    kafka.ensure_topics(kafka.bootstrap, internal_topics(namespace, PARTITIONS, 3), extra=kafka.config)
+    kafka.ensure_topics(
         kafka.bootstrap,
-        [_kafka.TopicSpec(t, PARTITIONS, replication_factor=3) for t in (topic, open_topic)],
+        [kafka.TopicSpec(t, PARTITIONS, replication_factor=3) for t in (topic, open_topic)],
         extra=kafka.config,
     )
     coordinator_group, consumer_group = f"coord-{namespace}", f"billing-{namespace}"
@@ -129,7 +129,7 @@ def _wait_readable(roles: Roles, user: str, topics: list[str], timeout: float = 
     """Until every partition leader lets ``user`` fetch ``topics``: the listing above comes from one
     broker, and each broker applies the metadata log at its own pace (a CI run once saw the
     coordinator's first fetch of ``<ns>_producers`` refused by the broker that lagged)."""
-    consumer = _kafka.consumer(
+    consumer = kafka.consumer(
         roles.kafka.bootstrap,
         f"probe-{uuid.uuid4().hex[:8]}",
         {**roles.config(user), "log_level": 0},
@@ -138,7 +138,7 @@ def _wait_readable(roles: Roles, user: str, topics: list[str], timeout: float = 
     try:
         metadata = consumer.list_topics(timeout=30).topics
         pending = {(name, p) for name in topics for p in metadata[name].partitions}
-        consumer.assign([TopicPartition(name, p, _kafka.FROM_START) for name, p in sorted(pending)])
+        consumer.assign([TopicPartition(name, p, kafka.FROM_START) for name, p in sorted(pending)])
         deadline = time.monotonic() + timeout
         while pending:  # a refused fetch is retried by the client until the broker allows it
             assert time.monotonic() < deadline, f"{user} still may not read {sorted(pending)}"
@@ -158,7 +158,7 @@ def _eventually(predicate: Callable[[], bool], timeout: float, what: str) -> Non
 
 def _consume(roles: Roles, user: str, group: str, topics: list[str], seconds: float) -> list[Any]:
     """Every record and error event a read_committed consumer of ``user`` in ``group`` gets in ``seconds``."""
-    consumer = _kafka.consumer(roles.kafka.bootstrap, group, {**roles.config(user), "log_level": 0})
+    consumer = kafka.consumer(roles.kafka.bootstrap, group, {**roles.config(user), "log_level": 0})
     consumer.subscribe(topics)
     seen: list[Any] = []
     try:
@@ -177,7 +177,7 @@ def _errors(seen: list[Any]) -> set[tuple[str | None, int]]:
 def _produce(roles: Roles, user: str, topic: str, **producer: Any) -> KafkaError | None:
     """What the delivery report says of one record ``user`` writes directly to ``topic``."""
     outcomes: list[KafkaError | None] = []
-    client = _kafka.producer(roles.kafka.bootstrap, {**roles.config(user), "log_level": 0}, **producer)
+    client = kafka.producer(roles.kafka.bootstrap, {**roles.config(user), "log_level": 0}, **producer)
     client.produce(topic, b"direct", key=b"k", on_delivery=lambda err, _msg: outcomes.append(err))
     client.flush(30)
     assert len(outcomes) == 1
@@ -291,7 +291,7 @@ def test_the_producer_principal_cannot_write_a_real_topic_when_only_the_coordina
 
 
 def test_the_producer_principal_cannot_pose_as_a_coordinator(roles: Roles) -> None:
-    impostor = _kafka.producer(
+    impostor = kafka.producer(
         roles.kafka.bootstrap,
         {**roles.config("producer"), "log_level": 0},
         transactional_id=f"{roles.coordinator_group}-impostor",

@@ -61,7 +61,7 @@ from tests.secure.chaos import (
     wait_until,
 )
 from tests.secure.conftest import SecureKafka, read_committed
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import Topics
 
@@ -107,7 +107,7 @@ def test_brokers_killed_under_load_lose_duplicate_and_reorder_nothing(
 ) -> None:
     started = time.monotonic()
     cluster = secure_kafka.cluster
-    admin = _kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
+    admin = kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
     wait_in_sync(admin, [t for t in admin.list_topics(timeout=10).topics if t.startswith("__")], 120)
     ensure_transaction_log(secure_kafka)
     half_op_leader = cluster.node_ids[0]

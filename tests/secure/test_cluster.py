@@ -24,7 +24,7 @@ from confluent_kafka.admin import ConfigResource
 
 from coordinator.config import CoordinatorConfig, Secrets
 from tests.secure.conftest import SecureKafka, read_committed, running_coordinator
-from txbridge import Message, TransactionProducer, TxState, _kafka
+from txbridge import Message, TransactionProducer, TxState, kafka
 from txbridge.errors import BrokerError
 from txbridge.tools.local.cluster import LocalCluster
 from txbridge.topics import internal_topics
@@ -37,7 +37,7 @@ SECRET = "secure-test-secret"  # noqa: S105 - a test-only HMAC secret
 def _errors_seen(kafka: SecureKafka, settings: dict[str, Any]) -> tuple[KafkaException, list[KafkaError]]:
     """What a client with ``settings`` is told: the exception of its first request and its error events."""
     events: list[KafkaError] = []
-    client = _kafka.producer(kafka.bootstrap, {**settings, "error_cb": events.append, "log_level": 0})
+    client = kafka.producer(kafka.bootstrap, {**settings, "error_cb": events.append, "log_level": 0})
     with pytest.raises(KafkaException) as refused:
         client.list_topics(timeout=3)
     client.poll(1.0)  # serves the error events
@@ -81,7 +81,7 @@ def test_a_user_without_acls_may_do_nothing(
     topic = secure_topic()
     settings = secure_kafka.cluster.client_config("producer")
     outcomes: list[KafkaError | None] = []
-    producer = _kafka.producer(secure_kafka.bootstrap, {**settings, "log_level": 0})
+    producer = kafka.producer(secure_kafka.bootstrap, {**settings, "log_level": 0})
 
     producer.produce(topic, b"v", on_delivery=lambda err, _msg: outcomes.append(err))
     producer.flush(30)
@@ -97,7 +97,7 @@ def test_admin_topics_are_replicated_three_times_with_min_isr_2(
     secure_kafka: SecureKafka, secure_topic: Callable[..., str]
 ) -> None:
     topic = secure_topic(partitions=3)
-    producer = _kafka.producer(secure_kafka.bootstrap, secure_kafka.config)  # idempotent, acks=all
+    producer = kafka.producer(secure_kafka.bootstrap, secure_kafka.config)  # idempotent, acks=all
     outcomes: list[KafkaError | None] = []
     for i in range(30):
         producer.produce(
@@ -105,7 +105,7 @@ def test_admin_topics_are_replicated_three_times_with_min_isr_2(
         )
     assert producer.flush(30) == 0
 
-    admin = _kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
+    admin = kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
     partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     configs = admin.describe_configs([resource])[resource].result(timeout=10)
@@ -177,7 +177,7 @@ def test_a_committed_transaction_reaches_a_read_committed_consumer_once_over_sas
     namespace = f"txbs{uuid.uuid4().hex[:10]}"
     partitions = 3
     # txbridge.topics.init_topics takes no client settings: the same specs, created with them.
-    _kafka.ensure_topics(
+    kafka.ensure_topics(
         secure_kafka.bootstrap, internal_topics(namespace, partitions, 3), extra=secure_kafka.config
     )
     topic = secure_topic(partitions=3)
@@ -215,7 +215,7 @@ def test_a_committed_transaction_reaches_a_read_committed_consumer_once_over_sas
 
     assert (committed.state, rolled_back.state) == (TxState.COMMIT, TxState.ROLLBACK)
     assert read_committed(secure_kafka, topic) == [(b"o-1", b"paid")]
-    admin = _kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
+    admin = kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
     internal = admin.list_topics(timeout=10).topics
     for name in ("__transaction_state", "__consumer_offsets"):
         assert {len(p.replicas) for p in internal[name].partitions.values()} == {3}, name
@@ -225,12 +225,12 @@ def test_a_committed_transaction_reaches_a_read_committed_consumer_once_over_sas
 
 
 def _leader(kafka: SecureKafka, topic: str, partition: int) -> int:
-    admin = _kafka.admin(kafka.bootstrap, kafka.config)
+    admin = kafka.admin(kafka.bootstrap, kafka.config)
     return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
 
 
 def _isr_sizes(kafka: SecureKafka, topic: str) -> list[int]:
-    admin = _kafka.admin(kafka.bootstrap, kafka.config)
+    admin = kafka.admin(kafka.bootstrap, kafka.config)
     return sorted(len(p.isrs) for p in admin.list_topics(topic, timeout=10).topics[topic].partitions.values())
 
 
@@ -247,7 +247,7 @@ def test_acks_all_survives_a_sigkilled_node_which_then_rejoins(
     cluster = secure_kafka.cluster
     topic = secure_topic(partitions=3)
     victim = _leader(secure_kafka, topic, 0)
-    producer = _kafka.producer(secure_kafka.bootstrap, {**secure_kafka.config, "message.timeout.ms": 60_000})
+    producer = kafka.producer(secure_kafka.bootstrap, {**secure_kafka.config, "message.timeout.ms": 60_000})
     outcomes: list[KafkaError | None] = []
 
     def send(values: range) -> None:

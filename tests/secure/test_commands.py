@@ -25,7 +25,7 @@ from spark_pipelines import schema
 from spark_pipelines.compare import read_events
 from spark_pipelines.streaming import CustomerCounts
 from tests.secure.conftest import SecureKafka, read_committed
-from txbridge import Message, TransactionProducer, TxState, _kafka
+from txbridge import Message, TransactionProducer, TxState, kafka
 from txbridge.client_config import ClientConfig
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import Topics
@@ -92,7 +92,7 @@ def test_init_creates_the_internal_topics_with_the_command_config(secure_kafka: 
         for topic in (names.half, names.op, names.state, names.producers, names.expired, names.quarantine)
         for word in ("created", topic)
     ]
-    admin = _kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
+    admin = kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
     half = admin.list_topics(names.half, timeout=10).topics[names.half].partitions
     assert {p: len(m.replicas) for p, m in half.items()} == {0: 3, 1: 3, 2: 3}
 
@@ -164,8 +164,8 @@ def flow(secure_kafka: SecureKafka, tmp_path_factory: pytest.TempPathFactory) ->
     init = _run(secure_kafka, "init", *_secured(secure_kafka), "--namespace", namespace, "--partitions", "3")
     assert init.returncode == 0, init.stderr
     topic = f"t-{uuid.uuid4().hex[:12]}"
-    _kafka.ensure_topics(
-        secure_kafka.bootstrap, [_kafka.TopicSpec(topic, 3, replication_factor=3)], extra=secure_kafka.config
+    kafka.ensure_topics(
+        secure_kafka.bootstrap, [kafka.TopicSpec(topic, 3, replication_factor=3)], extra=secure_kafka.config
     )
     coordinator = CoordinatorProcess(
         secure_kafka.bootstrap,
@@ -303,7 +303,7 @@ def _orders(kafka: SecureKafka, topic: str) -> tuple[list[str], list[str]]:
         created = schema.OrderCreated(order, customer, 1, 100, int(time.time() * 1000))
         return created.key(), schema.encode(created)
 
-    producer = _kafka.producer(kafka.bootstrap, kafka.config, transactional_id=f"spark-{topic}")
+    producer = kafka.producer(kafka.bootstrap, kafka.config, transactional_id=f"spark-{topic}")
     producer.init_transactions(30)
     batches = {"commit": ["o-1", "o-2", "o-3"], "abort": ["o-4", "o-5"]}
     for decision, orders in batches.items():

@@ -62,7 +62,7 @@ from tests.secure.chaos import (
 from tests.secure.chaos_producer import key_of
 from tests.secure.conftest import SecureKafka, read_committed
 from tests.secure.nemesis import Applied, Nemesis, draw_schedule
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics, half_partition
@@ -123,13 +123,13 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
         seed, SECONDS, nodes=cluster.node_ids, coordinators=COORDINATORS, producers=PRODUCERS
     )
     print(f"\nnemesis seed={seed} ({schedule.replay}):\n  " + "\n  ".join(map(str, schedule.steps)))
-    admin = _kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
+    admin = kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
     wait_in_sync(admin, [t for t in admin.list_topics(timeout=10).topics if t.startswith("__")], 120)
     ensure_transaction_log(secure_kafka)
     namespace = f"nemesis{seed}x{os.urandom(3).hex()}"
     names = Topics(namespace)
     specs = internal_topics(namespace, PARTITIONS, 3)
-    _kafka.ensure_topics(secure_kafka.bootstrap, specs, extra=secure_kafka.config)
+    kafka.ensure_topics(secure_kafka.bootstrap, specs, extra=secure_kafka.config)
     topic = secure_topic(partitions=3)
     replicated = [names.half, names.op, names.state, names.producers, topic, TRANSACTION_LOG, OFFSETS_TOPIC]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.ordered import OrderedMessage, hash_selector
 from txbridge.wire import half_partition
 
@@ -35,17 +35,17 @@ def test_txbridges_own_murmur2_picks_javas_partitions() -> None:
 
 @pytest.mark.parametrize("defaults", [{}, {"transactional_id": "coordinator-1"}])
 def test_every_producer_uses_the_java_compatible_partitioner(defaults: dict[str, Any]) -> None:
-    assert _kafka.producer_config("h:9092", None, **defaults)["partitioner"] == "murmur2_random"
+    assert kafka.producer_config("h:9092", None, **defaults)["partitioner"] == "murmur2_random"
 
 
 def test_the_user_may_choose_another_partitioner() -> None:
-    config = _kafka.producer_config("h:9092", {"partitioner": "consistent_random"}, transactional_id="t")
+    config = kafka.producer_config("h:9092", {"partitioner": "consistent_random"}, transactional_id="t")
     assert config["partitioner"] == "consistent_random"
 
 
 def _delivered_partitions(extra: dict[str, object], records: list[tuple[bytes, int | None]]) -> list[int]:
     """Produce ``(key, partition)`` records to a 4-partition topic of an in-process mock cluster."""
-    producer = _kafka.producer("127.0.0.1:1", {**extra, "test.mock.num.brokers": 1, "log_level": 0})
+    producer = kafka.producer("127.0.0.1:1", {**extra, "test.mock.num.brokers": 1, "log_level": 0})
     delivered: dict[bytes, int] = {}
 
     def report(err: object, msg: Any) -> None:

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, Self, TypedDict, TypeVar
 
-from txbridge import _kafka
-from txbridge._kafka import Consumer, Producer, TopicPartition
+from txbridge import kafka
 from txbridge.client_config import ClientConfig
 from txbridge.consumer.dlq import Forwarder
 from txbridge.consumer.model import ConcurrentContext, ConsumedMessage, OrderlyContext
 from txbridge.consumer.tags import Subscription, parse_subscription
 from txbridge.errors import ConfigurationError, KafkaOperationError, TxBridgeError
+from txbridge.kafka import Consumer, Producer, TopicPartition
 from txbridge.wire import DEFAULT_NAMESPACE, Topics
 
 logger = logging.getLogger(__name__)
@@ -193,10 +193,10 @@ class ConsumerLoop(Generic[ListenerT]):
 
     def _open(self) -> None:
         self._ensure_topics()
-        self._producer = _kafka.producer(self.bootstrap, _kafka.settings_for("producer", self._extra))
+        self._producer = kafka.producer(self.bootstrap, kafka.settings_for("producer", self._extra))
         self.forwarder = Forwarder(self._producer, self._stop)
-        self._consumer = _kafka.consumer(
-            self.bootstrap, self.group, _kafka.settings_for("consumer", self._extra)
+        self._consumer = kafka.consumer(
+            self.bootstrap, self.group, kafka.settings_for("consumer", self._extra)
         )
         self._consumer.subscribe(
             self._subscribed_topics(),
@@ -206,15 +206,15 @@ class ConsumerLoop(Generic[ListenerT]):
         )
 
     def _ensure_topics(self) -> None:
-        _kafka.ensure_topics(
-            self.bootstrap, [_kafka.TopicSpec(self.dead_letter_topic)], extra=self._extra_admin()
+        kafka.ensure_topics(
+            self.bootstrap, [kafka.TopicSpec(self.dead_letter_topic)], extra=self._extra_admin()
         )
 
     def _extra_admin(self) -> dict[str, Any]:
-        return _kafka.settings_for("admin", self._extra)
+        return kafka.settings_for("admin", self._extra)
 
     def _client(self) -> Consumer:
-        return _kafka.opened(self._consumer, f"consumer {self.group}")
+        return kafka.opened(self._consumer, f"consumer {self.group}")
 
     def _guarded_loop(self) -> None:
         try:
@@ -227,7 +227,7 @@ class ConsumerLoop(Generic[ListenerT]):
         last_commit = time.monotonic()
         try:
             while not self._stop.is_set():
-                for msg in _kafka.consume_available(self._client(), self._poll_batch, 0.1):
+                for msg in kafka.consume_available(self._client(), self._poll_batch, 0.1):
                     err = msg.error()
                     if err is not None:
                         self._consume_error(err)
@@ -248,11 +248,11 @@ class ConsumerLoop(Generic[ListenerT]):
             self._commit(self._committable())
         finally:
             self._client().close()
-            _kafka.opened(self._producer, "the dead-letter producer").flush(10)
+            kafka.opened(self._producer, "the dead-letter producer").flush(10)
             logger.info("consumer %s closed", self.group)
 
     def _consume_error(self, err: Any) -> None:
-        error = _kafka.to_error(err, f"consumer {self.group}")
+        error = kafka.to_error(err, f"consumer {self.group}")
         if error.fatal:
             raise error
         logger.warning("%s", error)
@@ -261,10 +261,10 @@ class ConsumerLoop(Generic[ListenerT]):
         pause = {tp for tp in self._assigned if tp not in self._paused and self._want_paused(tp)}
         resume = {tp for tp in self._paused if not self._want_paused(tp)}
         if pause:
-            self._client().pause(_kafka.topic_partitions(pause))
+            self._client().pause(kafka.topic_partitions(pause))
             self._paused |= pause
         if resume:
-            self._client().resume(_kafka.topic_partitions(resume))
+            self._client().resume(kafka.topic_partitions(resume))
             self._paused -= resume
 
     def _commit(self, offsets: Mapping[TP, int]) -> None:
@@ -274,7 +274,7 @@ class ConsumerLoop(Generic[ListenerT]):
         if not changed:
             return
         try:
-            _kafka.commit_offsets(self._client(), changed)
+            kafka.commit_offsets(self._client(), changed)
         except KafkaOperationError as exc:
             # A rebalance in progress: the messages stay uncommitted and are replayed, never skipped.
             logger.warning("consumer %s could not commit %s: %s", self.group, changed, exc)

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Unpack
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.consumer._loop import TP, ConsumerLoop, ConsumerOptions, call_listener
 from txbridge.consumer.dlq import dead_letter_headers, retry_headers
 from txbridge.consumer.model import (
@@ -110,11 +110,11 @@ class ConcurrentConsumer(ConsumerLoop[ConcurrentListener]):
     # ------------------------------------------------------------------ set-up
 
     def _ensure_topics(self) -> None:
-        _kafka.ensure_topics(
+        kafka.ensure_topics(
             self.bootstrap,
             [
-                _kafka.TopicSpec(self.dead_letter_topic),
-                _kafka.TopicSpec(self.retry_topic, self._retry_partitions),
+                kafka.TopicSpec(self.dead_letter_topic),
+                kafka.TopicSpec(self.retry_topic, self._retry_partitions),
             ],
             extra=self._extra_admin(),
         )

@@ -14,9 +14,9 @@ import time
 from collections.abc import Sequence
 from typing import Any, cast
 
-from txbridge._kafka import Producer
 from txbridge.consumer.retry import H_DUE
 from txbridge.errors import KafkaOperationError, WireFormatError
+from txbridge.kafka import Producer
 from txbridge.wire import H_ORIGIN, H_REASON, H_RETRY_COUNT
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class Forwarder:
         return False
 
     def _send_once(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers) -> None:
-        from txbridge import _kafka
+        from txbridge import kafka
 
         done = threading.Event()
         outcome: list[Any] = []
@@ -102,7 +102,7 @@ class Forwarder:
             done.set()
 
         self._producer.produce(
-            topic, key=key, value=value, headers=cast("_kafka.Headers", headers), on_delivery=delivered
+            topic, key=key, value=value, headers=cast("kafka.Headers", headers), on_delivery=delivered
         )
         deadline = time.monotonic() + self._attempt_timeout_s
         while not done.is_set():
@@ -112,4 +112,4 @@ class Forwarder:
                 )
             self._producer.poll(0.05)
         if outcome[0] is not None:
-            raise _kafka.to_error(outcome[0], f"writing to {topic}")
+            raise kafka.to_error(outcome[0], f"writing to {topic}")

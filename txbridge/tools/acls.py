@@ -50,17 +50,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import (
+from txbridge import kafka
+from txbridge.errors import ConfigurationError, KafkaOperationError
+from txbridge.kafka import (
     AclBinding,
     AclOperation,
     AclPermissionType,
+    KafkaException,
     ResourcePatternType,
     ResourceType,
 )
-
-from txbridge import _kafka
-from txbridge.errors import ConfigurationError, KafkaOperationError
 from txbridge.wire import DEFAULT_NAMESPACE, Topics, default_coordinator_group
 
 logger = logging.getLogger(__name__)
@@ -363,12 +362,12 @@ def apply_acls(bootstrap: str, acls: Sequence[Acl], extra: Mapping[str, Any] | N
     if not acls:
         return 0
     wanted = {_binding(acl): acl for acl in acls}
-    client = _kafka.admin(bootstrap, extra)
+    client = kafka.admin(bootstrap, extra)
     for binding, future in client.create_acls(list(wanted), request_timeout=30).items():
         try:
             future.result(timeout=60)
         except KafkaException as exc:
-            error = _kafka.to_error(exc, f"creating the ACL {describe(wanted[binding])}")
+            error = kafka.to_error(exc, f"creating the ACL {describe(wanted[binding])}")
             if "AUTHORIZATION_FAILED" in str(error):
                 raise KafkaOperationError(
                     f"{error}: apply ACLs as a principal allowed to alter the cluster's ACLs "

@@ -23,11 +23,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import TopicPartition
-
 from coordinator.service import fetch_settings
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.errors import TxBridgeError
+from txbridge.kafka import TopicPartition
 from txbridge.tools.bench.kafka_native import NO_METER, CpuMeter, Figure, latency_figure, payload
 from txbridge.wire import H_TX
 
@@ -53,7 +52,7 @@ def produce_side(
     One thread, callbacks only (no futures, no event loop): the Python floor of the
     producer side. Returns ``(seconds, process CPU seconds)``.
     """
-    producer = _kafka.producer(bootstrap, extra)
+    producer = kafka.producer(bootstrap, extra)
     value = payload(size)
     state = {"sent": 0, "acked": 0, "done": 0}
 
@@ -94,27 +93,25 @@ def _republish(
     """
     half, op, real = topics
     # The coordinator's fetch settings: the same Kafka I/O, fetched the same way.
-    consumer = _kafka.consumer(
+    consumer = kafka.consumer(
         bootstrap,
         f"floor-{uuid.uuid4().hex[:8]}",
         extra,
         **fetch_settings(),
     )
     consumer.assign([TopicPartition(t, p, 0) for t in (half, op) for p in range(PARTITIONS)])
-    producer = _kafka.producer(
-        bootstrap, extra, transactional_id=f"floor-{uuid.uuid4().hex[:8]}", linger_ms=5
-    )
+    producer = kafka.producer(bootstrap, extra, transactional_id=f"floor-{uuid.uuid4().hex[:8]}", linger_ms=5)
     producer.init_transactions(30)
     halves: dict[bytes | None, bytes | None] = {}
     early_ops: set[bytes | None] = set()
     last_commit = 0.0
     ready.set()
     while not stop.is_set():
-        batch = _kafka.consume_available(consumer, 2000, 0.05)
+        batch = kafka.consume_available(consumer, 2000, 0.05)
         if not batch:
             continue
         while (wait := last_commit + commit_gap_s - time.monotonic()) > 0:
-            batch += _kafka.consume_available(consumer, 2000, wait)
+            batch += kafka.consume_available(consumer, 2000, wait)
         producer.begin_transaction()
         for msg in batch:
             if msg.error() is not None:
@@ -148,9 +145,9 @@ def _running_floor(
 
     prefix = f"bench-floor-{uuid.uuid4().hex[:8]}-"
     half, op, real = (f"{prefix}{name}" for name in ("half", "op", "real"))
-    _kafka.ensure_topics(
+    kafka.ensure_topics(
         bootstrap,
-        [_kafka.TopicSpec(half, PARTITIONS), _kafka.TopicSpec(op, PARTITIONS), _kafka.TopicSpec(real, 6)],
+        [kafka.TopicSpec(half, PARTITIONS), kafka.TopicSpec(op, PARTITIONS), kafka.TopicSpec(real, 6)],
         extra=extra,
     )
     ctx = multiprocessing.get_context("spawn")
@@ -174,7 +171,7 @@ def _running_floor(
         if republisher.is_alive():
             republisher.kill()
         try:
-            _kafka.delete_topics_with_prefix(bootstrap, prefix, extra=extra)
+            kafka.delete_topics_with_prefix(bootstrap, prefix, extra=extra)
         except TxBridgeError as error:  # the figures stand; say what is left behind
             logger.warning("could not delete the floor's topics %s*: %s", prefix, error)
 
@@ -222,7 +219,7 @@ def produce_open_loop(
 
     Returns the wall time of each op's acknowledgement (the commit), by tx id.
     """
-    producer = _kafka.producer(bootstrap, extra)
+    producer = kafka.producer(bootstrap, extra)
     value = payload(size)
     committed: dict[str, float] = {}
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.errors import KafkaOperationError, TxBridgeError
 
 
@@ -101,7 +101,7 @@ def raw_produce(
 
     ``extra``: the cluster's client settings (librdkafka names), as every bench client takes them.
     """
-    producer = _kafka.producer(bootstrap, extra, linger_ms=5, batch_num_messages=10000)
+    producer = kafka.producer(bootstrap, extra, linger_ms=5, batch_num_messages=10000)
     value = payload(size)
     failures: list[str] = []
 
@@ -162,7 +162,7 @@ def native_transactions(
 
     def worker(index: int) -> None:
         try:
-            producer = _kafka.producer(
+            producer = kafka.producer(
                 bootstrap, extra, transactional_id=f"bench-{uuid.uuid4().hex[:8]}-{index}", linger_ms=0
             )
             producer.init_transactions(30)

@@ -64,7 +64,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.bench.kafka_native import percentile
 
 PARTITIONS = 3  # the demo's
@@ -173,7 +173,7 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
             self._current["committed"] = time.time()
             boundaries.append(self._current)
 
-    original = _kafka.producer
+    original = kafka.producer
     linger = knobs.coord_linger_ms
 
     def producer(bootstrap: str, extra: Any = None, **defaults: Any) -> Any:
@@ -182,9 +182,9 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
             return original(bootstrap, extra, **defaults)
         if linger is not None:
             defaults["linger_ms"] = linger
-        return cast("_kafka.Producer", Timed(original(bootstrap, extra, **defaults)))
+        return cast("kafka.Producer", Timed(original(bootstrap, extra, **defaults)))
 
-    _kafka.producer = producer
+    kafka.producer = producer
 
     class Instrumented(service.Coordinator):
         def _on_record(self, msg: Any) -> None:
@@ -321,7 +321,7 @@ def _txbridge_main(spec: Spec, out: Any, go: Any) -> None:
 
 def _native_main(spec: Spec, out: Any, go: Any) -> None:
     """Native Kafka transactions as the demo's path: begin, produce, SQLite commit, commit."""
-    producer = _kafka.producer(
+    producer = kafka.producer(
         spec.bootstrap, {}, transactional_id=f"{spec.namespace}-native", transaction_timeout_ms=60_000
     )
     producer.init_transactions(30)
@@ -354,18 +354,18 @@ def _watch_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     """One read_committed consumer per real topic (the same settings); puts (path, order, seen, create)."""
 
     def watch(path: str, topic: str, assigned: threading.Event) -> None:
-        consumer = _kafka.consumer(
+        consumer = kafka.consumer(
             spec.bootstrap,
             f"breakdown-watch-{uuid.uuid4().hex[:8]}",
             fetch_wait_max_ms=spec.knobs.watch_wait_ms,
         )
-        consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in range(PARTITIONS)])
+        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in range(PARTITIONS)])
         consumer.consume(1, 0.5)  # connects and fetches once before the first order
         assigned.set()
         try:
             while not stop.is_set():
                 batch = []
-                for msg in _kafka.consume_available(consumer, 500, 0.05):
+                for msg in kafka.consume_available(consumer, 500, 0.05):
                     if msg.error() is None:
                         seen = time.time()
                         batch.append((path, json.loads(msg.value())["order"], seen, msg.timestamp()[1]))
@@ -414,20 +414,20 @@ class RunResult:
 
 def _op_append_times(bootstrap: str, topic: str) -> dict[str, int]:
     """tx id -> the op record's LogAppendTime (ms), read from the start to the end of ``topic``."""
-    consumer = _kafka.consumer(bootstrap, f"breakdown-ops-{uuid.uuid4().hex[:8]}")
+    consumer = kafka.consumer(bootstrap, f"breakdown-ops-{uuid.uuid4().hex[:8]}")
     ends = {}
     for p in range(PARTITIONS):
-        _low, high = consumer.get_watermark_offsets(_kafka.partition_at(topic, p), timeout=10)
+        _low, high = consumer.get_watermark_offsets(kafka.partition_at(topic, p), timeout=10)
         ends[p] = high
-    consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in range(PARTITIONS)])
+    consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in range(PARTITIONS)])
     appended: dict[str, int] = {}
     done = {p for p, end in ends.items() if end <= 0}
     deadline = time.monotonic() + 30
     while len(done) < PARTITIONS and time.monotonic() < deadline:
-        for msg in _kafka.consume_available(consumer, 1000, 0.2):
+        for msg in kafka.consume_available(consumer, 1000, 0.2):
             if msg.error() is not None:
                 continue
-            stamp = _kafka.append_time_ms(msg)
+            stamp = kafka.append_time_ms(msg)
             if stamp is not None and msg.key():
                 appended.setdefault(msg.key().decode(), stamp)
             if msg.offset() + 1 >= ends[msg.partition()]:
@@ -446,7 +446,7 @@ def run_once(
     namespace = f"__txb_breakdown_{run}"
     topics = {"txbridge": f"breakdown-{run}-txbridge", "native": f"breakdown-{run}-native"}
     init_topics(bootstrap, namespace, PARTITIONS)
-    _kafka.ensure_topics(bootstrap, [_kafka.TopicSpec(t, PARTITIONS) for t in topics.values()])
+    kafka.ensure_topics(bootstrap, [kafka.TopicSpec(t, PARTITIONS) for t in topics.values()])
     work = tempfile.mkdtemp(prefix=f"txbridge-breakdown-{run}-")
     spec = Spec(bootstrap, namespace, topics, work, orders, rate, knobs)
     os.environ.setdefault(_SECRET_ENV, os.urandom(16).hex())  # children inherit it; never on argv
@@ -496,8 +496,8 @@ def run_once(
             proc.join(30)
             if proc.is_alive():
                 proc.kill()
-        _kafka.delete_topics_with_prefix(bootstrap, namespace)
-        _kafka.delete_topics_with_prefix(bootstrap, f"breakdown-{run}-")
+        kafka.delete_topics_with_prefix(bootstrap, namespace)
+        kafka.delete_topics_with_prefix(bootstrap, f"breakdown-{run}-")
     return _split(
         variant, sent=sent, seen=seen, appended=appended, coordinator=coordinator, load=load, warmup=warmup
     )
@@ -709,7 +709,7 @@ def saturate(bootstrap: str, variant: str, knobs: Knobs, *, count: int) -> str:
     namespace = f"__txb_breakdown_{run}"
     topic = f"breakdown-{run}-txbridge"
     init_topics(bootstrap, namespace, 12)
-    _kafka.ensure_topics(bootstrap, [_kafka.TopicSpec(topic, 6)])
+    kafka.ensure_topics(bootstrap, [kafka.TopicSpec(topic, 6)])
     spec = Spec(bootstrap, namespace, {"txbridge": topic}, "", count, 0.0, knobs)
     os.environ.setdefault(_SECRET_ENV, os.urandom(16).hex())
     ctx = multiprocessing.get_context("spawn")
@@ -733,8 +733,8 @@ def saturate(bootstrap: str, variant: str, knobs: Knobs, *, count: int) -> str:
             child.join(30)
             if child.is_alive():
                 child.kill()
-        _kafka.delete_topics_with_prefix(bootstrap, namespace)
-        _kafka.delete_topics_with_prefix(bootstrap, f"breakdown-{run}-")
+        kafka.delete_topics_with_prefix(bootstrap, namespace)
+        kafka.delete_topics_with_prefix(bootstrap, f"breakdown-{run}-")
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     rate = count / figures["elapsed"]
     per_tx = figures["produce_requests"] / count

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.config import partition_transactional_id
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.client_config import ClientConfig
 from txbridge.errors import TxBridgeError
 from txbridge.tools.bench import txbridge_runs as tb
@@ -247,7 +247,7 @@ def _lay_out(env: tb.Env, cluster: LocalCluster, admin: Any, topics: Sequence[st
     spread = placement.round_robin(cluster.node_ids, TOPIC_PARTITIONS)
     specs = [
         *internal_topics(namespace, HALF_PARTITIONS, 3),
-        *(_kafka.TopicSpec(t, TOPIC_PARTITIONS, replication_factor=3) for t in topics),
+        *(kafka.TopicSpec(t, TOPIC_PARTITIONS, replication_factor=3) for t in topics),
     ]
     assignments = {names.half: led, names.op: led, **dict.fromkeys(topics, spread)}
     placement.create_topics(env.bootstrap, specs, assignments, extra=env.extra)
@@ -307,14 +307,14 @@ def _wait_seen(watchers: Mapping[str, tb.Watcher], loads: Mapping[str, Load], ti
 
 def _copies(env: tb.Env, topic: str, timeout: float = 60.0) -> Counter[str]:
     """How many times each message id is on ``topic``, read_committed from its start to its end."""
-    consumer = _kafka.consumer(
+    consumer = kafka.consumer(
         env.bootstrap, f"bench-nodekill-count-{uuid.uuid4().hex[:8]}", env.extra, enable_partition_eof=True
     )
     copies: Counter[str] = Counter()
     try:
-        consumer.assign([_kafka.partition_at(topic, p, _kafka.FROM_START) for p in range(TOPIC_PARTITIONS)])
+        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in range(TOPIC_PARTITIONS)])
         ends: dict[int, int | None] = dict.fromkeys(range(TOPIC_PARTITIONS))
-        for msg in _kafka.read_to_end(consumer, topic, ends, timeout=timeout, what=f"reading {topic}"):
+        for msg in kafka.read_to_end(consumer, topic, ends, timeout=timeout, what=f"reading {topic}"):
             headers: Any = msg.headers()
             tx = header_dict(headers).get(H_TX)
             if tx:
@@ -344,7 +344,7 @@ def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress =
         env = tb.Env(
             cluster.bootstrap, uuid.uuid4().hex[:8], folder, client=ClientConfig.load(cluster.properties_file)
         )
-        admin = _kafka.admin(env.bootstrap, env.extra)
+        admin = kafka.admin(env.bootstrap, env.extra)
         topics = {name: f"bench-nodekill-{env.run_id}-{name}" for name in PATHS}
         layout = _lay_out(env, cluster, admin, list(topics.values()))
         progress(

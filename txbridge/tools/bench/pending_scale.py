@@ -38,7 +38,7 @@ from typing import Any
 
 import psutil
 
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.tools.local.broker import free_port
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import init_topics
@@ -105,7 +105,7 @@ def write_pending(bootstrap: str, ns: str, count: int, url: str) -> None:
     """Heartbeats of ``GROUPS`` producer groups, then ``count`` one-half transactions spread over
     them and over the partitions, none decided."""
     topics = Topics(ns)
-    producer = _kafka.producer(bootstrap)
+    producer = kafka.producer(bootstrap)
     for g in range(GROUPS):
         beat = ProducerInstance(f"group-{g:02d}", "inst-1", url)
         producer.produce(topics.producers, key=beat.key(), value=beat.encode(), partition=0)
@@ -238,7 +238,7 @@ def measure(  # noqa: PLR0915 - one measurement, its steps in order
         second.stop(60)
         server.close()
         with contextlib.suppress(Exception):
-            _kafka.delete_topics_with_prefix(bootstrap, ns)
+            kafka.delete_topics_with_prefix(bootstrap, ns)
     return out
 
 

@@ -15,9 +15,9 @@ from txbridge.tools.bench.kafka_native import Figure
 
 
 def machine() -> dict[str, Any]:
-    import confluent_kafka
     import psutil
 
+    from txbridge import kafka
     from txbridge.tools.local import jars
 
     return {
@@ -25,8 +25,7 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
-        "librdkafka": confluent_kafka.libversion()[0],
-        "confluent_kafka": confluent_kafka.version()[0],
+        **kafka.versions(),  # librdkafka's and confluent_kafka's
         "kafka": jars.KAFKA_VERSION,
         "rocketmq": jars.ROCKETMQ_VERSION,
         "rocketmq_python_client": _version("rocketmq-python-client"),

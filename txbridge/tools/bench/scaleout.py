@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psutil
-from confluent_kafka import TopicPartition
 
-from txbridge import _kafka
+from txbridge import kafka
+from txbridge.kafka import TopicPartition
 from txbridge.tools.bench import txbridge_runs as tb
 from txbridge.tools.bench.kafka_native import BenchError, CpuMeter, Figure, payload
 from txbridge.tools.local.broker import free_port
@@ -444,7 +444,7 @@ def read_topic(env: tb.Env, topic: str, timeout: float = 120.0, idle_s: float = 
     Raises:
         BenchError: the end was not reached within ``timeout``.
     """
-    consumer = _kafka.consumer(env.bootstrap, f"bench-verify-{env.run_id}", env.extra)
+    consumer = kafka.consumer(env.bootstrap, f"bench-verify-{env.run_id}", env.extra)
     counts: Counter[str] = Counter()
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -458,7 +458,7 @@ def read_topic(env: tb.Env, topic: str, timeout: float = 120.0, idle_s: float = 
         while any(position[p] < ends[p] for p in parts) and time.monotonic() - last < idle_s:
             if time.monotonic() > deadline:
                 raise BenchError(f"could not read {topic} to its end within {timeout:.0f}s")
-            for msg in _kafka.consume_available(consumer, 1000, 0.2):
+            for msg in kafka.consume_available(consumer, 1000, 0.2):
                 last = time.monotonic()
                 if msg.error() is not None:
                     continue

@@ -14,10 +14,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from confluent_kafka import KafkaException
-
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.aio import AsyncTransactionProducer
+from txbridge.kafka import KafkaException
 from txbridge.tools.bench import txbridge_runs as tb
 from txbridge.tools.bench.kafka_native import BenchError
 from txbridge.transaction import LocalTransaction, Message
@@ -179,10 +178,10 @@ class NativeLoad(Load):
 
     def _run(self) -> None:
         env = self._env
-        producer = _kafka.producer(
+        producer = kafka.producer(
             env.bootstrap, env.extra, transactional_id=self.transactional_id, linger_ms=0
         )
-        _kafka.init_transactions(producer, 60)
+        kafka.init_transactions(producer, 60)
         self._ready.set()
         pace = Pace(self.rate)
         for i in itertools.count():

@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_END, TopicPartition
-
 from coordinator.config import partition_transactional_id
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.aio import AsyncTransactionProducer
 from txbridge.barrier import SqliteBarrier
 from txbridge.client_config import ClientConfig
+from txbridge.kafka import OFFSET_END, TopicPartition
 from txbridge.tools.bench.kafka_native import NO_METER, BenchError, CpuMeter, Figure, latency_figure, payload
 from txbridge.tools.local.broker import free_port
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
@@ -77,7 +76,7 @@ class Env:
 
     def topic(self, name: str, partitions: int = 6) -> str:
         topic = f"{self.topic_prefixes[1]}{name}"
-        _kafka.ensure_topics(self.bootstrap, [_kafka.TopicSpec(topic, partitions)], extra=self.extra)
+        kafka.ensure_topics(self.bootstrap, [kafka.TopicSpec(topic, partitions)], extra=self.extra)
         return topic
 
     def delete_topics(self) -> list[str]:
@@ -85,7 +84,7 @@ class Env:
         return [
             name
             for prefix in self.topic_prefixes
-            for name in _kafka.delete_topics_with_prefix(self.bootstrap, prefix, extra=self.extra)
+            for name in kafka.delete_topics_with_prefix(self.bootstrap, prefix, extra=self.extra)
         ]
 
     def coordinator(self, ns: str, name: str, *args: str) -> CoordinatorProcess:
@@ -167,7 +166,7 @@ class Watcher:
 def _watch(
     bootstrap: str, topic: str, out: Any, stop: Any, ready: Any, *, extra: Mapping[str, Any] | None = None
 ) -> None:
-    consumer = _kafka.consumer(bootstrap, f"bench-watch-{os.urandom(4).hex()}", extra, fetch_wait_max_ms=10)
+    consumer = kafka.consumer(bootstrap, f"bench-watch-{os.urandom(4).hex()}", extra, fetch_wait_max_ms=10)
     parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in parts])
     consumer.consume(1, 0.5)  # resolves OFFSET_END before anything is produced
@@ -175,7 +174,7 @@ def _watch(
     try:
         while not stop.is_set():
             batch = []
-            for msg in _kafka.consume_available(consumer, 1000, 0.1):
+            for msg in kafka.consume_available(consumer, 1000, 0.1):
                 if msg.error() is None:
                     now = time.time()
                     tx = header_dict(msg.headers()).get(H_TX)
@@ -537,14 +536,14 @@ def _leave_a_transaction_open(env: Env, ns: str, topic: str, owned: set[int], ke
     aborts it)."""
     topics = Topics(ns)
     group = default_coordinator_group(ns)
-    reader = _kafka.consumer(env.bootstrap, group, env.extra, isolation_level="read_uncommitted")
+    reader = kafka.consumer(env.bootstrap, group, env.extra, isolation_level="read_uncommitted")
     producers: list[Any] = []
     try:
         wanted = [TopicPartition(t, p) for t in (topics.half, topics.op) for p in sorted(owned)]
         offsets = [tp for tp in reader.committed(wanted, timeout=10) if tp.offset >= 0]
         members = reader.consumer_group_metadata()  # never joined: generation -1, as a dead member's
         for number in sorted(owned):
-            producer = _kafka.producer(
+            producer = kafka.producer(
                 env.bootstrap, env.extra, transactional_id=partition_transactional_id(group, ns, number)
             )
             producers.append(producer)

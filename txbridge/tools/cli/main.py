@@ -170,7 +170,7 @@ def kafka_stop() -> None:
 @one_line_errors
 def kafka_status(bootstrap: str | None, client: ClientConfig) -> None:
     """Say whether the local broker and cluster (or the broker at --bootstrap) answer."""
-    from txbridge._kafka import check_reachable
+    from txbridge.kafka import check_reachable
     from txbridge.tools.local.broker import LocalKafka
     from txbridge.tools.local.cluster import LocalCluster
 
@@ -243,17 +243,17 @@ def init(
 @one_line_errors
 def smoke(bootstrap: str | None, client: ClientConfig) -> None:
     """Send one message and read it back (starts the local broker if needed)."""
-    from txbridge import _kafka
+    from txbridge import kafka
 
     bootstrap = resolve_bootstrap(bootstrap, start_local=True, client=client)
     settings = client.librdkafka()
     topic = f"txbridge-smoke-{uuid.uuid4().hex[:8]}"
-    _kafka.ensure_topics(bootstrap, [_kafka.TopicSpec(topic)], extra=settings)
-    producer = _kafka.producer(bootstrap, settings)
+    kafka.ensure_topics(bootstrap, [kafka.TopicSpec(topic)], extra=settings)
+    producer = kafka.producer(bootstrap, settings)
     producer.produce(topic, key=b"k", value=b"hello from txbridge")
     if producer.flush(30) != 0:
         raise TxBridgeError(f"the smoke message was not acknowledged by {bootstrap}")
-    consumer = _kafka.consumer(bootstrap, f"smoke-{uuid.uuid4().hex[:8]}", settings)
+    consumer = kafka.consumer(bootstrap, f"smoke-{uuid.uuid4().hex[:8]}", settings)
     consumer.subscribe([topic])
     try:
         deadline = time.monotonic() + 30

@@ -110,7 +110,7 @@ def resolve_bootstrap(
 ) -> str:
     """The bootstrap to use: the given one, else the client file's ``bootstrap.servers``, else the
     local broker; checked with the client settings (a secured cluster is probed as one)."""
-    from txbridge._kafka import check_reachable
+    from txbridge.kafka import check_reachable
     from txbridge.tools.local.broker import LocalKafka
 
     settings = client.librdkafka() if client is not None else None

@@ -323,7 +323,7 @@ class LocalKafka:
         return self.status()
 
     def _wait_ready(self, timeout: float) -> None:
-        from txbridge._kafka import check_reachable
+        from txbridge.kafka import check_reachable
 
         assert self._process is not None
         logs = self.home / "logs"

@@ -596,20 +596,19 @@ class LocalCluster:
     def _wait_ready(self, node_ids: list[int], timeout: float) -> None:
         """Wait until every node is registered and unfenced, as an authenticated client sees it,
         and each of ``node_ids`` serves clients itself (:meth:`_serving`)."""
-        from confluent_kafka import KafkaException
-
-        from txbridge import _kafka
+        from txbridge import kafka
+        from txbridge.kafka import KafkaException
 
         watch = StartupWatch(
             [self.log_file(i) for i in node_ids], timeout, f"the local cluster's nodes {node_ids}"
         )
         # Quiet: refused connections and failed handshakes are expected while the nodes start.
         quiet = {**self.client_config(), "log_level": 0}
-        admin = _kafka.admin(self.bootstrap, quiet)
+        admin = kafka.admin(self.bootstrap, quiet)
         ports = self._ports()
         # One client per node, bootstrapped on that node alone: until the node answers, it is
         # the only broker the client knows, so an answer comes from that node.
-        alone = {i: _kafka.admin(f"{self.host}:{ports[i].client}", quiet) for i in node_ids}
+        alone = {i: kafka.admin(f"{self.host}:{ports[i].client}", quiet) for i in node_ids}
         serving: set[int] = set()
         while True:
             for node_id in node_ids:
@@ -649,7 +648,7 @@ class LocalCluster:
         ``orig_broker_id`` is -1 for the bootstrap connection, or another node once the client
         has learnt them): the client learns of other nodes only from that node's first answer.
         """
-        from confluent_kafka import KafkaException
+        from txbridge.kafka import KafkaException
 
         try:
             alone.list_topics(timeout=1.0)

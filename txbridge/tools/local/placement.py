@@ -16,11 +16,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from txbridge import _kafka
+from txbridge import kafka
 from txbridge.errors import BrokerError
+from txbridge.kafka import AdminClient, ElectionType, KafkaError, KafkaException, NewTopic, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +74,10 @@ def ensure_internal_topics(bootstrap: str, extra: Mapping[str, Any] | None, time
     """
     deadline = time.monotonic() + timeout
     warm = f"txbridge-warm-{time.time_ns()}"
-    producer = _kafka.producer(bootstrap, extra, transactional_id=warm)
-    _kafka.init_transactions(producer, timeout)
+    producer = kafka.producer(bootstrap, extra, transactional_id=warm)
+    kafka.init_transactions(producer, timeout)
     producer.flush(0)
-    consumer = _kafka.consumer(bootstrap, warm, extra)
+    consumer = kafka.consumer(bootstrap, warm, extra)
     try:
         while True:
             try:
@@ -93,7 +91,7 @@ def ensure_internal_topics(bootstrap: str, extra: Mapping[str, Any] | None, time
                 time.sleep(0.5)
     finally:
         consumer.close()
-    admin = _kafka.admin(bootstrap, extra)
+    admin = kafka.admin(bootstrap, extra)
     while not all(_led(admin, topic) for topic in (TRANSACTION_LOG, OFFSETS_TOPIC)):
         if time.monotonic() > deadline:
             raise BrokerError(f"{TRANSACTION_LOG} and {OFFSETS_TOPIC} have no leaders after {timeout:.0f}s")
@@ -121,7 +119,7 @@ def round_robin(node_ids: Sequence[int], partitions: int) -> list[list[int]]:
 
 def create_topics(
     bootstrap: str,
-    specs: Iterable[_kafka.TopicSpec],
+    specs: Iterable[kafka.TopicSpec],
     assignments: Mapping[str, list[list[int]]],
     *,
     extra: Mapping[str, Any] | None = None,
@@ -142,15 +140,15 @@ def create_topics(
         if s.name in assignments
     ]
     if placed:
-        client = _kafka.admin(bootstrap, extra)
+        client = kafka.admin(bootstrap, extra)
         for name, future in client.create_topics(placed, operation_timeout=timeout).items():
             try:
                 future.result(timeout=timeout)
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise _kafka.to_error(exc, f"creating topic {name}") from exc
+                    raise kafka.to_error(exc, f"creating topic {name}") from exc
     # The others, and a listing of every topic with its leaders before anything produces.
-    _kafka.ensure_topics(bootstrap, specs, extra=extra, timeout=timeout)
+    kafka.ensure_topics(bootstrap, specs, extra=extra, timeout=timeout)
 
 
 def out_of_sync(admin: AdminClient, topics: Iterable[str] | None = None) -> list[str]:

@@ -1,0 +1,249 @@
+"""Admin calls: topics, reachability, and the admin types of confluent_kafka the tools use.
+
+:func:`admin` makes an ``AdminClient`` with txbridge's settings; :func:`ensure_topics` and
+:func:`delete_topics_with_prefix` manage topics; :func:`check_reachable` probes the brokers
+before a command starts and says what to change when they do not answer. ``AdminClient``,
+``NewTopic``, ``ElectionType`` and the ACL types (``AclBinding``, ``AclOperation``,
+``AclPermissionType``, ``ResourcePatternType``, ``ResourceType``) are confluent_kafka's own
+classes, re-exported.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import ElectionType, KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from txbridge._secrets import MASK, is_secret
+from txbridge.errors import ConfigurationError, KafkaUnavailableError, TxBridgeError
+from txbridge.kafka.config import Config, client_config
+from txbridge.kafka.errors import to_error
+
+__all__ = [
+    "AclBinding",
+    "AclOperation",
+    "AclPermissionType",
+    "AdminClient",
+    "ElectionType",
+    "NewTopic",
+    "ResourcePatternType",
+    "ResourceType",
+    "TopicSpec",
+    "admin",
+    "check_reachable",
+    "delete_topics_with_prefix",
+    "ensure_topics",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def admin(bootstrap: str, extra: Mapping[str, Any] | None = None) -> AdminClient:
+    return AdminClient(client_config(bootstrap, extra))
+
+
+def check_reachable(bootstrap: str, *, timeout: float = 5.0, extra: Mapping[str, Any] | None = None) -> None:
+    """Raise unless a broker answers a metadata request at ``bootstrap`` within ``timeout``.
+
+    ``extra`` holds the client settings (security ones included): the probe connects as
+    every client of the command will.
+
+    Raises:
+        KafkaUnavailableError: nothing answered; the message says what to change.
+        ConfigurationError: a broker answered but refused the client: authentication or
+            TLS failed (the message says which).
+    """
+    if not _any_listener(bootstrap):
+        raise KafkaUnavailableError(
+            f"no Kafka broker answers at {bootstrap} (connection refused): start one with "
+            "'txbridge kafka start', or pass --bootstrap / set KAFKA_BOOTSTRAP_SERVERS"
+        )
+    # Quiet: a refused connection is the expected answer here, reported once below.
+    errors: list[KafkaError] = []
+    settings: Config = {**client_config(bootstrap, extra), "log_level": 0, "error_cb": errors.append}
+    client = AdminClient(settings)
+    try:
+        client.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        client.poll(0.5)  # serves the error events that say why
+        raise _unreachable(bootstrap, timeout, errors, extra or {}) from exc
+
+
+def _unreachable(
+    bootstrap: str, timeout: float, errors: list[KafkaError], extra: Mapping[str, Any]
+) -> TxBridgeError:
+    """The error of a failed probe: authentication and TLS failures are named as such."""
+
+    def reason(code: int) -> str | None:
+        found = next((e.str() for e in errors if e.code() == code), None)
+        if found is None:
+            return None
+        found = found.split("/bootstrap: ", 1)[-1]
+        for name, value in extra.items():  # librdkafka does not echo secrets; make sure of it
+            if is_secret(name) and str(value):
+                found = found.replace(str(value), MASK)
+        return found
+
+    auth = reason(KafkaError._AUTHENTICATION)
+    if auth is not None:
+        return ConfigurationError(
+            f"authentication failed at {bootstrap}: {auth}: check the user and password of the client "
+            "settings (sasl.jaas.config, or sasl.username / sasl.password; --command-config, -X)"
+        )
+    tls = reason(KafkaError._SSL)
+    if tls is not None:
+        return ConfigurationError(
+            f"TLS with the brokers at {bootstrap} failed: {tls}: check the CA of the client settings "
+            "(ssl.truststore.location with ssl.truststore.type=PEM, or ssl.ca.location; --command-config, -X)"
+        )
+    secured = str(extra.get("security.protocol", "PLAINTEXT")).upper() != "PLAINTEXT"
+    hint = "" if secured else "; a secured cluster also needs its client settings: --command-config FILE"
+    return KafkaUnavailableError(
+        f"no Kafka broker answers at {bootstrap} (waited {timeout:.0f}s): start one with "
+        f"'txbridge kafka start', or pass --bootstrap / set KAFKA_BOOTSTRAP_SERVERS{hint}"
+    )
+
+
+def _any_listener(bootstrap: str) -> bool:
+    """True when some bootstrap address accepts TCP (or cannot be probed plainly).
+
+    A fast path: a refused connection is known at once, where librdkafka would
+    retry until its timeout.
+    """
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        host = host.split("://")[-1].strip("[]")
+        if not host or not port.isdigit():
+            return True  # let librdkafka judge an unusual address
+        try:
+            with socket.create_connection((host, int(port)), timeout=2.0):
+                return True
+        except ConnectionRefusedError:
+            continue
+        except OSError:
+            return True  # unresolvable or filtered: librdkafka gives the real answer
+    return False
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    config: Mapping[str, str] = field(default_factory=dict)
+    replication_factor: int = -1  # the broker's default
+
+
+def ensure_topics(
+    bootstrap: str,
+    specs: Iterable[TopicSpec],
+    *,
+    extra: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> dict[str, str]:
+    """Create the topics that do not exist yet. Returns ``{name: "created" | "exists"}``.
+
+    An existing topic with fewer partitions than asked is an error (co-partitioning
+    depends on it); more partitions are accepted as they are.
+
+    Raises:
+        ConfigurationError: an existing topic has fewer partitions than ``spec``.
+        KafkaOperationError: the broker refused to create a topic.
+    """
+    client = admin(bootstrap, extra)
+    specs = list(specs)
+    metadata = client.list_topics(timeout=timeout).topics
+    outcome: dict[str, str] = {}
+    new = []
+    for spec in specs:
+        existing = metadata.get(spec.name)
+        if existing is None or existing.error is not None:
+            new.append(
+                NewTopic(spec.name, spec.partitions, spec.replication_factor, config=dict(spec.config))
+            )
+            continue
+        if len(existing.partitions) < spec.partitions:
+            raise ConfigurationError(
+                f"topic {spec.name} has {len(existing.partitions)} partitions, txbridge needs "
+                f"{spec.partitions}: raise them with kafka-topics --alter, or set a matching --partitions"
+            )
+        outcome[spec.name] = "exists"
+    if new:
+        for name, future in client.create_topics(new, operation_timeout=timeout).items():
+            try:
+                future.result(timeout=timeout)
+                outcome[name] = "created"
+            except KafkaException as exc:
+                if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    outcome[name] = "exists"
+                else:
+                    raise to_error(exc, f"creating topic {name}") from exc
+        _await_listed(client, {t.topic: t.num_partitions for t in new}, timeout)
+    return outcome
+
+
+def _await_listed(client: AdminClient, partitions: Mapping[str, int], timeout: float) -> None:
+    """Wait until a metadata listing shows each new topic with its partitions and their leaders.
+
+    CreateTopics answers once the controller has created a topic; the broker that answers the
+    next listing may not know it yet, and a producer started at once would say the topic does
+    not exist (seen under load: a test's topic missing from the producer's first listing).
+    """
+    deadline = time.monotonic() + timeout
+    waiting = dict(partitions)
+    while waiting:
+        listed = client.list_topics(timeout=max(0.1, deadline - time.monotonic())).topics
+        for name, count in list(waiting.items()):
+            topic = listed.get(name)
+            if (
+                topic is not None
+                and topic.error is None
+                and len(topic.partitions) >= count
+                and all(p.leader >= 0 for p in topic.partitions.values())
+            ):
+                del waiting[name]
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            logger.warning(
+                "topics %s created but not listed with leaders after %.0fs", sorted(waiting), timeout
+            )
+            return
+        time.sleep(0.05)
+
+
+def delete_topics_with_prefix(
+    bootstrap: str, prefix: str, *, extra: Mapping[str, Any] | None = None, timeout: float = 30.0
+) -> list[str]:
+    """Delete every topic whose name starts with ``prefix``. Returns the names deleted.
+
+    Raises:
+        ValueError: ``prefix`` is empty (that would delete every topic).
+        KafkaOperationError: the broker refused to delete one of them.
+    """
+    if not prefix:
+        raise ValueError("refusing to delete topics by an empty prefix")
+    client = admin(bootstrap, extra)
+    names = sorted(name for name in client.list_topics(timeout=timeout).topics if name.startswith(prefix))
+    if not names:
+        return []
+    for name, future in client.delete_topics(names, operation_timeout=timeout).items():
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            if not (exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                raise to_error(exc, f"deleting topic {name}") from exc
+    return names

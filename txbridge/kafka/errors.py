@@ -1,0 +1,43 @@
+"""confluent_kafka's errors, classified into txbridge's tree (:mod:`txbridge.errors`).
+
+``KafkaError`` (an error code, with librdkafka's retriable / fatal / abort-the-transaction
+flags) and ``KafkaException`` (what the clients raise, holding a ``KafkaError``) are
+confluent_kafka's own classes, re-exported: code above this package catches them and compares
+codes (``KafkaError.TOPIC_ALREADY_EXISTS``) through these names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from txbridge.errors import KafkaOperationError, ProducerFencedError
+
+__all__ = [
+    "KafkaError",
+    "KafkaException",
+    "is_partition_eof",
+    "to_error",
+]
+
+
+def to_error(err: KafkaError | KafkaException | Exception, context: str) -> KafkaOperationError:
+    """Translate a confluent_kafka error into txbridge's tree, keeping its classification."""
+    kerr = err.args[0] if isinstance(err, KafkaException) and err.args else err
+    if not isinstance(kerr, KafkaError):
+        return KafkaOperationError(f"{context}: {err}")
+    if kerr.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+        return ProducerFencedError(f"{context}: fenced by a newer instance ({kerr.str()})")
+    return KafkaOperationError(
+        f"{context}: {kerr.str()} ({kerr.name()})",
+        retriable=kerr.retriable(),
+        fatal=kerr.fatal(),
+        txn_requires_abort=kerr.txn_requires_abort(),
+        code=kerr.code(),
+    )
+
+
+def is_partition_eof(error: Any) -> bool:
+    """True for the event a consumer made with ``enable_partition_eof`` sends at a partition's end."""
+    return isinstance(error, KafkaError) and error.code() == KafkaError._PARTITION_EOF
