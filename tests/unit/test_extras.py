@@ -31,7 +31,11 @@ BASE_TOOLS = (
     "txbridge.tools.local.jars",
 )
 #: Tool modules that import their extra's packages when loaded, and that extra.
-EXTRA_OF = {"txbridge.tools.bench.runner": "bench", "txbridge.tools.local.certs": "local"}
+EXTRA_OF = {
+    "txbridge.tools.bench.runner": "bench",
+    "txbridge.tools.local.certs": "local",
+    "txbridge.spark": "spark",  # the Spark sink: the one part of the SDK that needs pyspark
+}
 HEAVY = {"pyspark", "matplotlib", "rich", "psutil", "numpy", "pandas", "httpx", "prometheus-client"}
 
 
@@ -41,7 +45,11 @@ def _modules(package: str) -> list[str]:
 
 
 def _sdk_modules() -> list[str]:
-    sdk = [n for n in _modules("txbridge") if not any(n == t or n.startswith(t + ".") for t in TOOLS)]
+    sdk = [
+        n
+        for n in _modules("txbridge")
+        if not any(n == t or n.startswith(t + ".") for t in (*TOOLS, *EXTRA_OF))
+    ]
     cli = _modules("txbridge.tools.cli")
     return sorted([*sdk, *BASE_TOOLS, *cli])
 

@@ -1,0 +1,173 @@
+"""The Spark sink's pure parts: batch labels, decision records, the back-check resolver, chunking.
+
+A *decision record* says which transactions of one micro-batch of one sink are the batch's
+published ones. It is written once per (sink, batch), before any COMMIT op of the batch, to
+the compacted topic ``<ns>_spark_sink`` keyed ``"<sink key>/<batch id>"``: the commit point
+of the batch. :class:`DecisionBook` answers back-checks from these records.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from txbridge import limits
+from txbridge.transaction import LocalTransaction, Message
+from txbridge.wire import TxState
+
+#: The header every message of the sink carries: ``"<sink key>/<batch id>"``.
+H_BATCH = "txb.spark.batch"
+#: The decision records' format version.
+DECISION_VERSION = 1
+
+
+def sink_topic(namespace: str) -> str:
+    """The compacted topic of the sink's decision records."""
+    return f"{namespace}_spark_sink"
+
+
+def batch_label(sink_key: str, batch_id: int) -> str:
+    """The value of :data:`H_BATCH` (and the decision record's key)."""
+    return f"{sink_key}/{batch_id}"
+
+
+def parse_label(label: str) -> tuple[str, int] | None:
+    """``(sink key, batch id)`` of a label, None when it is not one."""
+    sink, sep, batch = label.rpartition("/")
+    if not sep or not sink or not batch.isdigit():
+        return None
+    return sink, int(batch)
+
+
+@dataclass(frozen=True)
+class TxRef:
+    """One transaction a task wrote: its id, its half/op partition, its message count."""
+
+    tx_id: str
+    partition: int
+    count: int
+
+
+@dataclass(frozen=True)
+class BatchDecision:
+    """The transactions published for one batch of one sink, in the order their COMMITs go out."""
+
+    sink_key: str
+    batch_id: int
+    txs: tuple[TxRef, ...]
+    sink_id: str = ""
+
+    @property
+    def key(self) -> bytes:
+        return batch_label(self.sink_key, self.batch_id).encode()
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "v": DECISION_VERSION,
+                "sink": self.sink_id,
+                "sink_key": self.sink_key,
+                "batch": self.batch_id,
+                "txs": [[t.tx_id, t.partition, t.count] for t in self.txs],
+                "ts": int(time.time() * 1000),
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> BatchDecision:
+        """Raises ValueError (or KeyError, TypeError) on a record that is not a decision."""
+        data = json.loads(value)
+        if data.get("v") != DECISION_VERSION:
+            raise ValueError(f"decision record version {data.get('v')!r} is not {DECISION_VERSION}")
+        txs = tuple(TxRef(str(t), int(p), int(n)) for t, p, n in data["txs"])
+        return cls(str(data["sink_key"]), int(data["batch"]), txs, str(data.get("sink", "")))
+
+
+def ordered_refs(messages: Iterable[Sequence[TxRef] | None]) -> list[TxRef]:
+    """The transactions of the tasks' commit messages, task by task, each task's in order
+    (a failed task's message is None)."""
+    return [ref for refs in messages if refs for ref in refs]
+
+
+class DecisionBook:
+    """The decision records read so far, and the back-check answer they give.
+
+    A transaction of batch ``b`` of sink ``s`` (its messages' :data:`H_BATCH` header):
+
+    - listed in the decision of ``(s, b)``: COMMIT;
+    - ``(s, b)`` decided without it, or a later batch of ``s`` decided (so ``b`` was decided,
+      or will never be by this sink's run): ROLLBACK, a failed task attempt or a superseded run;
+    - otherwise UNKNOWN: the batch is still being written or committed. UNKNOWN too until the
+      book has read every record the topic had when it started (:attr:`loaded`), and for a
+      transaction without the header (not the sink's).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decided: dict[tuple[str, int], frozenset[str]] = {}
+        self._newest: dict[str, int] = {}
+        self.loaded = threading.Event()
+
+    def add(self, decision: BatchDecision) -> None:
+        """Note a decision record. A second record for the same batch is ignored (the first is final)."""
+        key = (decision.sink_key, decision.batch_id)
+        with self._lock:
+            self._decided.setdefault(key, frozenset(t.tx_id for t in decision.txs))
+            self._newest[decision.sink_key] = max(self._newest.get(decision.sink_key, -1), decision.batch_id)
+
+    def decided(self, sink_key: str, batch_id: int) -> frozenset[str] | None:
+        with self._lock:
+            return self._decided.get((sink_key, batch_id))
+
+    def answer(self, label: str | None, tx_id: str) -> TxState:
+        """The verdict on ``tx_id`` whose messages carry ``label``."""
+        parsed = parse_label(label) if label else None
+        if parsed is None or not self.loaded.is_set():
+            return TxState.UNKNOWN
+        sink, batch = parsed
+        with self._lock:
+            chosen = self._decided.get((sink, batch))
+            newest = self._newest.get(sink, -1)
+        if chosen is not None:
+            return TxState.COMMIT if tx_id in chosen else TxState.ROLLBACK
+        return TxState.ROLLBACK if batch < newest else TxState.UNKNOWN
+
+    def check(self, txn: LocalTransaction) -> TxState:
+        """A txbridge check function: the verdict from the transaction's :data:`H_BATCH` header."""
+        return self.answer(label_of(txn.messages), txn.tx_id)
+
+
+def label_of(messages: Iterable[Message]) -> str | None:
+    """The :data:`H_BATCH` value of the first message that has one."""
+    for msg in messages:
+        for name, raw in msg.header_pairs:
+            if name == H_BATCH:
+                return raw.decode("utf-8", "replace")
+    return None
+
+
+def chunks(messages: Iterable[Message], max_rows: int, max_bytes: int) -> Iterator[list[Message]]:
+    """``messages`` in order, cut into transactions of at most ``max_rows`` messages and
+    ``max_bytes`` bytes (:func:`txbridge.limits.record_size` of each, as republished; a single
+    larger message is a transaction of its own)."""
+    if max_rows < 1 or max_bytes < 1:
+        raise ValueError("max_rows and max_bytes must be positive")
+    chunk: list[Message] = []
+    size = 0
+    for msg in messages:
+        raw_key = msg.key if isinstance(msg.key, bytes) or msg.key is None else str(msg.key).encode()
+        raw_value = (
+            msg.value if isinstance(msg.value, bytes) or msg.value is None else str(msg.value).encode()
+        )
+        this = limits.record_size(raw_key, raw_value, msg.header_pairs)
+        if chunk and (len(chunk) >= max_rows or size + this > max_bytes):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(msg)
+        size += this
+    if chunk:
+        yield chunk
