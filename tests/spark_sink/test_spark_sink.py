@@ -304,3 +304,29 @@ def test_a_task_that_dies_after_part_of_its_rows_is_retried_with_nothing_lost_or
     assert rolled_back, "the dying attempt wrote no transaction"
     assert all(found[0]["source"] == "check" for tx, found in ops.items() if tx in rolled_back)
     assert sum(1 for s in states.values() if s == "COMMIT") == 160 // 5
+
+
+def test_the_example_publishes_its_orders_once(sink_env: SinkEnv, unique_name: Callable[[str], str]) -> None:
+    topic = unique_name("orders")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "examples/spark_sink.py",
+            "--bootstrap",
+            sink_env.bootstrap,
+            "--topic",
+            topic,
+            *("--namespace", sink_env.namespace, "--rows", "12"),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "TXBRIDGE_SECRET": SECRET},
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert f"published 12 orders to {topic} once" in result.stdout
+    values = _values(read_topic(sink_env.bootstrap, topic, at_least=12))
+    assert sorted(values) == sorted({f'{{"order": {i}, "amount": {10 * i}}}' for i in range(12)})
