@@ -13,6 +13,8 @@ PostgreSQL binaries from PyPI, started in a temp folder, no Docker.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import signal
@@ -32,16 +34,43 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+_stopped_by: list[int] = []  # the signal that cut the run, once one has
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A run cut by a timeout (SIGTERM from CI or a shell's ``timeout``) still tears its session
     down, so the brokers, clusters and servers it started stop with it: pytest runs the
     fixtures' finalizers on KeyboardInterrupt, and dies without them on SIGTERM."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupted)
+        signal.signal(signal.SIGTERM, functools.partial(_interrupted, config))
 
 
-def _interrupted(signum: int, _frame: object) -> None:
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _stopped_by and hasattr(config, "workerinput"):
+        # An xdist worker whose finalizers ran: exit now rather than wait on a controller
+        # that is only waiting for it (see _interrupted).
+        os._exit(128 + _stopped_by[0])
+
+
+def _interrupted(config: pytest.Config, signum: int, _frame: object) -> None:
+    _stopped_by.append(signum)
+    if config.pluginmanager.hasplugin("dsession") and not hasattr(config, "workerinput"):
+        _stop_workers(signum)
     raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
+def _stop_workers(signum: int) -> None:
+    """The xdist controller: the servers belong to the workers, and the controller's own
+    shutdown kills them within seconds, before their finalizers end. So each worker gets the
+    signal (and tears its session down as above), the controller waits for them, and exits."""
+    import psutil
+
+    workers = psutil.Process().children()
+    for worker in workers:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            worker.send_signal(signum)
+    psutil.wait_procs(workers, timeout=180)
+    os._exit(128 + signum)
 
 
 # `make test` runs the suite on pytest-xdist workers with `--dist loadgroup`. A session server
@@ -52,6 +81,9 @@ def _interrupted(signum: int, _frame: object) -> None:
 # worker puts them first: they start at once on separate workers while the short modules fill
 # in around them.
 _SERVER_GROUPS = {"secure_kafka": "secured-cluster", "spark": "spark", "spark_cluster": "spark"}
+# Modules that start a 3-node cluster of their own: beside the session's, that would be six
+# brokers on two cores, and the node-kill step's figures would measure the crowd.
+_CLUSTER_MODULES = {"tests/integration/test_bench_node_kill.py"}
 
 
 def _group(item: pytest.Item) -> str:
@@ -60,6 +92,8 @@ def _group(item: pytest.Item) -> str:
         if fixture in fixtures:
             return group
     module = item.nodeid.split("::", 1)[0]
+    if module in _CLUSTER_MODULES:
+        return "secured-cluster"
     if module.startswith("tests/rocketmq/"):
         return "spark"  # RocketMQ's session fixture; its demo tests use the SparkSession too
     return module

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider"]
 
@@ -21,6 +23,7 @@ def server(tmp_path_factory):
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)  # as the local broker starts
     (PID_FILE).write_text(str(child.pid))
     yield child
+    time.sleep(5)  # a broker or a cluster takes seconds to stop: longer than xdist's own shutdown waits
     os.kill(child.pid, signal.SIGTERM)
     child.wait(10)
 
@@ -39,12 +42,14 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split()[2] == "Z")
 
 
-def test_sigterm_runs_the_session_teardown(tmp_path: Path) -> None:
+# In-process, and on xdist workers as `make test` runs it (the servers are the workers').
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["in-process", "xdist"])
+def test_sigterm_runs_the_session_teardown(tmp_path: Path, workers: list[str]) -> None:
     pid_file = tmp_path / "server.pid"
     test_file = tmp_path / "test_cut.py"
     test_file.write_text(SESSION.replace("(PID_FILE)", f"__import__('pathlib').Path({str(pid_file)!r})"))
     run = subprocess.Popen(
-        [*PYTEST, str(test_file)],
+        [*PYTEST, *workers, str(test_file)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
