@@ -25,8 +25,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_any
 from typing import TYPE_CHECKING, Any
 
-from coordinator import changelog, health, membership, metrics, scheduler
-from coordinator.checker import Checker, CheckJob, CheckResult
+from coordinator import changelog, health, membership, metrics
+from coordinator.backchecks import BackChecks
+from coordinator.checker import Checker
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
 from coordinator.metrics import Stat, Stats
@@ -42,12 +43,7 @@ from txbridge import kafka
 from txbridge.errors import KafkaOperationError, ProducerFencedError, WireFormatError
 from txbridge.kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from txbridge.wire import (
-    CheckMessage,
-    CheckRequest,
-    OpRecord,
-    OpSource,
     Topics,
-    TxState,
     decode_half,
     decode_op,
     decode_young,
@@ -61,7 +57,6 @@ logger = logging.getLogger(__name__)
 _BATCH = 1000  # records per consume() call
 _SCHEDULE_INTERVAL_S = 0.05  # how often due back-checks are looked for
 _RETURNS_INTERVAL_S = 0.5  # how often producers that came back or went silent are looked for
-_REGISTRY_WAIT_S = 10.0  # checks wait at most this long after start for the registry to be read
 #: The half/op consumer's fetches follow the load. The broker answers a fetch at the first
 #: record (``fetch.min.bytes`` 1), or after FETCH_WAIT_MS when there is none, so an idle
 #: coordinator fetches ~200 times a second; and while the loop has not yet taken what the last
@@ -138,6 +133,12 @@ _REJOIN_WINDOW_S = 300.0
 END_RETRY_S = 60.0
 
 
+def _forget(txs: dict[str, PendingTx], gone: Callable[[PendingTx], bool]) -> None:
+    """Remove the transactions ``gone`` picks, in place: the back-checks hold the same dict."""
+    for tx_id in [tx_id for tx_id, tx in txs.items() if gone(tx)]:
+        del txs[tx_id]
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -192,9 +193,8 @@ class Coordinator:
         self._checker: Checker | None = None
         self._resumer: ExpiryResumer | None = None
         self._owned: frozenset[int] = frozenset()  # partitions served, for the resumer's thread
-        self._expedited: set[tuple[str, str]] = set()  # silent producer instances already expedited
-        self._left: set[tuple[str, str]] = set()  # decisive instances that left, not expedited yet
         self._reader: HalfReader | None = None
+        self._checks: BackChecks | None = None  # made in _start, once its clients exist
         self._offsets: Consumer | None = None  # a never-subscribed consumer for end-offset queries
         self._metrics_server: Any = None
         self._watchdog = Watchdog(self._on_wedged)
@@ -210,7 +210,6 @@ class Coordinator:
         self._fatal: KafkaOperationError | None = None  # set once the coordinator must stop
         self._clients_failed: KafkaOperationError | None = None  # _rejoin replaces the clients
         self._rejoins: list[float] = []  # monotonic times of recent rejoins
-        self._started = 0.0  # monotonic time _start() began reading the registry
         self.running = threading.Event()  # set once partitions may be served (tests wait on it)
         self.health = health.Health(config, self.topics.half)
         self._on_wedged_hook = on_wedged
@@ -244,12 +243,11 @@ class Coordinator:
         cfg = self.config
         self._watchdog.start()
         extra = dict(cfg.extra_config)
-        # The registry catches up in the loop: checks wait for it (_schedule_checks), publishing does not.
+        # The registry catches up in the loop: checks wait for it (BackChecks), publishing does not.
         self._registry = ProducerRegistry(
             cfg.bootstrap, self.topics.producers, cfg.producer_liveness_s, extra
         )
         self._registry.start()
-        self._started = time.monotonic()
         self._checker = Checker(cfg, self._transport)
         self._checker.start()
         if cfg.resume_expired:
@@ -263,6 +261,18 @@ class Coordinator:
             )
             self._resumer.start()
         self._reader = HalfReader(cfg.bootstrap, self.topics.half, extra)
+        self._checks = BackChecks(
+            cfg,
+            self.policy,
+            self.stats,
+            self.partitions,
+            batch=self._batch,
+            ready=self._ready,
+            expiring=self._expiring,
+            checker=self._checker,
+            registry=self._registry,
+            reader=self._reader,
+        )
         if cfg.static_membership:
             membership.wait_for_handed_over(cfg, self.topics, self._session_timeout_s(), self._stop)
         if cfg.metrics_port is not None:
@@ -476,15 +486,17 @@ class Coordinator:
         """Between consuming and committing: the registry, check answers and due checks,
         gone and returning producers, unserved partitions, the periodic log line."""
         assert self._registry is not None
+        assert self._checks is not None
         self._registry.poll()
-        self._apply_check_results()
+        self._checks.apply_results()
         if now >= self._next_schedule:  # check times are seconds apart: no need to look per record
-            self._schedule_checks()
+            if self._checks.registry_read():  # else every check would find no live instance yet
+                self._checks.schedule(self._ops_caught_up())
             self._next_schedule = now + _SCHEDULE_INTERVAL_S
-        if now >= self._next_returns and self.partitions and self._registry_read():
-            self._look_for_gone_writers()
+        if now >= self._next_returns and self.partitions and self._checks.registry_read():
+            self._checks.expedite_gone_writers()
             if self._resumer is not None:
-                self._look_for_returns(self._resumer)
+                self._checks.observe_returns(self._resumer)
             self._next_returns = now + _RETURNS_INTERVAL_S
         self.health.look()  # while it owns nothing: is any partition unserved?
         if now >= self._next_log:
@@ -768,7 +780,7 @@ class Coordinator:
         self._ready &= set(self.partitions)
         self._to_copy = {k: tp for k, tp in self._to_copy.items() if k[1] in self.partitions}
         self._batch.clear(self._batch.partitions() - set(self.partitions))
-        self._expiring = {k: t for k, t in self._expiring.items() if t.partition in self.partitions}
+        _forget(self._expiring, lambda t: t.partition not in self.partitions)
         self._incomplete = [(t, r) for t, r in self._incomplete if t.partition in self.partitions]
 
     # ------------------------------------------------------------------ input
@@ -828,46 +840,6 @@ class Coordinator:
 
     # ------------------------------------------------------------------ back-checks
 
-    def _schedule_checks(self) -> None:
-        assert self._checker is not None
-        assert self._registry is not None
-        if not self._registry_read():
-            return  # every check would find no live instance yet
-        now = _now_ms()
-        in_flight = self._checker.in_flight_txs
-        # One request asks about up to check_batch_size transactions of one group and writer.
-        batches: dict[tuple[str, tuple[str, ...]], list[tuple[int, PendingTx]]] = {}
-        targets: dict[tuple[str, str], tuple[str, ...]] = {}  # (group, writer) -> URLs, once per pass
-        for number in self._ops_caught_up():
-            state = self.partitions[number]
-            due = state.due_checks(self.policy, now, in_flight)
-            self._expiring.update((t.tx_id, t) for t in due.expire)
-            for tx in due.check:
-                writer = (tx.group, tx.instance)
-                if writer not in targets:
-                    targets[writer] = tuple(self._registry.view.targets(tx.group, tx.instance, now))
-                batches.setdefault((tx.group, targets[writer]), []).append((number, tx))
-        # Plan every request of the pass first, within each group's free request slots (the rest
-        # wait for a later pass), so that evicted or restored payloads are re-read in one go: one
-        # read per half partition per pass, not one per request (a request's transactions span
-        # the partitions, so reading per request re-read each partition once per request).
-        size = self.config.check_batch_size
-        slots = {group: self._checker.free_slots(group) for group, _urls in batches}
-        planned: list[tuple[tuple[str, ...], list[tuple[int, PendingTx]]]] = []
-        for (group, urls), txs in batches.items():
-            for start in range(0, len(txs), size):
-                if slots[group] == 0:
-                    break
-                slots[group] -= 1
-                planned.append((urls, txs[start : start + size]))
-        self._load_payloads([tx for _urls, part in planned for _number, tx in part])  # checks show headers
-        for urls, part in planned:
-            chunk = [CheckJob(number, self._check_request(tx), urls) for number, tx in part]
-            if not self._checker.submit_batch(chunk):
-                continue  # cannot happen while only this loop takes slots; asked at a later pass
-            self.stats[Stat.CHECKS] += len(chunk)
-            self.stats[Stat.CHECK_REQUESTS] += 1
-
     def _consumer_positions(self, numbers: list[int]) -> dict[tuple[str, int], int] | None:
         """The consumer's positions on the owned half and op partitions (None: not known now).
 
@@ -881,48 +853,6 @@ class Coordinator:
         except Exception as exc:  # transient: checks and waits look again at the next pass
             logger.debug("partition positions: %s", exc)
             return None
-
-    def _look_for_returns(self, resumer: ExpiryResumer) -> None:
-        """Hand the resumer the live producer instances; count what it did since the last look."""
-        assert self._registry is not None
-        view, now = self._registry.view, _now_ms()
-        resumer.observe(view.live(now), lambda group: tuple(view.targets(group, "", now)))
-        for name in resumer.events():
-            self.stats[name] += 1
-
-    def _look_for_gone_writers(self) -> None:
-        """A writer that went silent or left: its transactions are checked now, not after the delay,
-        when another live instance of its group answers decisively.
-
-        The check delay protects a local transaction that is merely slow. A writer that stopped
-        heartbeating is most likely dead, and with a decisive check (the database barrier) even
-        a local transaction still in flight cannot commit after a ROLLBACK answer, so asking
-        another instance early is safe; with an ordinary check it waits for the delay as before.
-        """
-        assert self._registry is not None
-        view, now = self._registry.view, _now_ms()
-        self._left |= view.left  # a tombstoned instance is no longer in the view: remember it
-        view.left = set()
-        silent = view.silent(now)
-        for group, instance in sorted((silent | self._left) - self._expedited):
-            if not view.decisive_elsewhere(group, instance, now):
-                continue  # looked at again next time: another instance may come
-            count = sum(state.expedite(group, instance, now) for state in self.partitions.values())
-            if (group, instance) in self._left:
-                self._left.discard((group, instance))  # done with it
-            else:
-                self._expedited.add((group, instance))
-            if count:
-                self.stats[Stat.CHECKS_EXPEDITED] += count
-                logger.info(
-                    "producer %s/%s is gone: its %d open transactions are checked now", group, instance, count
-                )
-        self._expedited &= silent  # one that beats again is watched afresh
-
-    def _registry_read(self) -> bool:
-        """The producer registry was read to its end (or 10 s went by trying: checks go ahead)."""
-        assert self._registry is not None
-        return self._registry.caught_up or time.monotonic() > self._started + _REGISTRY_WAIT_S
 
     def _ops_caught_up(self) -> list[int]:
         """Owned partitions whose op partition is read past where it ended at the previous look.
@@ -961,71 +891,6 @@ class Coordinator:
             if previous is not None and position >= previous:
                 ready.append(number)
         return ready
-
-    def _check_request(self, tx: PendingTx) -> CheckRequest:
-        return CheckRequest(
-            tx_id=tx.tx_id,
-            group=tx.group,
-            instance=tx.instance,
-            attempt=tx.checks + 1,
-            messages=tuple(self._check_message(tx, seq) for seq in sorted(tx.halves)),
-        )
-
-    def _load_payloads(self, txs: list[PendingTx]) -> None:
-        """Re-read evicted payloads of ``txs``; on failure the checks go without user headers."""
-        assert self._reader is not None
-        try:
-            self._reader.load(txs)
-        except KafkaOperationError as exc:
-            logger.warning("re-reading half records for back-checks: %s (sent without headers)", exc)
-
-    @staticmethod
-    def _check_message(tx: PendingTx, seq: int) -> CheckMessage:
-        ref = tx.halves[seq]
-        headers = ref.message.user_headers if ref.message is not None else ()
-        return CheckMessage(ref.topic, ref.key, headers)
-
-    def _apply_check_results(self) -> None:
-        assert self._checker is not None
-        for result in self._checker.results():
-            self.stats[Stat.CHECKS_REFUSED] += result.refused
-            self._apply_check(result)
-
-    def _apply_check(self, result: CheckResult) -> None:
-        request = result.job.request
-        state = self.partitions.get(result.job.partition)
-        tx = state.pending.get(request.tx_id) if state else None
-        if state is None or tx is None or tx.phase is not Phase.OPEN:
-            return  # revoked meanwhile, or decided by an op that arrived first
-        self._apply_answer(state, tx, result)
-        if self.config.check_invariants:
-            # Every way a check can end leaves the transaction decided or due again, never neither.
-            assert (
-                tx.phase is not Phase.OPEN
-                or tx.tx_id in self._expiring
-                or (tx.next_check_ms is not None and tx.next_check_ms > _now_ms() - 1000)
-            ), f"check of {tx!r} ended ({result.detail}) with no decision and no next check"
-
-    def _apply_answer(self, state: PartitionState, tx: PendingTx, result: CheckResult) -> None:
-        if not result.asked:  # not an answer: does not use up max_checks (see CheckResult)
-            self.stats[Stat.CHECKS_NOT_ASKED] += 1
-            logger.debug("tx %s not checked: %s", tx.tx_id, result.detail)
-            if scheduler.record_not_asked(self.policy, tx, _now_ms(), result.detail):
-                self._expiring[tx.tx_id] = tx
-            return
-        if result.state is TxState.UNKNOWN:
-            logger.debug("check %d of tx %s: UNKNOWN (%s)", tx.checks + 1, tx.tx_id, result.detail)
-            if scheduler.record_unknown(self.policy, tx, _now_ms()):
-                self._expiring[tx.tx_id] = tx
-            return
-        self.stats[Stat.CHECK_VERDICTS] += 1
-        logger.debug("check of tx %s: %s from %s", tx.tx_id, result.state, result.detail)
-        tx.checks += 1
-        # Applied in memory now and written as an op record in the same Kafka transaction.
-        state.on_op(OpRecord(tx.tx_id, result.state, OpSource.CHECK, group=tx.group))
-        if tx.phase is Phase.READY:
-            self._ready.add(state.partition)
-        self._batch.op(state.partition, tx.tx_id, result.state, OpSource.CHECK, group=tx.group)
 
     # ------------------------------------------------------------------ the commit boundary
 
@@ -1104,7 +969,7 @@ class Coordinator:
         # From here the transaction carries it all: the partition's next fill starts afresh.
         state.mark_persisted(plan.entries, plan.tombstones, plan.young)
         self._batch.clear([number])
-        self._expiring = {k: t for k, t in self._expiring.items() if t.partition != number}
+        _forget(self._expiring, lambda t: t.partition == number)
         self._incomplete = [(t, r) for t, r in self._incomplete if t.partition != number]
         self._unsaved.discard(number)
         # Where the partition stands goes into the same transaction, in <ns>_state: no
@@ -1313,7 +1178,7 @@ class Coordinator:
         """Forget the uncommitted work of ``numbers``: their state from ``<ns>_state``, the
         consumer back to their committed offsets."""
         self._batch.clear(numbers)
-        self._expiring = {k: t for k, t in self._expiring.items() if t.partition not in numbers}
+        _forget(self._expiring, lambda t: t.partition in numbers)
         self._incomplete = [(t, r) for t, r in self._incomplete if t.partition not in numbers]
         self._unsaved -= set(numbers)
         numbers = sorted(numbers)
