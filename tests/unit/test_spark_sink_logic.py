@@ -12,9 +12,11 @@ from txbridge.spark.decisions import (
     H_BATCH,
     BatchDecision,
     DecisionBook,
+    JournalEntry,
     TxRef,
     batch_label,
     chunks,
+    decode_record,
     ordered_refs,
     parse_label,
 )
@@ -100,7 +102,7 @@ def _txn(tx_id: str, label: str | None) -> LocalTransaction:
 
 
 def test_the_resolver_commits_the_recorded_rolls_back_the_rest_and_waits_for_running_batches() -> None:
-    book = DecisionBook()
+    book = DecisionBook(commit_grace_s=0)
     book.add(BatchDecision("s1", 3, (TxRef("a", 0, 5), TxRef("b", 1, 2))))
     label = batch_label("s1", 3)
 
@@ -116,7 +118,7 @@ def test_the_resolver_commits_the_recorded_rolls_back_the_rest_and_waits_for_run
 
 
 def test_the_first_decision_record_of_a_batch_is_final() -> None:
-    book = DecisionBook()
+    book = DecisionBook(commit_grace_s=0)
     book.loaded.set()
     book.add(BatchDecision("s1", 0, (TxRef("first", 0, 1),)))
     book.add(BatchDecision("s1", 0, (TxRef("second", 0, 1),)))
@@ -162,3 +164,26 @@ def test_the_sdk_never_imports_pyspark() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
 
     assert out.stdout.strip() == "False"
+
+
+def test_the_sink_topic_holds_decisions_journal_entries_and_tombstones() -> None:
+    decision = BatchDecision("abc", 7, (TxRef("t1", 2, 10),))
+    entry = JournalEntry("abc", 7, "t9", 1, "0/1")
+
+    assert decode_record(decision.encode()) == decision
+    assert decode_record(entry.encode()) == entry
+    assert entry.key == b"abc/7/j/0/1/t9"
+    assert decode_record(None) is None
+    assert decode_record(b"not json") is None
+
+
+def test_a_check_answers_commit_only_once_the_record_is_known_for_the_grace_period() -> None:
+    now = [100.0]
+    book = DecisionBook(commit_grace_s=10.0, clock=lambda: now[0])
+    book.loaded.set()
+    book.add(BatchDecision("s1", 0, (TxRef("a", 0, 1),)))
+
+    assert book.answer(batch_label("s1", 0), "a") is TxState.UNKNOWN  # the driver's COMMITs go first
+    assert book.answer(batch_label("s1", 0), "stray") is TxState.ROLLBACK  # a rollback cannot overtake
+    now[0] += 10.0
+    assert book.answer(batch_label("s1", 0), "a") is TxState.COMMIT

@@ -29,7 +29,13 @@ from txbridge.client_config import ClientConfig
 from txbridge.errors import TxBridgeError
 from txbridge.producer import TransactionProducer
 from txbridge.spark.decide import ensure_sink_topic
-from txbridge.spark.decisions import BatchDecision, DecisionBook, sink_topic
+from txbridge.spark.decisions import (
+    DEFAULT_COMMIT_GRACE_S,
+    BatchDecision,
+    DecisionBook,
+    decode_record,
+    sink_topic,
+)
 from txbridge.spark.options import SinkOptions
 
 logger = logging.getLogger(__name__)
@@ -49,6 +55,8 @@ class SinkChecks:
         advertised_url: the URL to register, when ``check_host`` is not how the coordinators
             reach this host.
         load_timeout_s: how long :meth:`start` waits to have read the existing decisions.
+        commit_grace_s: how long a decision record must have been known before a back-check
+            answers COMMIT from it (the driver's in-order COMMITs come first).
     """
 
     def __init__(
@@ -63,8 +71,9 @@ class SinkChecks:
         check_port: int = 0,
         advertised_url: str | None = None,
         load_timeout_s: float = 60.0,
+        commit_grace_s: float = DEFAULT_COMMIT_GRACE_S,
     ) -> None:
-        self.book = DecisionBook()
+        self.book = DecisionBook(commit_grace_s)
         self._client = ClientConfig.coerce(client_config)
         self._producer = TransactionProducer(
             bootstrap,
@@ -178,11 +187,9 @@ class SinkChecks:
                         if not kafka.is_partition_eof(msg.error()):
                             raise kafka.to_error(msg.error(), f"reading {topic}")
                         continue
-                    if msg.value() is not None:
-                        try:
-                            self.book.add(BatchDecision.decode(msg.value()))
-                        except (ValueError, KeyError, TypeError):
-                            logger.warning("skipped a record of %s that is not a decision", topic)
+                    record = decode_record(msg.value())
+                    if isinstance(record, BatchDecision):
+                        self.book.add(record)
                     if msg.offset() + 1 >= end:
                         self.book.loaded.set()
                 if not self.book.loaded.is_set():

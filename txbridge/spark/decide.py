@@ -19,7 +19,7 @@ from typing import Any
 from txbridge import kafka
 from txbridge._side_topics import read_committed
 from txbridge.errors import KafkaOperationError
-from txbridge.spark.decisions import BatchDecision, TxRef, sink_topic
+from txbridge.spark.decisions import BatchDecision, JournalEntry, TxRef, decode_record, sink_topic
 from txbridge.spark.options import SinkOptions
 from txbridge.wire import OpRecord, OpSource, Topics, TxState
 
@@ -42,39 +42,54 @@ def ensure_sink_topic(opts: SinkOptions) -> None:
     kafka.ensure_topics(opts.bootstrap, [spec], extra=kafka.settings_for("admin", opts.librdkafka()))
 
 
-def read_decisions(opts: SinkOptions) -> list[BatchDecision]:
-    """Every decision record of ``<ns>_spark_sink`` (any sink), oldest first."""
+def read_records(opts: SinkOptions) -> list[BatchDecision | JournalEntry]:
+    """Every decision record and journal entry of ``<ns>_spark_sink`` (any sink), oldest first."""
     found = []
     extra = kafka.settings_for("consumer", opts.librdkafka())
     for msg in read_committed(opts.bootstrap, sink_topic(opts.namespace), extra=extra):
-        if msg.value() is None:
-            continue
-        try:
-            found.append(BatchDecision.decode(msg.value()))
-        except (ValueError, KeyError, TypeError):
-            logger.warning("skipped a record of %s that is not a decision", sink_topic(opts.namespace))
+        record = decode_record(msg.value())
+        if record is not None:
+            found.append(record)
     return found
+
+
+def _batch_state(opts: SinkOptions, batch_id: int) -> tuple[BatchDecision | None, list[JournalEntry]]:
+    """This sink's first decision record of batch ``batch_id`` (if any) and its journal entries."""
+    decision = None
+    journal = []
+    for record in read_records(opts):
+        if record.sink_key != opts.sink_key or record.batch_id != batch_id:
+            continue
+        if isinstance(record, JournalEntry):
+            journal.append(record)
+        elif decision is None:
+            decision = record
+    return decision, journal
 
 
 def recorded(opts: SinkOptions, batch_id: int) -> BatchDecision | None:
     """The first decision record of this sink's batch ``batch_id``, if any."""
-    return next(
-        (d for d in read_decisions(opts) if d.sink_key == opts.sink_key and d.batch_id == batch_id), None
-    )
+    return _batch_state(opts, batch_id)[0]
 
 
 def commit_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> BatchDecision:
     """Decide batch ``batch_id`` with the transactions ``refs`` (in order), or with the
     decision an earlier run recorded. Returns the decision in force.
 
+    Every other transaction of the batch (this run's when an earlier decision stands, and the
+    journaled ones of dead attempts and superseded runs) gets its ROLLBACK first, then the
+    chosen ones their COMMITs, then the batch's journal entries their tombstones.
+
     Raises:
         KafkaOperationError: the decision record or an op record was not acknowledged.
             Nothing is lost: a decision record that landed is found by the next run of the
             batch (Spark runs it again), and the check server answers from it meanwhile.
     """
-    earlier = recorded(opts, batch_id)
+    earlier, journal = _batch_state(opts, batch_id)
+    decision = earlier or BatchDecision(opts.sink_key, batch_id, tuple(refs), opts.sink_id)
+    chosen = {t.tx_id for t in decision.txs}
+    strays = _unique([*(r for r in refs if r.tx_id not in chosen), *_journaled(journal, chosen)])
     if earlier is not None:
-        chosen = {t.tx_id for t in earlier.txs}
         logger.info(
             "batch %d of sink %s was decided before (%d transactions): rolling back this run's %d",
             batch_id,
@@ -82,25 +97,65 @@ def commit_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> Bat
             len(earlier.txs),
             len(refs),
         )
-        write_ops(opts, [(r, TxState.ROLLBACK) for r in refs if r.tx_id not in chosen])
-        write_ops(opts, [(r, TxState.COMMIT) for r in earlier.txs])
-        return earlier
-    decision = BatchDecision(opts.sink_key, batch_id, tuple(refs), opts.sink_id)
-    _pause("before-decision", batch_id)
-    _write_decision(opts, decision)
-    _pause("after-decision", batch_id)
-    write_ops(opts, [(r, TxState.COMMIT) for r in refs])
+    write_ops(opts, [(r, TxState.ROLLBACK) for r in strays])
+    if earlier is None:
+        _pause("before-decision", batch_id)
+        _write_decision(opts, decision)
+        _pause("after-decision", batch_id)
+    write_ops(opts, [(r, TxState.COMMIT) for r in decision.txs])
+    _forget(opts, journal)
     return decision
 
 
 def abort_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> None:
-    """Roll back the transactions ``refs`` of batch ``batch_id``; if the batch was decided
-    before (its record landed, then something failed), keep that decision instead."""
-    earlier = recorded(opts, batch_id)
+    """Roll back the transactions ``refs`` of batch ``batch_id`` (and its journaled ones); if
+    the batch was decided before (its record landed, then something failed), keep that
+    decision instead."""
+    earlier, journal = _batch_state(opts, batch_id)
     if earlier is not None:
         commit_batch(opts, batch_id, refs)
         return
-    write_ops(opts, [(r, TxState.ROLLBACK) for r in refs])
+    write_ops(opts, [(r, TxState.ROLLBACK) for r in _unique([*refs, *_journaled(journal, set())])])
+
+
+def _journaled(journal: Sequence[JournalEntry], chosen: set[str]) -> list[TxRef]:
+    return [TxRef(j.tx_id, j.partition, 0) for j in journal if j.tx_id not in chosen]
+
+
+def _unique(refs: Sequence[TxRef]) -> list[TxRef]:
+    seen: set[str] = set()
+    out = []
+    for ref in refs:
+        if ref.tx_id not in seen:
+            seen.add(ref.tx_id)
+            out.append(ref)
+    return out
+
+
+def journal_producer(opts: SinkOptions) -> Any:
+    """A producer for a task's journal entries (one per task: :func:`write_journal` reuses it)."""
+    return _producer(opts)
+
+
+def write_journal(opts: SinkOptions, entry: JournalEntry, producer: Any) -> None:
+    """Record, acknowledged, that a task attempt is about to write transaction ``entry.tx_id``.
+
+    Raises:
+        KafkaOperationError: it was not acknowledged (the task then fails before writing).
+    """
+    _produce_all(
+        opts, [(sink_topic(opts.namespace), 0, entry.key, entry.encode())], "the journal entry", producer
+    )
+
+
+def _forget(opts: SinkOptions, journal: Sequence[JournalEntry]) -> None:
+    """Tombstones for a decided batch's journal entries (compaction then drops them)."""
+    if not journal:
+        return
+    try:
+        _produce_all(opts, [(sink_topic(opts.namespace), 0, j.key, None) for j in journal], "tombstones")
+    except KafkaOperationError as exc:  # they only cost space; the next decision of the batch is the same
+        logger.warning("the journal of a decided batch was not cleared: %s", exc)
 
 
 def _producer(opts: SinkOptions) -> Any:
@@ -138,14 +193,19 @@ def write_ops(opts: SinkOptions, decisions: Sequence[tuple[TxRef, TxState]]) -> 
     _produce_all(opts, records, "op records")
 
 
-def _produce_all(opts: SinkOptions, records: Sequence[tuple[str, int, bytes, bytes]], what: str) -> None:
+def _produce_all(
+    opts: SinkOptions,
+    records: Sequence[tuple[str, int, bytes, bytes | None]],
+    what: str,
+    producer: Any = None,
+) -> None:
     failures: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:
         if err is not None:
             failures.append(str(err))
 
-    producer = _producer(opts)
+    producer = producer or _producer(opts)
     for topic, partition, key, value in records:
         producer.produce(topic, key=key, value=value, partition=partition, on_delivery=delivered)
         producer.poll(0)

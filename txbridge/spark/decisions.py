@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from txbridge import limits
 from txbridge.transaction import LocalTransaction, Message
@@ -22,6 +23,8 @@ from txbridge.wire import TxState
 H_BATCH = "txb.spark.batch"
 #: The decision records' format version.
 DECISION_VERSION = 1
+#: Seconds a decision record must have been known before a back-check answers COMMIT from it.
+DEFAULT_COMMIT_GRACE_S = 10.0
 
 
 def sink_topic(namespace: str) -> str:
@@ -87,6 +90,59 @@ class BatchDecision:
         return cls(str(data["sink_key"]), int(data["batch"]), txs, str(data.get("sink", "")))
 
 
+@dataclass(frozen=True)
+class JournalEntry:
+    """A transaction a task attempt is about to write, recorded before its half records.
+
+    The driver rolls back every journaled transaction of a batch that its decision does not
+    list *before* it writes the batch's COMMITs: a dead attempt's (or a superseded run's)
+    undecided transactions would otherwise hold only some of the retry's transactions in the
+    coordinator (it orders transactions by their first message's key), and the others would
+    overtake them. Keyed ``"<label>/j/<partition id>/<attempt>/<tx id>"``; the driver writes
+    tombstones for them once the batch is decided.
+    """
+
+    sink_key: str
+    batch_id: int
+    tx_id: str
+    partition: int
+    task: str = ""  # "<partition id>/<attempt>"
+
+    @property
+    def key(self) -> bytes:
+        return f"{batch_label(self.sink_key, self.batch_id)}/j/{self.task}/{self.tx_id}".encode()
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "v": DECISION_VERSION,
+                "kind": "journal",
+                "sink_key": self.sink_key,
+                "batch": self.batch_id,
+                "tx": self.tx_id,
+                "p": self.partition,
+                "task": self.task,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+
+def decode_record(value: bytes | None) -> BatchDecision | JournalEntry | None:
+    """A record of ``<ns>_spark_sink``: a decision, a journal entry, or None (a tombstone, or
+    something else)."""
+    if value is None:
+        return None
+    try:
+        data = json.loads(value)
+        if data.get("kind") == "journal":
+            return JournalEntry(
+                str(data["sink_key"]), int(data["batch"]), str(data["tx"]), int(data["p"]), str(data["task"])
+            )
+        return BatchDecision.decode(value)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def ordered_refs(messages: Iterable[Sequence[TxRef] | None]) -> list[TxRef]:
     """The transactions of the tasks' commit messages, task by task, each task's in order
     (a failed task's message is None)."""
@@ -98,7 +154,10 @@ class DecisionBook:
 
     A transaction of batch ``b`` of sink ``s`` (its messages' :data:`H_BATCH` header):
 
-    - listed in the decision of ``(s, b)``: COMMIT;
+    - listed in the decision of ``(s, b)``: COMMIT, once the book has known the record for
+      ``commit_grace_s`` (UNKNOWN before: the driver's own COMMITs, written in order right
+      after the record, come first; a check's COMMIT could decide a later transaction of the
+      task before an earlier one, and the coordinator would publish it first);
     - ``(s, b)`` decided without it, or a later batch of ``s`` decided (so ``b`` was decided,
       or will never be by this sink's run): ROLLBACK, a failed task attempt or a superseded run;
     - otherwise UNKNOWN: the batch is still being written or committed. UNKNOWN too until the
@@ -106,17 +165,22 @@ class DecisionBook:
       transaction without the header (not the sink's).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, commit_grace_s: float = DEFAULT_COMMIT_GRACE_S, clock: Any = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._decided: dict[tuple[str, int], frozenset[str]] = {}
+        self._seen: dict[tuple[str, int], float] = {}
         self._newest: dict[str, int] = {}
         self.loaded = threading.Event()
+        self.commit_grace_s = commit_grace_s
+        self._clock = clock
 
     def add(self, decision: BatchDecision) -> None:
         """Note a decision record. A second record for the same batch is ignored (the first is final)."""
         key = (decision.sink_key, decision.batch_id)
         with self._lock:
-            self._decided.setdefault(key, frozenset(t.tx_id for t in decision.txs))
+            if key not in self._decided:
+                self._decided[key] = frozenset(t.tx_id for t in decision.txs)
+                self._seen[key] = self._clock()
             self._newest[decision.sink_key] = max(self._newest.get(decision.sink_key, -1), decision.batch_id)
 
     def decided(self, sink_key: str, batch_id: int) -> frozenset[str] | None:
@@ -131,9 +195,14 @@ class DecisionBook:
         sink, batch = parsed
         with self._lock:
             chosen = self._decided.get((sink, batch))
+            seen = self._seen.get((sink, batch), 0.0)
             newest = self._newest.get(sink, -1)
         if chosen is not None:
-            return TxState.COMMIT if tx_id in chosen else TxState.ROLLBACK
+            if tx_id not in chosen:
+                return TxState.ROLLBACK
+            # The driver writes the batch's COMMITs in order right after the record; a COMMIT from
+            # a check now could decide a later transaction first and let it overtake an earlier one.
+            return TxState.COMMIT if self._clock() - seen >= self.commit_grace_s else TxState.UNKNOWN
         return TxState.ROLLBACK if batch < newest else TxState.UNKNOWN
 
     def check(self, txn: LocalTransaction) -> TxState:

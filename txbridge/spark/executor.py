@@ -14,10 +14,11 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from txbridge import wire
 from txbridge._runtime import runtime_of
 from txbridge.producer import TransactionProducer
-from txbridge.spark.decide import write_ops
-from txbridge.spark.decisions import H_BATCH, TxRef, batch_label, chunks
+from txbridge.spark.decide import journal_producer, write_journal, write_ops
+from txbridge.spark.decisions import H_BATCH, JournalEntry, TxRef, batch_label, chunks
 from txbridge.spark.options import SinkOptions
 from txbridge.transaction import LocalTransaction, Message
 from txbridge.wire import TxState
@@ -72,8 +73,9 @@ def write_task(
 ) -> list[TxRef]:
     """Write one task's rows as undecided transactions; returns them in order.
 
-    If the task fails, the transactions it wrote are rolled back at once (best effort: the
-    driver never hears of them, and a back-check would answer ROLLBACK once the batch is decided).
+    Each transaction is journaled (:func:`~txbridge.spark.decide.write_journal`) before its
+    half records, so the driver can roll back those of an attempt that dies. If the task fails
+    with an exception, it rolls back the transactions it wrote at once (best effort).
     """
     label = batch_label(opts.sink_key, batch_id)
     producer = TransactionProducer(
@@ -90,20 +92,26 @@ def write_task(
         instance_id=f"spark-{opts.sink_key}-{batch_id}-{partition_id}-{attempt}-{uuid.uuid4().hex[:6]}",
     )
     order_key = f"{opts.sink_key}/{partition_id}".encode()
+    task = f"{partition_id}/{attempt}"
     refs: list[TxRef] = []
     runtime = runtime_of(producer)
+    journal = journal_producer(opts)
     with producer:
         try:
             for chunk in chunks(row_messages(rows, opts, label), opts.max_rows, opts.max_tx_bytes):
                 with producer.transaction(order_key=order_key) as tx:
+                    # Where the producer puts it (the same function, on the half topic's count).
+                    partition = wire.half_partition(order_key, producer.settings.partitions or 1)
+                    write_journal(
+                        opts, JournalEntry(opts.sink_key, batch_id, tx.tx_id, partition, task), journal
+                    )
                     # The chunk's half records in one go, then one wait for them all (tx.send()
                     # takes one message and needs prepare() before the next).
                     runtime.know_topics(chunk)
                     tx._tx.enqueue(chunk)
                     tx.prepare()
                     tx.set_outcome(TxState.UNKNOWN)
-                assert tx.partition is not None
-                refs.append(TxRef(tx.tx_id, tx.partition, len(chunk)))
+                refs.append(TxRef(tx.tx_id, partition, len(chunk)))  # the producer's own choice too
         except BaseException:
             _roll_back_quietly(opts, refs)
             raise
