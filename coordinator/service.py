@@ -35,6 +35,7 @@ from coordinator.ownership import PartitionProducers
 from coordinator.payloads import HalfReader, evict_states, record_size
 from coordinator.registry import ProducerRegistry
 from coordinator.republisher import Batch, quarantine_raw
+from coordinator.restore import RESTORE_WAIT_S, Restorer
 from coordinator.resume import ExpiryResumer
 from coordinator.scheduler import CheckPolicy
 from coordinator.state import PartitionState, PendingTx, Phase
@@ -46,7 +47,6 @@ from txbridge.wire import (
     Topics,
     decode_half,
     decode_op,
-    decode_young,
 )
 
 if TYPE_CHECKING:
@@ -100,12 +100,6 @@ SESSION_TIMEOUT_MS = 6_000
 #: members of one rebalance heartbeat in step, so the bench's old fixed kill moment saw 5 s
 #: or, when the survivor's heartbeat came just before the expiry, 7 s (CHANGELOG.md).
 HEARTBEAT_INTERVAL_MS = 500
-#: How long an assignment waits for a partition's committed offsets and ``<ns>_state`` to be
-#: stable. Claiming a partition aborts what any earlier owner left open, so only a transaction
-#: under an id no coordinator uses (another tool, an older txbridge) can hold them; it ends by
-#: itself within its transaction timeout, at most the broker's transaction.max.timeout.ms
-#: (15 minutes by default).
-RESTORE_WAIT_S = 900.0
 #: The consumer may sit in one rebalance callback for as long (librdkafka otherwise leaves the
 #: group when poll() is not called for max.poll.interval.ms, 5 minutes by default).
 _MAX_POLL_INTERVAL_MS = int((RESTORE_WAIT_S + 60) * 1000)
@@ -113,9 +107,6 @@ _MAX_POLL_INTERVAL_MS = int((RESTORE_WAIT_S + 60) * 1000)
 #: during an election, a transaction coordinator moving) is tried again this often, this long.
 _ASSIGN_RETRY_S = 0.5
 _ASSIGN_RETRY_FOR_S = 60.0
-#: How long a transaction found open on a claimed partition's <ns>_state may stay open
-#: (_assert_settled, with check_invariants).
-_SETTLE_S = 5.0
 #: How often the positions are copied to the group's committed offsets (for lag monitoring).
 _COPY_INTERVAL_S = 1.0
 #: Partition commits that end at once, on threads (librdkafka releases the GIL in its calls).
@@ -195,6 +186,7 @@ class Coordinator:
         self._owned: frozenset[int] = frozenset()  # partitions served, for the resumer's thread
         self._reader: HalfReader | None = None
         self._checks: BackChecks | None = None  # made in _start, once its clients exist
+        self._restorer: Restorer | None = None  # the same
         self._offsets: Consumer | None = None  # a never-subscribed consumer for end-offset queries
         self._metrics_server: Any = None
         self._watchdog = Watchdog(self._on_wedged)
@@ -261,6 +253,10 @@ class Coordinator:
             )
             self._resumer.start()
         self._reader = HalfReader(cfg.bootstrap, self.topics.half, extra)
+        watchdog = self._watchdog
+        self._restorer = Restorer(
+            cfg, self.topics, self.stats, positions=self._positions, reader=self._reader, watchdog=watchdog
+        )
         self._checks = BackChecks(
             cfg,
             self.policy,
@@ -560,8 +556,9 @@ class Coordinator:
         claimed = [n for n in fresh if n not in self._owners]
         self._owners.claim(fresh)
         self.stats[Stat.OWNERS_FENCED] += len(claimed)
-        restored = self._read_changelog(fresh)
-        young = self._take_positions(fresh, restored, consumer)
+        assert self._restorer is not None
+        restored = self._restorer.read_changelog(fresh)
+        young = self._restorer.take_positions(fresh, restored, consumer)
         # Consume from there: the group's committed offsets are only a copy for monitoring.
         consumer.assign(
             [
@@ -570,157 +567,13 @@ class Coordinator:
                 for t in (self.topics.half, self.topics.op)
             ]
         )
-        self._restore(fresh, restored, young)
+        self._install(self._restorer.restore(fresh, restored, young, consumer))
         if self.config.check_invariants:
-            self._assert_settled(numbers)
+            self._restorer.assert_settled(numbers, self._offsets_client())
 
-    def _read_changelog(self, numbers: list[int]) -> changelog.Restored:
-        return changelog.restore(
-            self.config.bootstrap,
-            self.topics.state,
-            numbers,
-            self.config.extra_config,
-            timeout=RESTORE_WAIT_S,
-        )
-
-    def _take_positions(
-        self, numbers: list[int], restored: changelog.Restored, consumer: Consumer
-    ) -> dict[int, list[int]]:
-        """Where ``numbers`` resume: their positions records, read in the same transactions as
-        their changelog entries; for a partition an older txbridge served (no record yet), the
-        group's committed offsets. Returns the young halves' offsets per partition."""
-        for number in numbers:
-            for topic in (self.topics.half, self.topics.op):
-                self._positions.pop((topic, number), None)
-        committed = []
-        for number, where in restored.positions.items():
-            if where.half is not None:
-                committed.append(TopicPartition(self.topics.half, number, where.half, where.young))
-            if where.op is not None:
-                committed.append(TopicPartition(self.topics.op, number, where.op))
-        older = [
-            kafka.partition_at(t, n)
-            for n in numbers
-            if n not in restored.positions
-            for t in (self.topics.half, self.topics.op)
-        ]
-        if older:
-            committed += self._stable_committed(consumer, older)
-        return self._take_committed(committed)
-
-    def _assert_settled(self, numbers: list[int]) -> None:
-        """The ownership invariant (tests turn it on): once partitions are claimed and restored,
-        no transaction that was open on their ``<ns>_state`` stays open, so the restore saw
-        every entry and tombstone an earlier owner committed. An earlier owner's transaction
-        left open under a name the claim does not fence breaks it (shared/findings/ownership.md).
-
-        A transaction opened after the restore is allowed a moment: with two coordinators under
-        one instance id (a misconfiguration the tests make) the other one may claim the partition
-        again and commit on it; that one ends within milliseconds, a stale one does not.
-        """
-        committed = self._offsets_client()  # read_committed: its "high" is the last stable offset
-        uncommitted = kafka.consumer(
-            self.config.bootstrap,
-            self.config.group_id,
-            self.config.extra_config,
-            isolation_level="read_uncommitted",
-        )
-        try:
-            for number in numbers:
-                tp = kafka.partition_at(self.topics.state, number)
-                high = uncommitted.get_watermark_offsets(tp, timeout=10)[1]
-                deadline = time.monotonic() + _SETTLE_S
-                while (stable := committed.get_watermark_offsets(tp, timeout=10)[1]) < high:
-                    assert time.monotonic() < deadline, (
-                        f"{self.topics.state}/{number}: a transaction is still open {_SETTLE_S:.0f}s after "
-                        f"the claim (last stable offset {stable}, high watermark {high})"
-                    )
-                    time.sleep(0.05)
-        finally:
-            uncommitted.close()
-
-    def _stable_committed(self, consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """The committed offsets of ``partitions``, once no open transaction holds them.
-
-        After the claim only a transaction under an id no coordinator uses can hold them: it is
-        waited out, up to :data:`RESTORE_WAIT_S`.
-        """
-        give_up = time.monotonic() + RESTORE_WAIT_S
-        while True:
-            try:
-                with self._watchdog.deadline("reading the committed offsets", 10):
-                    return list(consumer.committed(partitions, timeout=10))
-            except Exception as exc:
-                error = kafka.to_error(exc, "reading the committed offsets")
-                if time.monotonic() > give_up:
-                    raise error from exc
-                logger.warning(
-                    "the committed offsets of partitions %s are not stable yet (%s): a transaction under an "
-                    "id that is not a partition's holds them; waiting until it ends",
-                    sorted({tp.partition for tp in partitions}),
-                    error,
-                )
-
-    def _take_committed(self, committed: list[Any]) -> dict[int, list[int]]:
-        """Positions from the committed offsets; returns the young halves' offsets per partition."""
-        young: dict[int, list[int]] = {}
-        for tp in committed:
-            if tp.offset < 0:
-                continue
-            self._positions[(tp.topic, tp.partition)] = tp.offset
-            if tp.topic == self.topics.half:
-                try:
-                    young[tp.partition] = decode_young(tp.offset, tp.metadata)
-                except WireFormatError:
-                    logger.exception("%s/%d: its young transactions are lost", tp.topic, tp.partition)
-        return young
-
-    def _restore(self, numbers: list[int], read: changelog.Restored, listed: dict[int, list[int]]) -> None:
-        """Rebuild the partitions' state from ``<ns>_state`` and the young halves (re-read)."""
-        restored = read.pending
-        for number in numbers:
-            start = self._positions.get((self.topics.half, number))
-            if start is None:
-                with self._watchdog.deadline("reading a half partition's offsets", 10):
-                    low, _high = self._client().get_watermark_offsets(
-                        kafka.partition_at(self.topics.half, number), timeout=10
-                    )
-                start = max(low, 0)
-            state = PartitionState(number, self.stats, half_position=start)
-            if self.config.check_invariants:
-                state.debug = True
-            for tx in restored.get(number, []):
-                state.add_restored(tx)
-            young = self._restore_young(state, listed.get(number, []))
-            self.partitions[number] = state
-            self._owned = frozenset(self.partitions)
-            if number in restored or young:
-                logger.info(
-                    "partition %d: restored %d pending transactions and %d young ones",
-                    number,
-                    len(restored.get(number, [])),
-                    young,
-                )
-
-    def _restore_young(self, state: PartitionState, offsets: list[int]) -> int:
-        """Re-read the halves the committed offset lists; returns how many transactions they make."""
-        if not offsets:
-            return 0
-        assert self._reader is not None
-        records = self._reader.read(state.partition, offsets)
-        if len(records) < len(offsets):
-            logger.error(
-                "%s/%d: %d listed half records are gone (retention?)",
-                self.topics.half,
-                state.partition,
-                len(offsets) - len(records),
-            )
-        txs: set[str] = set()
-        for offset, record in sorted(records.items()):
-            tx = state.on_half(record.message, offset, record.size, record.append_ms or _now_ms())
-            if tx is not None:
-                txs.add(tx.tx_id)
-        return len(txs)
+    def _install(self, states: dict[int, PartitionState]) -> None:
+        self.partitions.update(states)
+        self._owned = frozenset(self.partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Commit while the partitions are still ours; the group metadata is still valid. What
@@ -1182,13 +1035,14 @@ class Coordinator:
         self._incomplete = [(t, r) for t, r in self._incomplete if t.partition not in numbers]
         self._unsaved -= set(numbers)
         numbers = sorted(numbers)
-        restored = self._read_changelog(numbers)
-        young = self._take_positions(numbers, restored, self._client())
+        assert self._restorer is not None
+        restored = self._restorer.read_changelog(numbers)
+        young = self._restorer.take_positions(numbers, restored, self._client())
         for number in numbers:
             for topic in (self.topics.half, self.topics.op):
                 offset = self._positions.get((topic, number), kafka.OFFSET_BEGINNING)
                 self._client().seek(kafka.partition_at(topic, number, offset))
-        self._restore(numbers, restored, young)
+        self._install(self._restorer.restore(numbers, restored, young, self._client()))
 
     def _on_wedged(self, wedged: Wedged) -> None:
         self.stats[Stat.WEDGED_CALLS] += 1
