@@ -296,13 +296,14 @@ class AsyncTransaction(TransactionBlock[_Ack]):
         self._producer = producer
         self._bridge = bridge
 
-    async def send(self, message: Message, *, wait: bool = True) -> None:
-        """Write ``message`` as a half record; by default return once it is acknowledged.
+    async def send(self, message: Message | Sequence[Message], *, wait: bool = True) -> None:
+        """Write ``message`` (or each of a sequence, in order) as a half record; by default
+        return once acknowledged.
 
         Raises:
             MessageRejectedError: see :meth:`txbridge.producer.Transaction.send` (not written).
         """
-        messages = [message]
+        messages = normalise_messages(message)
         await self._producer._know_topics(messages)
         self._tx.enqueue(messages)
         if wait:

@@ -200,12 +200,12 @@ class Transaction(TransactionBlock[Future[Delivered]]):
         self._producer = producer
         self._runtime = runtime
 
-    def send(self, message: Message, *, wait: bool = True) -> None:
-        """Write ``message`` as a half record.
+    def send(self, message: Message | Sequence[Message], *, wait: bool = True) -> None:
+        """Write ``message`` as a half record; a sequence of messages as one record each, in order.
 
         Args:
-            wait: return only once it is acknowledged (default). False: enqueue only;
-                :meth:`prepare` must then run before the local commit.
+            wait: return only once it is (they are) acknowledged (default). False: enqueue
+                only; :meth:`prepare` must then run before the local commit.
 
         Raises:
             KafkaOperationError: the half record was not acknowledged (with ``wait``);
@@ -214,7 +214,7 @@ class Transaction(TransactionBlock[Future[Delivered]]):
             MessageTooLargeError: it is above ``max_message_bytes`` (not written).
             SerializationError: the key or value cannot be serialized (not written).
         """
-        messages = [message]
+        messages = normalise_messages(message)
         self._runtime.know_topics(messages)
         self._tx.enqueue(messages)
         if wait:

@@ -153,3 +153,21 @@ def test_async_failed_half_write_never_runs_the_local_transaction(
     # The first half record may have landed: a ROLLBACK op says it must not be published.
     assert [o["state"] for o in ops[result.tx_id]] == ["ROLLBACK"]
     assert [o["state"] for o in ops[tx.tx_id]] == ["ROLLBACK"]
+
+
+def test_async_send_takes_a_sequence_as_one_half_record_each_in_order(
+    kafka_bootstrap: str, namespace: str, topics: Topics, group_factory: Callable[[], str], orders: str
+) -> None:
+    async def main() -> str:
+        async with make_async(kafka_bootstrap, namespace, group_factory()) as producer:
+            async with producer.transaction() as tx:
+                await tx.send([Message(orders, f"{i}".encode()) for i in range(3)])
+            assert tx.result is not None
+            assert tx.result.state is TxState.COMMIT
+            return tx.tx_id
+
+    tx_id = asyncio.run(main())
+    [op] = ops_by_tx(kafka_bootstrap, topics)[tx_id]
+    assert (op["state"], op["count"]) == ("COMMIT", 3)
+    halves = [r for r in read_topic(kafka_bootstrap, topics.half) if r.headers["txb.tx"] == tx_id.encode()]
+    assert [r.value for r in halves] == [b"0", b"1", b"2"]

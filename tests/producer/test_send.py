@@ -181,6 +181,31 @@ def test_context_manager_commits_on_clean_exit(
     assert {h.partition for h in halves} == {tx.result.partition}
 
 
+def test_send_takes_a_sequence_as_one_half_record_each_in_order(
+    kafka_bootstrap: str,
+    topics: Topics,
+    make_producer: Callable[..., TransactionProducer],
+    orders: str,
+    payments: str,
+) -> None:
+    producer = make_producer()
+    with producer.transaction(order_key=b"order-2") as tx:
+        tx.send([Message(orders, b"a", key=b"x"), Message(payments, b"b"), Message(orders, b"c")])
+        halves_before_commit = len(records_of(kafka_bootstrap, topics.half, tx.tx_id))
+        with pytest.raises(TypeError, match="non-empty sequence of Message"):
+            tx.send([])
+    assert halves_before_commit == 3  # acknowledged before send returned
+    assert tx.result is not None
+    assert tx.result.state is TxState.COMMIT
+    assert [(o["state"], o["count"]) for o in ops_of(kafka_bootstrap, topics, tx.tx_id)] == [("COMMIT", 3)]
+    halves = records_of(kafka_bootstrap, topics.half, tx.tx_id)
+    assert [(h.headers["txb.topic"], h.value) for h in halves] == [
+        (orders.encode(), b"a"),
+        (payments.encode(), b"b"),
+        (orders.encode(), b"c"),
+    ]
+
+
 def test_context_manager_rolls_back_on_exception_and_reraises(
     kafka_bootstrap: str,
     topics: Topics,

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from txbridge import wire
-from txbridge._runtime import runtime_of
 from txbridge.producer import TransactionProducer
 from txbridge.spark.decide import journal_producer, write_journal, write_ops
 from txbridge.spark.decisions import H_BATCH, JournalEntry, TxRef, batch_label, chunks
@@ -94,7 +93,6 @@ def write_task(
     order_key = f"{opts.sink_key}/{partition_id}".encode()
     task = f"{partition_id}/{attempt}"
     refs: list[TxRef] = []
-    runtime = runtime_of(producer)
     journal = journal_producer(opts)
     with producer:
         try:
@@ -105,11 +103,7 @@ def write_task(
                     write_journal(
                         opts, JournalEntry(opts.sink_key, batch_id, tx.tx_id, partition, task), journal
                     )
-                    # The chunk's half records in one go, then one wait for them all (tx.send()
-                    # takes one message and needs prepare() before the next).
-                    runtime.know_topics(chunk)
-                    tx._tx.enqueue(chunk)
-                    tx.prepare()
+                    tx.send(chunk)  # the chunk's half records in one go, then one wait for them all
                     tx.set_outcome(TxState.UNKNOWN)
                 refs.append(TxRef(tx.tx_id, partition, len(chunk)))  # the producer's own choice too
         except BaseException:
