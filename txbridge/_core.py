@@ -391,7 +391,9 @@ def normalise_messages(message: Message | Sequence[Message]) -> list[Message]:
         return [message]
     messages = list(message)
     if not messages or not all(isinstance(m, Message) for m in messages):
-        raise TypeError(f"expected a Message or a non-empty sequence of Message, got {type(message).__name__}")
+        raise TypeError(
+            f"expected a Message or a non-empty sequence of Message, got {type(message).__name__}"
+        )
     return messages
 
 
