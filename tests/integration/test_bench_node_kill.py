@@ -28,6 +28,7 @@ def test_nodekill_times_both_paths_and_loses_nothing(tmp_path: Path) -> None:
         assert values[f"{path} duplicated"] == 0, params
         for kill in ("", " (leader kill)", " (txn coordinator kill)"):
             assert values[f"{path} stall s{kill}"] >= 0
+            assert values[f"{path} stall after ack s{kill}"] >= 0
     assert values["txbridge - native s"] == pytest.approx(
         values["txbridge stall s"] - values["native stall s"]
     )

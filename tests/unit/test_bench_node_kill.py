@@ -44,31 +44,50 @@ def test_the_figure_has_both_stalls_their_difference_and_each_kills() -> None:
         Kill("leader kill", 1, at=100.0, back_s=5.0, roles={}),
         Kill("txn coordinator kill", 2, at=200.0, back_s=5.0, roles={}),
     ]
+    # t1's op was acknowledged just before the kill: committed for the producer at 99.6, seen
+    # once the dead node's partitions had a leader again.
     txbridge = PathTimes(
-        committed={"t0": 90.0, "t1": 101.0, "t2": 201.0},
+        decided={"t0": 90.0, "t1": 99.5, "t2": 201.0},
+        committed={"t0": 90.0, "t1": 99.6, "t2": 201.0},
         seen={"t0": 90.1, "t1": 109.0, "t2": 203.0},
         copies={"t0": 1, "t1": 1, "t2": 2},
     )
+    # n1's commit_transaction was called just before the kill and blocked until 108.
     native = PathTimes(
-        committed={"n0": 90.0, "n1": 105.0, "n2": 202.0, "n3": 203.0},
-        seen={"n0": 90.1, "n1": 106.0, "n2": 202.5},
+        decided={"n0": 90.0, "n1": 99.8, "n2": 202.0, "n3": 203.0},
+        committed={"n0": 90.0, "n1": 108.0, "n2": 202.0, "n3": 203.0},
+        seen={"n0": 90.1, "n1": 108.1, "n2": 202.5},
         copies={"n0": 1, "n1": 1, "n2": 1},
     )
 
     values = figure_values({"txbridge": txbridge, "native": native}, kills, watched_until=210.0)
 
     assert list(values)[:3] == ["txbridge stall s", "native stall s", "txbridge - native s"]
-    assert values["txbridge stall s"] == pytest.approx(8.0)
-    assert values["native stall s"] == pytest.approx(7.0)  # n3, never seen: 203 -> 210
-    assert values["txbridge - native s"] == pytest.approx(1.0)
-    assert values["txbridge stall s (leader kill)"] == pytest.approx(8.0)
-    assert values["native stall s (leader kill)"] == pytest.approx(1.0)
+    # From the application's commit: t1 (99.5 -> 109.0) and n1 (99.8 -> 108.1).
+    assert values["txbridge stall s"] == pytest.approx(9.5)
+    assert values["native stall s"] == pytest.approx(8.3)
+    assert values["txbridge - native s"] == pytest.approx(1.2)
+    assert values["txbridge stall s (leader kill)"] == pytest.approx(9.5)
+    assert values["native stall s (leader kill)"] == pytest.approx(8.3)  # n1 blocked in its commit
     assert values["txbridge stall s (txn coordinator kill)"] == pytest.approx(2.0)
-    assert values["native stall s (txn coordinator kill)"] == pytest.approx(7.0)
+    assert values["native stall s (txn coordinator kill)"] == pytest.approx(7.0)  # n3, never seen
+    # From the commit's acknowledgement, native's blocked commit no longer counts.
+    assert values["txbridge stall after ack s (leader kill)"] == pytest.approx(9.4)
+    assert values["native stall after ack s (leader kill)"] == pytest.approx(0.1)
+    assert values["native stall after ack s"] == pytest.approx(7.0)
     assert (values["txbridge lost"], values["txbridge duplicated"]) == (0.0, 1.0)
     assert (values["native lost"], values["native duplicated"]) == (1.0, 0.0)
     assert values["txbridge longest gap s"] == pytest.approx(203.0 - 109.0)
     assert (values["txbridge committed"], values["native committed"]) == (3.0, 4.0)
+
+
+def test_a_message_committed_well_before_a_kill_is_not_its_stall() -> None:
+    kills = [Kill("leader kill", 1, at=100.0, back_s=5.0, roles={})]
+    slow = PathTimes(decided={"a": 95.0}, committed={"a": 95.0}, seen={"a": 105.0}, copies={"a": 1})
+
+    values = figure_values({"txbridge": slow, "native": slow}, kills, watched_until=110.0)
+
+    assert values["txbridge stall s"] == 0.0
 
 
 def test_a_late_transaction_goes_at_once_and_the_next_keep_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:

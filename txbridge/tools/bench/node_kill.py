@@ -23,12 +23,20 @@ coordinates as many of them as possible and the first as few (it is one of the o
 transaction coordinators all the same); each kill's ``roles`` in the figure's params say what
 the node was to the run.
 
-The figures, per path: the worst commit-to-visible time of the messages committed from the first
-kill on (commit: when the SDK reported COMMIT, when ``commit_transaction`` returned), overall and
-per kill; the committed messages never seen (lost) and seen more than once (duplicated) when each
-real topic is read again to its end; and the longest gap between new messages on each real topic
-after the first kill, which also covers the time a commit itself was blocked (a commit-to-visible
-time starts once the commit returned).
+The figures, per path, overall and per kill:
+
+- ``stall s``: the worst commit-to-visible time of the messages the application committed from
+  :data:`KILL_LEAD_S` before the kill on, counted from the application's commit: when the local
+  transaction returned COMMIT (txbridge), when ``commit_transaction`` was called (native). That is
+  what a user waits between committing and a consumer seeing the message, whichever path
+  blocked: native's commit blocks in ``commit_transaction`` while a partition or its
+  transaction coordinator has no leader, txbridge's in the op's write or in the coordinator's
+  republish.
+- ``stall after ack s``: the same from when that commit was acknowledged (the SDK reported
+  COMMIT, ``commit_transaction`` returned), which leaves out the time a commit itself blocked.
+- the committed messages never seen (lost) and seen more than once (duplicated) when each real
+  topic is read again to its end, and the longest gap between new messages on each real topic
+  after the first kill.
 """
 
 from __future__ import annotations
@@ -73,6 +81,9 @@ TOPIC_PARTITIONS = 3
 LEADER_KILL = "leader kill"
 TXN_COORDINATOR_KILL = "txn coordinator kill"
 PATHS = ("txbridge", "native")
+#: A kill's window opens this long before it: a message committed just before the SIGKILL whose
+#: commit or republish the dead node holds is the kill's stall, not the load's.
+KILL_LEAD_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -113,9 +124,10 @@ class Kill:
 
 @dataclass(frozen=True)
 class PathTimes:
-    """One path's messages by id: when each committed and was first visible, and how many times
-    it is on its real topic."""
+    """One path's messages by id: when the application committed each, when that commit was
+    acknowledged, when each was first visible, and how many times it is on its real topic."""
 
+    decided: Mapping[str, float]
     committed: Mapping[str, float]
     seen: Mapping[str, float]
     copies: Mapping[str, int]
@@ -147,24 +159,29 @@ def lost_and_duplicated(committed: Iterable[str], copies: Mapping[str, int]) -> 
 def figure_values(
     paths: Mapping[str, PathTimes], kills: Sequence[Kill], watched_until: float
 ) -> dict[str, float]:
-    """The figure's values: each path's stall from the first kill on, their difference, each
-    kill's stalls, the lost and duplicated counts and the longest gaps."""
-    first = kills[0].at
-    out = {
-        f"{name} stall s": stall(p.committed, p.seen, first, math.inf, watched_until)
-        for name, p in paths.items()
-    }
+    """The figure's values: each path's stall from the first kill on (from the application's
+    commit, then from its acknowledgement), their difference, each kill's stalls, the lost and
+    duplicated counts and the longest gaps."""
+    starts = [k.at - KILL_LEAD_S for k in kills]
+    ends = [*starts[1:], math.inf]
+    out: dict[str, float] = {}
+    for name, p in paths.items():
+        out[f"{name} stall s"] = stall(p.decided, p.seen, starts[0], math.inf, watched_until)
     out["txbridge - native s"] = out["txbridge stall s"] - out["native stall s"]
-    ends = [k.at for k in kills[1:]] + [math.inf]
-    for kill, end in zip(kills, ends, strict=True):
+    for name, p in paths.items():
+        out[f"{name} stall after ack s"] = stall(p.committed, p.seen, starts[0], math.inf, watched_until)
+    for kill, start, end in zip(kills, starts, ends, strict=True):
         for name, p in paths.items():
-            out[f"{name} stall s ({kill.what})"] = stall(p.committed, p.seen, kill.at, end, watched_until)
+            out[f"{name} stall s ({kill.what})"] = stall(p.decided, p.seen, start, end, watched_until)
+            out[f"{name} stall after ack s ({kill.what})"] = stall(
+                p.committed, p.seen, start, end, watched_until
+            )
     for name, p in paths.items():
         lost, duplicated = lost_and_duplicated(p.committed, p.copies)
         out[f"{name} lost"] = float(lost)
         out[f"{name} duplicated"] = float(duplicated)
     for name, p in paths.items():
-        out[f"{name} longest gap s"] = longest_gap(p.seen.values(), first, watched_until)
+        out[f"{name} longest gap s"] = longest_gap(p.seen.values(), kills[0].at, watched_until)
     for name, p in paths.items():
         out[f"{name} committed"] = float(len(p.committed))
     return out
@@ -386,7 +403,12 @@ def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress =
         _wait_seen(watchers, loads, options.settle_s)
         watched_until = time.time()
         paths = {
-            name: PathTimes(loads[name].committed, dict(watchers[name].seen), _copies(env, topics[name]))
+            name: PathTimes(
+                loads[name].decided,
+                loads[name].committed,
+                dict(watchers[name].seen),
+                _copies(env, topics[name]),
+            )
             for name in PATHS
         }
         params = {
@@ -416,7 +438,9 @@ def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress =
     figure = Figure("node kill", committed, loaded_s, figure_values(paths, kills, watched_until), params)
     v = figure.values
     progress(
-        f"stall: txbridge {v['txbridge stall s']:.1f}s, native {v['native stall s']:.1f}s; "
+        f"stall from the application's commit: txbridge {v['txbridge stall s']:.1f}s, "
+        f"native {v['native stall s']:.1f}s (after the commit's ack: "
+        f"{v['txbridge stall after ack s']:.1f}s, {v['native stall after ack s']:.1f}s); "
         f"lost {v['txbridge lost']:.0f}/{v['native lost']:.0f}, "
         f"duplicated {v['txbridge duplicated']:.0f}/{v['native duplicated']:.0f} (txbridge/native)"
     )

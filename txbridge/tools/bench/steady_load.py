@@ -1,8 +1,9 @@
 """Steady loads of one message per transaction, through txbridge or native Kafka transactions.
 
 Each runs in a thread of its own until stopped, at a fixed rate with no catch-up (:class:`Pace`),
-and records when each message committed, by the id in its ``txb.tx`` header, for a
-read_committed reader (:class:`txbridge.tools.bench.txbridge_runs.Watcher`) to time against.
+and records, by the id in each message's ``txb.tx`` header, when the application committed it
+and when that commit was acknowledged, for a read_committed reader
+(:class:`txbridge.tools.bench.txbridge_runs.Watcher`) to time against.
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ class Load:
     """One path's load in a thread of its own, from :meth:`start` to :meth:`stop`.
 
     Attributes:
-        committed: the wall time each message's transaction committed, by the message's id.
+        decided: the wall time the application committed each message's transaction, by the
+            message's id: when its local transaction returned COMMIT (txbridge), when
+            ``commit_transaction`` was called (native). A commit that blocks counts from here.
+        committed: the wall time that commit was acknowledged: when the SDK reported COMMIT
+            (txbridge), when ``commit_transaction`` returned (native).
         outcomes: how many transactions ended how (``COMMIT``, ``aborted (...)``, ...).
         error: what ended the load early, if anything.
     """
@@ -58,6 +63,7 @@ class Load:
         self.topic = topic
         self.value = value
         self.rate = rate
+        self.decided: dict[str, float] = {}
         self.committed: dict[str, float] = {}
         self.outcomes: Counter[str] = Counter()
         self.error: BaseException | None = None
@@ -113,7 +119,8 @@ class Load:
 class TxbridgeLoad(Load):
     """The SDK's asyncio producer, one transaction at a time; its back-check answers COMMIT.
 
-    A message's id is its transaction's id; it committed when the SDK reported COMMIT.
+    A message's id is its transaction's id; the application committed it when its local
+    transaction returned COMMIT, and the commit was acknowledged when the SDK reported COMMIT.
     """
 
     name = "txbridge"
@@ -128,6 +135,10 @@ class TxbridgeLoad(Load):
 
     def _run(self) -> None:
         asyncio.run(self._send())
+
+    def _execute(self, txn: LocalTransaction, _arg: object) -> TxState:
+        self.decided[txn.tx_id] = time.time()
+        return TxState.COMMIT
 
     async def _send(self) -> None:
         env = self._env
@@ -148,7 +159,7 @@ class TxbridgeLoad(Load):
                 if self._stop.is_set():
                     return
                 message = Message(self.topic, self.value, key=KEYS[i % len(KEYS)])
-                result = await producer.send_in_transaction(message, _execute)
+                result = await producer.send_in_transaction(message, self._execute)
                 if result.state is TxState.COMMIT:
                     self.committed[result.tx_id] = time.time()
                 acknowledged = "" if result.op_acknowledged else ", op not acknowledged"
@@ -159,14 +170,11 @@ def _commit(_txn: LocalTransaction) -> TxState:
     return TxState.COMMIT
 
 
-def _execute(_txn: LocalTransaction, _arg: object) -> TxState:
-    return TxState.COMMIT
-
-
 class NativeLoad(Load):
     """One transactional producer: begin, produce one message, commit; again.
 
-    A message's id is ``native-<n>``; it committed when ``commit_transaction`` returned.
+    A message's id is ``native-<n>``; the application committed it when it called
+    ``commit_transaction``, and the commit was acknowledged when that call returned.
     """
 
     name = "native"
@@ -190,6 +198,7 @@ class NativeLoad(Load):
             tx = f"native-{i}"
             producer.begin_transaction()
             producer.produce(self.topic, self.value, KEYS[i % len(KEYS)], headers=[(H_TX, tx.encode())])
+            self.decided[tx] = time.time()
             if self._commit(producer):
                 self.committed[tx] = time.time()
                 self.outcomes["COMMIT"] += 1
