@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.kafka_helpers import delete_namespaces
 from txbridge import kafka
 from txbridge.tools.local.broker import LocalKafka, free_port
+from txbridge.topics import init_topics
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -183,6 +185,25 @@ def topic_factory(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Ca
         return name
 
     return make
+
+
+@pytest.fixture
+def namespace_factory(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
+    """Create a txbridge namespace's internal topics: ``namespace_factory(partitions=3, prefix="txbns")``.
+
+    Returns the uuid-named namespace; every namespace made is deleted at teardown, in one admin
+    request (fixtures that use this one end first: their coordinators stop before the topics go).
+    """
+    made: list[str] = []
+
+    def make(partitions: int = 3, prefix: str = "txbns") -> str:
+        namespace = f"{prefix}{uuid.uuid4().hex[:10]}"
+        init_topics(kafka_bootstrap, namespace, partitions)
+        made.append(namespace)
+        return namespace
+
+    yield make
+    delete_namespaces(kafka_bootstrap, made)
 
 
 @pytest.fixture

@@ -1,14 +1,17 @@
-"""What a plain consumer sees on a topic: the yardstick of integration tests."""
+"""What a plain consumer sees on a topic: the yardstick of integration tests; and the tests' clean-up."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from txbridge import kafka
+from txbridge.topics import internal_topics
 
 
 @dataclass(frozen=True)
@@ -63,3 +66,23 @@ def wait_for(
         if len(seen) >= count or time.monotonic() > deadline:
             return seen
         time.sleep(0.5)
+
+
+def delete_namespaces(
+    bootstrap: str, namespaces: Iterable[str], *, extra: Mapping[str, Any] | None = None
+) -> None:
+    """Delete the internal topics of ``namespaces`` (what ``init_topics`` made) in one admin request.
+
+    It waits only until the controller has taken the deletion (milliseconds on KRaft, 15 s at most),
+    not until the brokers have removed the files. A topic already gone is fine.
+    """
+    names = [spec.name for namespace in namespaces for spec in internal_topics(namespace)]
+    if not names:
+        return
+    client = kafka.admin(bootstrap, extra)
+    for future in client.delete_topics(names, operation_timeout=10, request_timeout=15).values():
+        try:
+            future.result(timeout=15)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise

@@ -16,7 +16,6 @@ from coordinator.service import Coordinator
 from coordinator.state import PartitionState
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.wire_producer import WireProducer
-from txbridge.topics import init_topics
 from txbridge.wire import Topics
 
 SECRET = "test-secret-1"  # noqa: S105 - a test-only HMAC secret
@@ -87,9 +86,8 @@ class Env:
 
 
 @pytest.fixture
-def env(kafka_bootstrap: str) -> Iterator[Env]:
-    namespace = f"txbt{uuid.uuid4().hex[:10]}"
-    init_topics(kafka_bootstrap, namespace, PARTITIONS)
+def env(kafka_bootstrap: str, namespace_factory: Callable[..., str]) -> Iterator[Env]:
+    namespace = namespace_factory(PARTITIONS, prefix="txbt")
     environment = Env(
         kafka_bootstrap, namespace, Topics(namespace), WireProducer(kafka_bootstrap, namespace, PARTITIONS)
     )

@@ -13,7 +13,6 @@ from tests.coordinator.conftest import PARTITIONS, Env, RunningCoordinator, even
 from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge.tools.local.broker import free_port
-from txbridge.topics import init_topics
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration
@@ -21,9 +20,8 @@ pytestmark = pytest.mark.integration
 COUNT = 5
 
 
-def _second_namespace(env: Env) -> tuple[str, WireProducer]:
-    namespace = f"txbt{uuid.uuid4().hex[:10]}"
-    init_topics(env.bootstrap, namespace, PARTITIONS)
+def _second_namespace(env: Env, namespace_factory: Callable[..., str]) -> tuple[str, WireProducer]:
+    namespace = namespace_factory(PARTITIONS, prefix="txbt")
     return namespace, WireProducer(env.bootstrap, namespace, PARTITIONS)
 
 
@@ -50,8 +48,10 @@ def _published_once(env: Env, topic: str, tx_ids: set[str]) -> None:
     assert sorted(s.value for s in seen) == sorted(f"m{i}".encode() for i in range(COUNT))
 
 
-def test_one_after_the_other_under_one_instance_id(env: Env, topic_factory: Callable[..., str]) -> None:
-    other, other_producer = _second_namespace(env)
+def test_one_after_the_other_under_one_instance_id(
+    env: Env, topic_factory: Callable[..., str], namespace_factory: Callable[..., str]
+) -> None:
+    other, other_producer = _second_namespace(env, namespace_factory)
     first_topic, other_topic = topic_factory(partitions=2), topic_factory(partitions=2)
     instance = f"host-{uuid.uuid4().hex[:6]}"
 
@@ -68,8 +68,10 @@ def test_one_after_the_other_under_one_instance_id(env: Env, topic_factory: Call
     _published_once(env, first_topic, first_txs)
 
 
-def test_side_by_side_under_one_instance_id(env: Env, topic_factory: Callable[..., str]) -> None:
-    other, other_producer = _second_namespace(env)
+def test_side_by_side_under_one_instance_id(
+    env: Env, topic_factory: Callable[..., str], namespace_factory: Callable[..., str]
+) -> None:
+    other, other_producer = _second_namespace(env, namespace_factory)
     first_topic, other_topic = topic_factory(partitions=2), topic_factory(partitions=2)
     instance = f"host-{uuid.uuid4().hex[:6]}"
 
@@ -87,7 +89,7 @@ def test_side_by_side_under_one_instance_id(env: Env, topic_factory: Callable[..
 
 
 def test_a_coordinator_that_owns_nothing_of_an_unserved_namespace_says_so(
-    env: Env, caplog: pytest.LogCaptureFixture
+    env: Env, namespace_factory: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two namespaces forced into one group under one instance id (the misconfiguration the
     namespace-scoped default group prevents): the second coordinator takes over the first's
@@ -95,7 +97,7 @@ def test_a_coordinator_that_owns_nothing_of_an_unserved_namespace_says_so(
     WARNING that names the unserved partitions and what to set, the gauge, and /readyz 503.
     The first namespace's coordinator, serving, is live and ready."""
     caplog.set_level(logging.WARNING, logger="coordinator.health")
-    other, _producer = _second_namespace(env)
+    other, _producer = _second_namespace(env, namespace_factory)
     group, instance = f"shared-{uuid.uuid4().hex[:6]}", f"host-{uuid.uuid4().hex[:6]}"
     first_port, second_port = free_port(), free_port()
     first = env.start(group_id=group, instance_id=instance, metrics_port=first_port)

@@ -112,3 +112,35 @@ def test_what_the_launcher_ends_itself_is_not_restarted(env: Env, tmp_path: Path
     finally:
         coordinator.stop()
     assert not coordinator.alive()
+
+
+def test_a_supervised_coordinator_silent_too_long_writes_its_stacks_but_not_while_paused(
+    env: Env, tmp_path: Path
+) -> None:
+    log = tmp_path / "coordinator.log"
+    coordinator = CoordinatorProcess(
+        env.bootstrap,
+        env.namespace,
+        secret=SECRET,
+        log_path=log,
+        args=("--log-interval", "3600"),  # an idle coordinator then logs nothing after its start
+        supervise=True,
+        stall_dump_s=2.0,
+    ).start()
+    try:
+        coordinator.wait_ready()
+        pid = coordinator.pause()
+        assert pid is not None
+        time.sleep(3.0)  # silent past stall_dump_s, but paused on purpose
+        assert coordinator.stall_dumps == []
+        coordinator.resume()
+
+        deadline = time.monotonic() + 30
+        while "most recent call first" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+        assert "most recent call first" in log.read_text()  # faulthandler's stacks, after SIGUSR1
+        assert len(coordinator.stall_dumps) == 1
+        assert (coordinator.alive(), coordinator.pid, coordinator.exits) == (True, pid, [])
+    finally:
+        assert coordinator.stop() == 0, coordinator.log_tail()

@@ -8,7 +8,6 @@ jar cache), run with ``java`` against the test broker.
 from __future__ import annotations
 
 import subprocess
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -18,7 +17,6 @@ from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import wait_for
 from tests.unit.test_partitioner import JAVA_12
 from txbridge.tools.local import jars
-from txbridge.topics import init_topics
 from txbridge.wire import Topics, TxState
 
 pytestmark = pytest.mark.integration
@@ -39,9 +37,8 @@ def java_tools() -> str:
 
 
 @pytest.fixture
-def env(kafka_bootstrap: str) -> Iterator[Env]:
-    namespace = f"txbj{uuid.uuid4().hex[:10]}"
-    init_topics(kafka_bootstrap, namespace, PARTITIONS)
+def env(kafka_bootstrap: str, namespace_factory: Callable[..., str]) -> Iterator[Env]:
+    namespace = namespace_factory(PARTITIONS, prefix="txbj")
     environment = Env(
         kafka_bootstrap, namespace, Topics(namespace), WireProducer(kafka_bootstrap, namespace, PARTITIONS)
     )

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from txbridge import TransactionProducer, TxState
-from txbridge.topics import init_topics
 from txbridge.wire import Topics
 
 PARTITIONS = 4
@@ -16,11 +15,9 @@ SECRET = b"test-secret-do-not-log"
 
 
 @pytest.fixture
-def namespace(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> str:
-    """A txbridge namespace of its own (``txbridge init`` with 4 partitions)."""
-    ns = unique_name("txbns").replace("-", "_")
-    init_topics(kafka_bootstrap, ns, PARTITIONS)
-    return ns
+def namespace(namespace_factory: Callable[..., str]) -> str:
+    """A txbridge namespace of its own (``txbridge init`` with 4 partitions), deleted at teardown."""
+    return namespace_factory(PARTITIONS, prefix="txbns_")
 
 
 @pytest.fixture

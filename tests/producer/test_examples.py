@@ -16,8 +16,7 @@ import pytest
 
 from tests.kafka_helpers import read_topic
 from txbridge import kafka
-from txbridge.topics import init_topics
-from txbridge.wire import Topics
+from txbridge.wire import DEFAULT_PARTITIONS, Topics
 
 pytestmark = pytest.mark.integration
 
@@ -25,10 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_barrier_sqlite_example(
-    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    namespace_factory: Callable[..., str],
+    tmp_path: Path,
 ) -> None:
-    namespace = unique_name("exns").replace("-", "_")
-    init_topics(kafka_bootstrap, namespace)  # the example uses the default 12 partitions
+    namespace = namespace_factory(DEFAULT_PARTITIONS, prefix="exns_")  # the example uses the default
     db = tmp_path / "orders.db"
     topic = unique_name("orders")
     options = [

@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -16,8 +15,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,71 +163,39 @@ def roles(admin: AdminClient, node: int, *, half: str, topic: str, group_id: str
 # ------------------------------------------------------------------ the processes
 
 
-class Supervisor:
-    """Restarts a coordinator child that exits, as a deployment's supervisor does
-    (``restart: unless-stopped`` in compose/); each exit is on record with the log's last lines.
+def supervised(
+    kafka: SecureKafka, namespace: str, instance: str, *, log_path: Path, secret: str, args: Sequence[str]
+) -> CoordinatorProcess:
+    """A coordinator child under ``instance``, restarted when it exits on its own, as a deployment's
+    supervisor does (``restart: unless-stopped`` in compose/); SIGUSR1 when its log is silent
+    for :data:`STALL_DUMP_S`, so its log shows where it waits."""
+    return CoordinatorProcess(
+        kafka.bootstrap,
+        namespace,
+        secret=secret,
+        log_path=log_path,
+        instance_id=instance,
+        args=args,
+        supervise=True,
+        stall_dump_s=STALL_DUMP_S,
+    )
 
-    A fault injector takes a coordinator out of its care while it works on it (:meth:`held`),
-    and may put a new process in its place (:meth:`replace`).
-    """
 
-    def __init__(self, coordinators: list[CoordinatorProcess]) -> None:
-        self.coordinators = list(coordinators)
-        self._lock = threading.Lock()
-        self._held: set[int] = set()
-        #: (wall time, the coordinator's log file name, its last log lines) per exit seen.
-        self.exits: list[tuple[float, str, str]] = []
-        #: (wall time, the coordinator's log file name) per stack dump of a silent coordinator.
-        self.stall_dumps: list[tuple[float, str]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-supervisor", daemon=True)
+@dataclass(frozen=True)
+class Supervised:
+    """What the supervision of some coordinators saw, in time order: each exit on its own as
+    (wall time, log file name, exit code, last log lines), each stack dump as (wall time, log file name)."""
 
-    def start(self) -> None:
-        self._thread.start()
+    exits: list[tuple[float, str, int | None, str]]
+    stall_dumps: list[tuple[float, str]]
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    @contextmanager
-    def held(self, index: int) -> Iterator[CoordinatorProcess]:
-        """Coordinator ``index``, neither restarted nor sent SIGUSR1 until the block ends."""
-        with self._lock:
-            self._held.add(index)
-            coordinator = self.coordinators[index]
-        try:
-            yield coordinator
-        finally:
-            with self._lock:
-                self._held.discard(index)
-
-    def replace(self, index: int, coordinator: CoordinatorProcess) -> None:
-        """Supervise ``coordinator`` instead of coordinator ``index`` (a restart under a new id)."""
-        with self._lock:
-            self.coordinators[index] = coordinator
-
-    def _run(self) -> None:
-        dumped: dict[str, float] = {}
-        while not self._stop.wait(0.2):
-            with self._lock:
-                self._pass(dumped)
-
-    def _pass(self, dumped: dict[str, float]) -> None:
-        for index, coordinator in enumerate(self.coordinators):
-            if index in self._held:
-                continue
-            if not coordinator.alive():
-                self.exits.append((time.time(), coordinator.log_path.name, coordinator.log_tail(4)))
-                coordinator.start()
-                continue
-            # A loop that logs nothing for STALL_DUMP_S is stuck somewhere: SIGUSR1 makes the
-            # coordinator write every thread's stack to its log (coordinator/cli.py).
-            name = coordinator.log_path.name
-            silent = time.time() - coordinator.log_path.stat().st_mtime
-            if silent > STALL_DUMP_S and time.time() - dumped.get(name, 0.0) > 60 and coordinator.pid:
-                os.kill(coordinator.pid, signal.SIGUSR1)
-                dumped[name] = time.time()
-                self.stall_dumps.append((time.time(), name))
+    @classmethod
+    def of(cls, coordinators: Iterable[CoordinatorProcess]) -> Supervised:
+        coordinators = list(coordinators)
+        return cls(
+            sorted((at, c.log_path.name, code, tail) for c in coordinators for at, code, tail in c.exits),
+            sorted((at, c.log_path.name) for c in coordinators for at in c.stall_dumps),
+        )
 
 
 @dataclass

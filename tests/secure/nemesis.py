@@ -42,7 +42,7 @@ from enum import StrEnum
 
 from confluent_kafka.admin import AdminClient
 
-from tests.secure.chaos import Producers, Supervisor, longest_gap, wait_in_sync, wait_serving
+from tests.secure.chaos import Producers, longest_gap, wait_in_sync, wait_serving
 from txbridge.tools.local.cluster import LocalCluster
 from txbridge.tools.local.coordinator_process import CoordinatorProcess, CoordinatorProcessError
 
@@ -267,15 +267,16 @@ class Applied:
 
 
 class Nemesis:
-    """Applies a :class:`Schedule` to the cluster's nodes, the coordinators (through the
-    :class:`Supervisor` that restarts them) and the producers.
+    """Applies a :class:`Schedule` to the cluster's nodes, the coordinators (supervised children:
+    ``CoordinatorProcess(supervise=True)`` restarts one that exits on its own) and the producers.
 
     Args:
         schedule: the steps.
         cluster: the secured cluster.
         admin: an admin client of it, for the replicas' sync state.
         replicated: the topics whose replicas must be in sync between node faults.
-        supervisor: it holds the coordinators, index for index with ``instance_ids``.
+        coordinators: the supervised coordinator processes, index for index with ``instance_ids``;
+            the nemesis replaces one restarted under a new instance id (it keeps the list current).
         instance_ids: each coordinator's instance id.
         new_coordinator: makes a coordinator process (not started) with a given instance id.
         producers: the producer processes.
@@ -290,7 +291,7 @@ class Nemesis:
         cluster: LocalCluster,
         admin: AdminClient,
         replicated: Sequence[str],
-        supervisor: Supervisor,
+        coordinators: list[CoordinatorProcess],
         instance_ids: Sequence[str],
         new_coordinator: Callable[[str], CoordinatorProcess],
         producers: Producers,
@@ -300,7 +301,7 @@ class Nemesis:
         self.cluster = cluster
         self.admin = admin
         self.replicated = list(replicated)
-        self.supervisor = supervisor
+        self.coordinators = coordinators
         #: Each coordinator's current instance id.
         self.instance_ids = list(instance_ids)
         self.new_coordinator = new_coordinator
@@ -424,37 +425,38 @@ class Nemesis:
         self._renames[index] += 1
         instance = f"{self.instance_ids[index].split('-r')[0]}-r{self._renames[index]}"
         self.instance_ids[index] = instance
+        old.stop()  # already ended: this ends its supervision
         new = self.new_coordinator(instance)
-        self.supervisor.replace(index, new)
+        self.coordinators[index] = new
         return new
 
     def _coordinator_restart(self, step: Step) -> str:
         """SIGKILL or SIGTERM, then the same instance id or a new one."""
         before = self.instance_ids[step.target]
-        with self.supervisor.held(step.target) as old:
-            ended = time.monotonic()
-            if step.fault is Fault.COORDINATOR_KILL:
-                old.kill()
-                how = "SIGKILL"
-            else:
-                code = old.stop(timeout=60)
-                how = f"SIGTERM: exit {code} in {time.monotonic() - ended:.1f}s"
-            time.sleep(step.hold)
-            new = self._successor(step.target, old, step.renamed)
-            new.start()
+        # What kill() and stop() end, the supervision does not start again; start() resumes it.
+        old = self.coordinators[step.target]
+        ended = time.monotonic()
+        if step.fault is Fault.COORDINATOR_KILL:
+            old.kill()
+            how = "SIGKILL"
+        else:
+            code = old.stop(timeout=60)
+            how = f"SIGTERM: exit {code} in {time.monotonic() - ended:.1f}s"
+        time.sleep(step.hold)
+        new = self._successor(step.target, old, step.renamed)
+        new.start()
         return f"{before} {how}; {self.instance_ids[step.target]} {self._ready(new, ended)}"
 
     def _coordinator_pause(self, step: Step) -> str:
-        with self.supervisor.held(step.target) as coordinator:
-            pid = coordinator.pid
-            if pid is None or not coordinator.alive():
-                return f"{self.instance_ids[step.target]} not running: not paused"
-            os.kill(pid, signal.SIGSTOP)
-            try:
-                time.sleep(step.hold)
-            finally:
-                os.kill(pid, signal.SIGCONT)
-        time.sleep(1.0)  # a zombie that learns it was fenced may exit now (the supervisor restarts it)
+        coordinator = self.coordinators[step.target]
+        pid = coordinator.pause()
+        if pid is None:
+            return f"{self.instance_ids[step.target]} not running: not paused"
+        try:
+            time.sleep(step.hold)
+        finally:
+            coordinator.resume()
+        time.sleep(1.0)  # a zombie that learns it was fenced may exit now (its supervision restarts it)
         alive = "still running" if coordinator.alive() and coordinator.pid == pid else "exited after SIGCONT"
         return f"{self.instance_ids[step.target]} (pid {pid}) SIGSTOP for {step.hold:.1f}s, SIGCONT: {alive}"
 
@@ -464,7 +466,7 @@ class Nemesis:
         except CoordinatorProcessError as exc:
             if coordinator.alive():  # not assigned in time: the coordinator did not recover
                 raise
-            return f"exited before it was ready ({exc}); the supervisor starts it again"
+            return f"exited before it was ready ({exc}); its supervision starts it again"
         return f"ready {time.monotonic() - since:.1f}s after the stop"
 
     # ---------------------------------------------------------------- producers

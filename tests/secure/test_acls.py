@@ -60,9 +60,9 @@ class Roles:
         return self.kafka.cluster.client_config(user)
 
 
-def _granted(kafka: SecureKafka, principal: str) -> set[tuple[str, str, bool, str]]:
+def _granted(secure: SecureKafka, principal: str) -> set[tuple[str, str, bool, str]]:
     """The ACLs the cluster lists for ``principal``, as ``(resource, name, prefixed, operation)``."""
-    admin = kafka.admin(kafka.bootstrap, kafka.config)
+    admin = kafka.admin(secure.bootstrap, secure.config)
     everything = AclBindingFilter(
         ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY,
         AclPermissionType.ANY,
@@ -91,15 +91,15 @@ def _wait_granted(kafka: SecureKafka, acls: list[Acl]) -> None:
 
 @pytest.fixture(scope="module")
 def roles(secure_kafka: SecureKafka) -> Roles:
-    kafka = secure_kafka
+    secure = secure_kafka
     namespace = f"txba{uuid.uuid4().hex[:10]}"
     topic, open_topic = f"orders-{uuid.uuid4().hex[:8]}", f"audit-{uuid.uuid4().hex[:8]}"
     # Topics are the admin's to create: no role may.
-    kafka.ensure_topics(kafka.bootstrap, internal_topics(namespace, PARTITIONS, 3), extra=kafka.config)
+    kafka.ensure_topics(secure.bootstrap, internal_topics(namespace, PARTITIONS, 3), extra=secure.config)
     kafka.ensure_topics(
-        kafka.bootstrap,
+        secure.bootstrap,
         [kafka.TopicSpec(t, PARTITIONS, replication_factor=3) for t in (topic, open_topic)],
-        extra=kafka.config,
+        extra=secure.config,
     )
     coordinator_group, consumer_group = f"coord-{namespace}", f"billing-{namespace}"
     acls = [
@@ -117,9 +117,9 @@ def roles(secure_kafka: SecureKafka) -> Roles:
             groups=[consumer_group],
         ),
     ]  # fmt: skip
-    apply_acls(kafka.bootstrap, acls, kafka.config)
-    _wait_granted(kafka, acls)
-    roles = Roles(kafka, namespace, topic, open_topic, coordinator_group, consumer_group, tuple(acls))
+    apply_acls(secure.bootstrap, acls, secure.config)
+    _wait_granted(secure, acls)
+    roles = Roles(secure, namespace, topic, open_topic, coordinator_group, consumer_group, tuple(acls))
     t = Topics(namespace)
     _wait_readable(roles, "coordinator", [t.half, t.op, t.state, t.producers, t.expired])
     return roles

@@ -45,7 +45,7 @@ from tests.secure.chaos import (
     STALL_DUMP_S,
     TRANSACTION_LOG,
     Producers,
-    Supervisor,
+    Supervised,
     Watcher,
     create_led_by,
     ensure_transaction_log,
@@ -53,6 +53,7 @@ from tests.secure.chaos import (
     longest_gap,
     namespace_with_one_transaction_coordinator,
     roles,
+    supervised,
     tally,
     transaction_coordinators,
     transactional_ids,
@@ -62,7 +63,6 @@ from tests.secure.chaos import (
 )
 from tests.secure.conftest import SecureKafka, read_committed
 from txbridge import kafka
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import Topics
 
 pytestmark = [
@@ -132,12 +132,12 @@ def test_brokers_killed_under_load_lose_duplicate_and_reorder_nothing(
     # Back-checks soon: a transaction whose op record was lost to a kill is settled by one.
     checks = ("--check-delay", "2", "--check-backoff", "1", "--check-backoff-max", "2")
     coordinators = [
-        CoordinatorProcess(
-            secure_kafka.bootstrap,
+        supervised(
+            secure_kafka,
             namespace,
-            secret=SECRET,
+            instance,
             log_path=tmp_path / f"coordinator-{instance}.log",
-            instance_id=instance,
+            secret=SECRET,
             args=flags + checks,
         )
         for instance in instances
@@ -146,9 +146,6 @@ def test_brokers_killed_under_load_lose_duplicate_and_reorder_nothing(
         stack.enter_context(coordinator)
     for coordinator in coordinators:
         coordinator.wait_ready(90)
-    supervisor = Supervisor(coordinators)
-    supervisor.start()
-    stack.callback(supervisor.stop)  # before the coordinators stop (the stack unwinds backwards)
     watcher = Watcher(secure_kafka, topic)
     watcher.start()
     stack.callback(watcher.stop)
@@ -199,7 +196,7 @@ def test_brokers_killed_under_load_lose_duplicate_and_reorder_nothing(
     wait_until(lambda: watcher.seen() >= expected or watcher.quiet_for() > QUIET_S, 180, poll=1.0)
     time.sleep(3)  # a duplicate or a phantom would show up now
     watcher.stop()
-    supervisor.stop()
+    supervision = Supervised.of(coordinators)
     seen = [value or b"" for _key, value in read_committed(secure_kafka, topic, timeout=60)]
     figures = tally(records, barriers, seen)
     last_end = max(r["end"] for r in records if "end" in r)
@@ -213,7 +210,7 @@ def test_brokers_killed_under_load_lose_duplicate_and_reorder_nothing(
         f"({figures.expected_messages} messages) kills={len(kills)} lost={figures.lost} "
         f"duplicates={figures.duplicates} phantom={figures.phantom} "
         f"order_violations={figures.order_violations} stall_s={[round(s, 1) for s in stalls]} "
-        f"expired={len(expired)} quarantined={len(quarantined)} coordinator_exits={len(supervisor.exits)} "
+        f"expired={len(expired)} quarantined={len(quarantined)} coordinator_exits={len(supervision.exits)} "
         f"producing {produced_s:.0f}s, test {time.monotonic() - started:.0f}s"
     )
     for k, stall in zip(kills, stalls, strict=True):
@@ -221,13 +218,13 @@ def test_brokers_killed_under_load_lose_duplicate_and_reorder_nothing(
             f"  kill {k.what}: node {k.node} ({k.roles}): publishing stalled {stall:.1f}s, "
             f"node back in {k.back_s:.1f}s, in sync {k.in_sync_s:.1f}s later"
         )
-    for at, log in supervisor.stall_dumps:
+    for at, log in supervision.stall_dumps:
         print(
             f"  {log} was silent for {STALL_DUMP_S:.0f}s at {at - kills[0].at:+.1f}s after the first kill:"
             " stacks in its log"
         )
-    for at, log, tail in supervisor.exits:
-        print(f"  {log} exited {at - kills[0].at:+.1f}s after the first kill:\n{tail}")
+    for at, log, code, tail in supervision.exits:
+        print(f"  {log} exited (code {code}) {at - kills[0].at:+.1f}s after the first kill:\n{tail}")
 
     assert figures.sdk_against_barrier == []
     lost_dup_phantom_order = (figures.lost, figures.duplicates, figures.phantom, figures.order_violations)

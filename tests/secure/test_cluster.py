@@ -34,10 +34,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 SECRET = "secure-test-secret"  # noqa: S105 - a test-only HMAC secret
 
 
-def _errors_seen(kafka: SecureKafka, settings: dict[str, Any]) -> tuple[KafkaException, list[KafkaError]]:
+def _errors_seen(secure: SecureKafka, settings: dict[str, Any]) -> tuple[KafkaException, list[KafkaError]]:
     """What a client with ``settings`` is told: the exception of its first request and its error events."""
     events: list[KafkaError] = []
-    client = kafka.producer(kafka.bootstrap, {**settings, "error_cb": events.append, "log_level": 0})
+    client = kafka.producer(secure.bootstrap, {**settings, "error_cb": events.append, "log_level": 0})
     with pytest.raises(KafkaException) as refused:
         client.list_topics(timeout=3)
     client.poll(1.0)  # serves the error events
@@ -224,13 +224,13 @@ def test_a_committed_transaction_reaches_a_read_committed_consumer_once_over_sas
 # ------------------------------------------------------------------ (d) a node dies and comes back
 
 
-def _leader(kafka: SecureKafka, topic: str, partition: int) -> int:
-    admin = kafka.admin(kafka.bootstrap, kafka.config)
+def _leader(secure: SecureKafka, topic: str, partition: int) -> int:
+    admin = kafka.admin(secure.bootstrap, secure.config)
     return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader)
 
 
-def _isr_sizes(kafka: SecureKafka, topic: str) -> list[int]:
-    admin = kafka.admin(kafka.bootstrap, kafka.config)
+def _isr_sizes(secure: SecureKafka, topic: str) -> list[int]:
+    admin = kafka.admin(secure.bootstrap, secure.config)
     return sorted(len(p.isrs) for p in admin.list_topics(topic, timeout=10).topics[topic].partitions.values())
 
 

@@ -296,14 +296,14 @@ def test_the_coordinator_without_the_settings_is_a_one_line_error(secure_kafka: 
 # ------------------------------------------------------------------ Spark's Kafka source over SASL_SSL
 
 
-def _orders(kafka: SecureKafka, topic: str) -> tuple[list[str], list[str]]:
+def _orders(secure: SecureKafka, topic: str) -> tuple[list[str], list[str]]:
     """Three committed OrderCreated events and two in an aborted transaction."""
 
     def event(order: str, customer: str) -> tuple[bytes, bytes]:
         created = schema.OrderCreated(order, customer, 1, 100, int(time.time() * 1000))
         return created.key(), schema.encode(created)
 
-    producer = kafka.producer(kafka.bootstrap, kafka.config, transactional_id=f"spark-{topic}")
+    producer = kafka.producer(secure.bootstrap, secure.config, transactional_id=f"spark-{topic}")
     producer.init_transactions(30)
     batches = {"commit": ["o-1", "o-2", "o-3"], "abort": ["o-4", "o-5"]}
     for decision, orders in batches.items():

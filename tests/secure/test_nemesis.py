@@ -7,7 +7,8 @@ through two coordinator processes while :mod:`tests.secure.nemesis` applies the 
 drew from the seed: node SIGKILLs, a rolling restart of every node, coordinator SIGKILLs and
 SIGTERMs (started again under the same or a new instance id), a coordinator SIGSTOPped past
 its session timeout then SIGCONTed, producer SIGKILLs. A coordinator that exits on its own is
-started again by the :class:`~tests.secure.chaos.Supervisor`, under its current instance id.
+started again by its supervision (``CoordinatorProcess(supervise=True)``), under its current
+instance id.
 
 Afterwards (bounded wait) kafka-python, not librdkafka, reads the real topic read_committed:
 every transaction the barrier holds as committed (the SDK reported COMMIT, an UNKNOWN settled
@@ -49,11 +50,12 @@ from tests.secure.chaos import (
     TRANSACTION_LOG,
     Figures,
     Producers,
-    Supervisor,
+    Supervised,
     Watcher,
     ensure_transaction_log,
     read_committed_elsewhere,
     roles,
+    supervised,
     tally,
     transactional_ids,
     wait_in_sync,
@@ -146,27 +148,29 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
         *("--check-delay", "2", "--check-backoff", "1", "--check-backoff-max", "2"),
     )
 
+    made: list[CoordinatorProcess] = []  # every coordinator of the run, renamed ones' too
+
     def new_coordinator(instance: str) -> CoordinatorProcess:
-        return CoordinatorProcess(
-            secure_kafka.bootstrap,
-            namespace,
-            secret=SECRET,
-            log_path=tmp_path / f"coordinator-{instance}.log",
-            instance_id=instance,
-            args=flags,
+        made.append(
+            supervised(
+                secure_kafka,
+                namespace,
+                instance,
+                log_path=tmp_path / f"coordinator-{instance}.log",
+                secret=SECRET,
+                args=flags,
+            )
         )
+        return made[-1]
 
     instances = [f"c{i}" for i in range(COORDINATORS)]
-    supervisor = Supervisor([new_coordinator(i) for i in instances])
-    # Registered first, so it runs last: every coordinator the nemesis started, after the
-    # supervisor (which would start them again) has stopped.
-    stack.callback(lambda: [c.stop() for c in supervisor.coordinators])
-    for coordinator in supervisor.coordinators:
+    coordinators = [new_coordinator(i) for i in instances]
+    # Registered first, so it runs last: every coordinator the nemesis started.
+    stack.callback(lambda: [c.stop() for c in made])
+    for coordinator in coordinators:
         coordinator.start()
-    for coordinator in supervisor.coordinators:
+    for coordinator in coordinators:
         coordinator.wait_ready(90)
-    supervisor.start()
-    stack.callback(supervisor.stop)
     watcher = Watcher(secure_kafka, topic)
     watcher.start()
     stack.callback(watcher.stop)
@@ -189,7 +193,7 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
         cluster=cluster,
         admin=admin,
         replicated=replicated,
-        supervisor=supervisor,
+        coordinators=coordinators,
         instance_ids=instances,
         new_coordinator=new_coordinator,
         producers=producers,
@@ -216,7 +220,7 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
     wait_until(lambda: watcher.seen() >= expected or watcher.quiet_for() > QUIET_S, 240, poll=1.0)
     time.sleep(3)  # a duplicate or a phantom would show up now
     watcher.stop()
-    supervisor.stop()
+    supervision = Supervised.of(made)
     seen = read_committed_elsewhere(secure_kafka, topic, timeout=60)
     seen_by_librdkafka = [value or b"" for _key, value in read_committed(secure_kafka, topic, timeout=60)]
     figures = tally(records, barriers, seen)
@@ -232,7 +236,7 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
         f"in_doubt={figures.in_doubt} ({figures.in_doubt_committed} committed) "
         f"op_unacknowledged={figures.op_unacknowledged} committed={figures.committed} "
         f"({figures.expected_messages} messages) expired={len(expired)} quarantined={len(quarantined)} "
-        f"coordinator_exits={len(supervisor.exits)} producer_kills={producers.kills} "
+        f"coordinator_exits={len(supervision.exits)} producer_kills={producers.kills} "
         f"librdkafka_agrees={Counter(seen_by_librdkafka) == Counter(seen)}; "
         f"load {load_s:.0f}s, test {time.monotonic() - started:.0f}s"
     )
@@ -243,12 +247,12 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
         print(
             f"  {a.started - nemesis.started:+7.1f}s {a.step.kind} {a.step.target}: stall {said}; {a.detail}"
         )
-    for at, log in supervisor.stall_dumps:
+    for at, log in supervision.stall_dumps:
         print(
             f"  {log} was silent for {STALL_DUMP_S:.0f}s at {at - nemesis.started:+.1f}s: stacks in its log"
         )
-    for at, log, tail in supervisor.exits:
-        print(f"  {log} exited at {at - nemesis.started:+.1f}s:\n{tail}")
+    for at, log, code, tail in supervision.exits:
+        print(f"  {log} exited (code {code}) at {at - nemesis.started:+.1f}s:\n{tail}")
     if SUMMARY:
         with Path(SUMMARY).open("a") as out:
             out.write(line + "\n")

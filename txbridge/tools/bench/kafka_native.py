@@ -135,6 +135,92 @@ def raw_produce(
     )
 
 
+class _NativeLoops:
+    """``concurrency`` threads, each a transactional producer looping begin / produce / commit.
+
+    Released together by one barrier, whose action starts the clock and the CPU meter.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        value: bytes,
+        per_txn: int,
+        duration_s: float,
+        concurrency: int,
+        meter: CpuMeter,
+        extra: Mapping[str, Any] | None,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._value = value
+        self._per_txn = per_txn
+        self._duration_s = duration_s
+        self._meter = meter
+        self._extra = extra
+        self.committed = [0] * concurrency
+        self.commit_ms: list[list[float]] = [[] for _ in range(concurrency)]
+        self.errors: list[BaseException] = []
+        self.started = 0.0
+        self._stop_at = 0.0
+        self._ready = threading.Barrier(concurrency + 1, action=self._start_clock)
+        self._threads = [
+            threading.Thread(target=self._worker, args=(i,), daemon=True) for i in range(concurrency)
+        ]
+
+    def _start_clock(self) -> None:  # the barrier's action: runs once, before any thread is released
+        self._meter.start()
+        self.started = time.perf_counter()
+        self._stop_at = self.started + self._duration_s
+
+    def _worker(self, index: int) -> None:
+        try:
+            producer = kafka.producer(
+                self._bootstrap,
+                self._extra,
+                transactional_id=f"bench-{uuid.uuid4().hex[:8]}-{index}",
+                linger_ms=0,
+            )
+            producer.init_transactions(30)
+        except BaseException as exc:
+            self.errors.append(exc)
+            self._ready.abort()
+            return
+        try:
+            self._ready.wait()
+        except threading.BrokenBarrierError:
+            return
+        try:
+            while time.perf_counter() < self._stop_at:
+                began = time.perf_counter()
+                producer.begin_transaction()
+                for i in range(self._per_txn):
+                    producer.produce(self._topic, value=self._value, key=str(i % 64).encode())
+                producer.commit_transaction(30)
+                self.commit_ms[index].append((time.perf_counter() - began) * 1000)
+                self.committed[index] += self._per_txn
+        except BaseException as exc:  # reported by the caller: a silent thread would leave a figure of 0
+            self.errors.append(exc)
+
+    def run(self) -> float:
+        """Start every loop, wait for them all to end; the seconds they ran.
+
+        Raises:
+            KafkaOperationError: a producer could not start.
+        """
+        for thread in self._threads:
+            thread.start()
+        try:
+            self._ready.wait(timeout=120)
+        except threading.BrokenBarrierError:
+            raise KafkaOperationError(f"native transactions could not start: {self.errors[:1]}") from None
+        for thread in self._threads:
+            thread.join()
+        return time.perf_counter() - self.started
+
+
 def native_transactions(
     bootstrap: str,
     topic: str,
@@ -147,60 +233,22 @@ def native_transactions(
     extra: Mapping[str, Any] | None = None,
 ) -> Figure:
     """``concurrency`` transactional producers, each looping begin / produce ``per_txn`` / commit."""
-    value = payload(size)
-    committed = [0] * concurrency
-    commit_ms: list[list[float]] = [[] for _ in range(concurrency)]
-    errors: list[BaseException] = []
-    clock = {"started": 0.0, "stop_at": 0.0}
-
-    def start_clock() -> None:  # the barrier's action: runs once, before any thread is released
-        meter.start()
-        clock["started"] = time.perf_counter()
-        clock["stop_at"] = clock["started"] + duration_s
-
-    ready = threading.Barrier(concurrency + 1, action=start_clock)
-
-    def worker(index: int) -> None:
-        try:
-            producer = kafka.producer(
-                bootstrap, extra, transactional_id=f"bench-{uuid.uuid4().hex[:8]}-{index}", linger_ms=0
-            )
-            producer.init_transactions(30)
-        except BaseException as exc:
-            errors.append(exc)
-            ready.abort()
-            return
-        try:
-            ready.wait()
-        except threading.BrokenBarrierError:
-            return
-        try:
-            while time.perf_counter() < clock["stop_at"]:
-                began = time.perf_counter()
-                producer.begin_transaction()
-                for i in range(per_txn):
-                    producer.produce(topic, value=value, key=str(i % 64).encode())
-                producer.commit_transaction(30)
-                commit_ms[index].append((time.perf_counter() - began) * 1000)
-                committed[index] += per_txn
-        except BaseException as exc:  # reported below: a silent thread would leave a figure of 0
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    try:
-        ready.wait(timeout=120)
-    except threading.BrokenBarrierError:
-        raise KafkaOperationError(f"native transactions could not start: {errors[:1]}") from None
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - clock["started"]
-    total = sum(committed)
+    loops = _NativeLoops(
+        bootstrap,
+        topic,
+        value=payload(size),
+        per_txn=per_txn,
+        duration_s=duration_s,
+        concurrency=concurrency,
+        meter=meter,
+        extra=extra,
+    )
+    elapsed = loops.run()
+    total = sum(loops.committed)
     cpu = meter.per_message(total)
-    if errors:
-        raise BenchError(f"a native transactional producer failed: {errors[0]!r}")
-    latencies = sorted(x for per in commit_ms for x in per)
+    if loops.errors:
+        raise BenchError(f"a native transactional producer failed: {loops.errors[0]!r}")
+    latencies = sorted(x for per in loops.commit_ms for x in per)
     name = "native txn per message" if per_txn == 1 else f"native txn, {per_txn} per txn"
     if not total:
         raise BenchError(f"{name}: no transaction committed in {elapsed:.1f} s")

@@ -66,6 +66,7 @@ from typing import Any, cast
 
 from txbridge import kafka
 from txbridge.tools.bench.kafka_native import percentile
+from txbridge.wire import H_TX
 
 PARTITIONS = 3  # the demo's
 CUSTOMERS = 20
@@ -125,104 +126,114 @@ class Spec:
 # ---------------------------------------------------------------------------- coordinator child
 
 
-def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
-    """Run an instrumented coordinator until ``stop``; put its timings on ``out``."""
-    from coordinator import service
-    from coordinator.config import CoordinatorConfig, Secrets
-    from txbridge.wire import H_TX
+@dataclass
+class _Timings:
+    """What the instrumented coordinator records, put on ``out`` at its end."""
 
-    knobs = spec.knobs
-    if knobs.fetch_wait_ms is not None:
-        service.FETCH_WAIT_MS = knobs.fetch_wait_ms
-    if knobs.fetch_min_bytes is not None:
-        service.FETCH_MIN_BYTES = knobs.fetch_min_bytes
+    boundaries: list[dict[str, float]] = field(default_factory=list)
+    produced: dict[str, tuple[float, int]] = field(default_factory=dict)  # tx id -> (time, boundary)
+    op_seen: dict[str, float] = field(default_factory=dict)
+    op_phase: dict[str, str] = field(default_factory=dict)  # tx id -> its phase, waits for a commit
+    entered: float = 0.0  # when the current _commit_boundary call began
 
-    boundaries: list[dict[str, float]] = []
-    produced: dict[str, tuple[float, int]] = {}  # tx id -> (produce time, boundary index)
-    op_seen: dict[str, float] = {}
-    op_phase: dict[str, str] = {}  # tx id -> its phase and whether it waits for a commit (debugging)
-    entered = [0.0]  # when the current _commit_boundary call began
 
-    class Timed:
-        """The transactional producer, timing the calls of each commit boundary."""
+class _Timed:
+    """A coordinator's transactional producer, timing the calls of each commit boundary."""
 
-        def __init__(self, inner: Any) -> None:
-            self._inner = inner
-            self._current: dict[str, float] = {}
+    def __init__(self, inner: Any, timings: _Timings) -> None:
+        self._inner = inner
+        self._timings = timings
+        self._current: dict[str, float] = {}
 
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._inner, name)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
-        def begin_transaction(self) -> None:
-            self._current = {"entered": entered[0], "begin": time.time()}
-            self._inner.begin_transaction()
+    def begin_transaction(self) -> None:
+        self._current = {"entered": self._timings.entered, "begin": time.time()}
+        self._inner.begin_transaction()
 
-        def produce(self, topic: str, **kwargs: Any) -> None:
-            tx = dict(kwargs.get("headers") or ()).get(H_TX)
-            if tx is not None:
-                produced.setdefault(tx.decode(), (time.time(), len(boundaries)))
-            self._inner.produce(topic, **kwargs)
+    def produce(self, topic: str, **kwargs: Any) -> None:
+        tx = dict(kwargs.get("headers") or ()).get(H_TX)
+        if tx is not None:
+            self._timings.produced.setdefault(tx.decode(), (time.time(), len(self._timings.boundaries)))
+        self._inner.produce(topic, **kwargs)
 
-        def send_offsets_to_transaction(self, *args: Any) -> None:
-            self._current["offsets"] = time.time()
-            self._inner.send_offsets_to_transaction(*args)
+    def send_offsets_to_transaction(self, *args: Any) -> None:
+        self._current["offsets"] = time.time()
+        self._inner.send_offsets_to_transaction(*args)
 
-        def commit_transaction(self, *args: Any) -> None:
-            self._current["commit"] = time.time()
-            self._inner.commit_transaction(*args)
-            self._current["committed"] = time.time()
-            boundaries.append(self._current)
+    def commit_transaction(self, *args: Any) -> None:
+        self._current["commit"] = time.time()
+        self._inner.commit_transaction(*args)
+        self._current["committed"] = time.time()
+        self._timings.boundaries.append(self._current)
 
+
+def _time_partition_producers(timings: _Timings, linger: int | None) -> None:
+    """Make ``kafka.producer`` hand the coordinator's partition producers out timed.
+
+    The SDK's producers are made in other processes; only transactional ones are wrapped.
+    """
     original = kafka.producer
-    linger = knobs.coord_linger_ms
 
     def producer(bootstrap: str, extra: Any = None, **defaults: Any) -> Any:
-        """The coordinator's partition producers, their calls timed (the SDK's are made elsewhere)."""
         if "transactional_id" not in defaults:
             return original(bootstrap, extra, **defaults)
         if linger is not None:
             defaults["linger_ms"] = linger
-        return cast("kafka.Producer", Timed(original(bootstrap, extra, **defaults)))
+        return cast("kafka.Producer", _Timed(original(bootstrap, extra, **defaults), timings))
 
     kafka.producer = producer
 
+
+def _instrumented_coordinator(config: Any, timings: _Timings) -> Any:
+    """A ``Coordinator`` that notes when its loop receives each op record and begins each boundary."""
+    from coordinator import service
+
     class Instrumented(service.Coordinator):
         def _on_record(self, msg: Any) -> None:
-            if msg.error() is None and msg.topic() == self.topics.op and msg.key():
-                op_seen.setdefault(msg.key().decode(), time.time())
+            is_op = msg.error() is None and msg.topic() == self.topics.op and msg.key()
+            if is_op:
+                timings.op_seen.setdefault(msg.key().decode(), time.time())
             super()._on_record(msg)
-            if msg.error() is None and msg.topic() == self.topics.op and msg.key():
+            if is_op:
                 state = self.partitions.get(msg.partition())
                 tx = state.pending.get(msg.key().decode()) if state else None
-                op_phase.setdefault(
+                timings.op_phase.setdefault(
                     msg.key().decode(), f"{tx.phase if tx else None}/{msg.partition() in self._ready}"
                 )
 
         def _commit_boundary(self, *, everything: bool) -> None:
-            entered[0] = time.time()
+            timings.entered = time.time()
             super()._commit_boundary(everything=everything)
 
-    instance = f"breakdown-{uuid.uuid4().hex[:8]}"
-    fetches = [0]  # Fetch requests the group consumer (client.id = the instance id) sent so far
+    return Instrumented(config)
+
+
+def _coordinator_config(spec: Spec, instance: str, fetches: list[int]) -> Any:
+    """The coordinator's settings; its statistics keep ``fetches[0]`` at the group consumer's Fetch count."""
+    from coordinator.config import CoordinatorConfig, Secrets
 
     def on_stats(raw: str) -> None:
         body = json.loads(raw)
         if body.get("type") == "consumer" and body.get("client_id") == instance:
             fetches[0] = sum(b.get("req", {}).get("Fetch", 0) for b in body["brokers"].values())
 
-    config = CoordinatorConfig(
+    return CoordinatorConfig(
         bootstrap=spec.bootstrap,
         namespace=spec.namespace,
         group_id=f"{spec.namespace}-coordinator",
         instance_id=instance,
-        extra_config={**knobs.coord_extra, "statistics.interval.ms": 500, "stats_cb": on_stats},
+        extra_config={**spec.knobs.coord_extra, "statistics.interval.ms": 500, "stats_cb": on_stats},
         secrets=Secrets(default=os.environ[_SECRET_ENV]),
         check_delay_s=2.0,  # the demo's --check-delay
-        commit_interval_ms=knobs.commit_interval_ms,
+        commit_interval_ms=spec.knobs.commit_interval_ms,
         log_interval_s=3600.0,
     )
-    coordinator = Instrumented(config)
 
+
+def _run_measured(coordinator: Any, fetches: list[int], ready: Any, stop: Any) -> dict[str, float]:
+    """Run ``coordinator`` until ``stop``; its seconds, CPU and fetches from ``ready`` to ``stop``."""
     marks: dict[str, float] = {}
 
     def signal_ready() -> None:
@@ -241,12 +252,30 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     threading.Thread(target=signal_ready, daemon=True).start()
     threading.Thread(target=stop_on_request, daemon=True).start()
     coordinator.run()
+    return marks
+
+
+def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
+    """Run an instrumented coordinator until ``stop``; put its timings on ``out``."""
+    from coordinator import service
+
+    knobs = spec.knobs
+    if knobs.fetch_wait_ms is not None:
+        service.FETCH_WAIT_MS = knobs.fetch_wait_ms
+    if knobs.fetch_min_bytes is not None:
+        service.FETCH_MIN_BYTES = knobs.fetch_min_bytes
+    timings = _Timings()
+    _time_partition_producers(timings, knobs.coord_linger_ms)
+    instance = f"breakdown-{uuid.uuid4().hex[:8]}"
+    fetches = [0]  # Fetch requests the group consumer (client.id = the instance id) sent so far
+    coordinator = _instrumented_coordinator(_coordinator_config(spec, instance, fetches), timings)
+    marks = _run_measured(coordinator, fetches, ready, stop)
     out.put(
         {
-            "boundaries": boundaries,
-            "produced": produced,
-            "op_seen": op_seen,
-            "op_phase": op_phase,
+            "boundaries": timings.boundaries,
+            "produced": timings.produced,
+            "op_seen": timings.op_seen,
+            "op_phase": timings.op_phase,
             "stats": {str(k): v for k, v in coordinator.stats.items()},
             "fetches": marks["fetches"],
             "cpu_s": marks["cpu"],

@@ -160,15 +160,10 @@ def _in_tree(tree: Path | None) -> Iterator[None]:
         os.chdir(before)
 
 
-def measure(  # noqa: PLR0915 - one measurement, its steps in order
-    bootstrap: str, count: int, work: Path, tree: Path | None, idle_s: float
-) -> dict[str, float]:
-    ns = f"__txb_pscale_{uuid.uuid4().hex[:6]}_{count}"
-    init_topics(bootstrap, ns, PARTITIONS)
-    secret = os.urandom(16).hex()
-    server = UnknownServer().start()
-    out: dict[str, float] = {"n": float(count)}
-    port = free_port()
+def _coordinators(
+    bootstrap: str, ns: str, secret: str, work: Path, port: int
+) -> tuple[CoordinatorProcess, CoordinatorProcess]:
+    """The first coordinator, which holds the pending transactions, and the one taking them over."""
     # A group of its own: the default group is shared with every other coordinator on the broker,
     # whose joins would rebalance these ones (and restore them again) mid-measurement.
     group = ("--group-id", f"{ns}-coordinators")
@@ -191,48 +186,91 @@ def measure(  # noqa: PLR0915 - one measurement, its steps in order
         ),
         instance_id="pscale-b",
     )  # fmt: skip
+    return first, second
+
+
+def _measure_holding(
+    first: CoordinatorProcess,
+    *,
+    bootstrap: str,
+    ns: str,
+    count: int,
+    check_url: str,
+    port: int,
+    idle_s: float,
+    out: dict[str, float],
+) -> None:
+    """The first coordinator's memory for ``count`` pending transactions and its idle CPU."""
+    first.wait_ready(120)
+    time.sleep(2.0)
+    base = first.rss_bytes()
+    write_pending(bootstrap, ns, count, check_url)
+    deadline = time.monotonic() + 600
+    while _metric(port, "pending_transactions") < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {_metric(port, 'pending_transactions'):.0f} of {count} pending")
+        time.sleep(0.5)
+    time.sleep(3.0)  # the commit that persists them, and the payloads settle
+    rss = first.rss_bytes()
+    out["rss_mb"] = rss / 2**20
+    out["bytes_per_tx"] = (rss - base) / count
+    assert first.pid is not None
+    proc = psutil.Process(first.pid)
+    cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
+    time.sleep(idle_s)
+    out["idle_cpu_pct"] = 100 * (sum(proc.cpu_times()[:2]) - cpu0) / (time.monotonic() - t0)
+
+
+def _measure_takeover(
+    second: CoordinatorProcess, server: UnknownServer, count: int, out: dict[str, float]
+) -> None:
+    """The second coordinator's restore, from its log, and how fast it checks every transaction."""
+    second.wait_ready(300)
+    log = second.log_path.read_text(errors="replace")
+    restored, seconds = _RESTORED.findall(log)[-1]
+    out["assignments"] = float(len(_ASSIGNED.findall(log)))
+    stamp, millis = _ASSIGNED.findall(log)[0]
+    running = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+    out["restored"] = float(restored)
+    out["restore_s"] = float(seconds)
+    deadline = time.monotonic() + 600
+    while len(server.first_asked) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    asked = sorted(server.first_asked.values())
+    out["asked"] = float(len(asked))
+    span = asked[-1] - running if asked else 0.0
+    out["checks_span_s"] = span  # from running to the last first check
+    out["checks_per_s"] = len(asked) / span if span else 0.0
+    out["requests"] = float(server.requests)
+
+
+def measure(bootstrap: str, count: int, work: Path, tree: Path | None, idle_s: float) -> dict[str, float]:
+    """One measurement at ``count`` pending transactions: a coordinator holds them, another takes over."""
+    ns = f"__txb_pscale_{uuid.uuid4().hex[:6]}_{count}"
+    init_topics(bootstrap, ns, PARTITIONS)
+    secret = os.urandom(16).hex()
+    server = UnknownServer().start()
+    out: dict[str, float] = {"n": float(count)}
+    port = free_port()
+    first, second = _coordinators(bootstrap, ns, secret, work, port)
     try:
         with _in_tree(tree):
             first.start()
-        first.wait_ready(120)
-        time.sleep(2.0)
-        base = first.rss_bytes()
-        write_pending(bootstrap, ns, count, server.url)
-        deadline = time.monotonic() + 600
-        while _metric(port, "pending_transactions") < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {_metric(port, 'pending_transactions'):.0f} of {count} pending")
-            time.sleep(0.5)
-        time.sleep(3.0)  # the commit that persists them, and the payloads settle
-        rss = first.rss_bytes()
-        out["rss_mb"] = rss / 2**20
-        out["bytes_per_tx"] = (rss - base) / count
-        assert first.pid is not None
-        proc = psutil.Process(first.pid)
-        cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
-        time.sleep(idle_s)
-        out["idle_cpu_pct"] = 100 * (sum(proc.cpu_times()[:2]) - cpu0) / (time.monotonic() - t0)
+        _measure_holding(
+            first,
+            bootstrap=bootstrap,
+            ns=ns,
+            count=count,
+            check_url=server.url,
+            port=port,
+            idle_s=idle_s,
+            out=out,
+        )
         first.stop(60)
         time.sleep(8.0)  # the static member's session times out: the group is empty
         with _in_tree(tree):
             second.start()
-        second.wait_ready(300)
-        log = second.log_path.read_text(errors="replace")
-        restored, seconds = _RESTORED.findall(log)[-1]
-        out["assignments"] = float(len(_ASSIGNED.findall(log)))
-        stamp, millis = _ASSIGNED.findall(log)[0]
-        running = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
-        out["restored"] = float(restored)
-        out["restore_s"] = float(seconds)
-        deadline = time.monotonic() + 600
-        while len(server.first_asked) < count and time.monotonic() < deadline:
-            time.sleep(0.2)
-        asked = sorted(server.first_asked.values())
-        out["asked"] = float(len(asked))
-        span = asked[-1] - running if asked else 0.0
-        out["checks_span_s"] = span  # from running to the last first check
-        out["checks_per_s"] = len(asked) / span if span else 0.0
-        out["requests"] = float(server.requests)
+        _measure_takeover(second, server, count, out)
     finally:
         first.stop(60)
         second.stop(60)

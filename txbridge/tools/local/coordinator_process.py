@@ -57,6 +57,10 @@ class CoordinatorProcess:
             :data:`RESTART_DELAY_S`, doubling up to 30 s while it keeps exiting. What
             :meth:`kill`, :meth:`crash_and_restart` and :meth:`stop` end is not restarted.
             Each such exit is in :attr:`exits`.
+        stall_dump_s: when it supervises, a child whose log stays silent this long (the
+            coordinator logs its counts every ``--log-interval``) gets SIGUSR1, which makes it
+            write every thread's stack to its log: where a stuck coordinator waits. At most
+            once a minute, never while :meth:`pause` holds it; each dump is in :attr:`stall_dumps`.
     """
 
     def __init__(
@@ -69,6 +73,7 @@ class CoordinatorProcess:
         args: Sequence[str] = (),
         instance_id: str | None = None,
         supervise: bool = False,
+        stall_dump_s: float | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.namespace = namespace
@@ -85,6 +90,10 @@ class CoordinatorProcess:
         self._ended_by_us = False  # the current child was SIGKILLed or stopped by this launcher
         self._supervisor: threading.Thread | None = None
         self._started_at = 0.0  # monotonic time of the current child's start
+        self._stall_dump_s = stall_dump_s
+        self._paused = False  # SIGSTOPped by pause(): silent on purpose
+        self._awake_since = 0.0  # wall time since which the child could have logged
+        self._last_dump = 0.0  # wall time of the last SIGUSR1
         #: Children started so far.
         self.starts = 0
         #: Children SIGKILLed so far.
@@ -95,6 +104,8 @@ class CoordinatorProcess:
         #: (wall time, exit code, the child's last log lines) per exit this launcher did not cause,
         #: when it supervises (``supervise``).
         self.exits: list[tuple[float, int | None, str]] = []
+        #: Wall time of each SIGUSR1 sent to a silent child (``stall_dump_s``).
+        self.stall_dumps: list[float] = []
 
     @property
     def pid(self) -> int | None:
@@ -120,7 +131,8 @@ class CoordinatorProcess:
         return self
 
     def _restart_exited(self) -> None:
-        """Start the child again whenever it exits on its own, until :meth:`stop`."""
+        """Start the child again whenever it exits on its own, until :meth:`stop`; have a silent
+        one dump its stacks (``stall_dump_s``)."""
         backoff = RESTART_DELAY_S
         while True:
             time.sleep(0.2)
@@ -128,7 +140,10 @@ class CoordinatorProcess:
                 if self._stopped:
                     return
                 proc = self._proc
-                if proc is None or proc.poll() is None or self._ended_by_us:
+                if proc is None or self._ended_by_us:
+                    continue
+                if proc.poll() is None:
+                    self._dump_if_silent(proc.pid)
                     continue
                 tail = self.log_tail(6)
                 self.exits.append((time.time(), proc.returncode, tail))
@@ -149,11 +164,28 @@ class CoordinatorProcess:
                 self._start()
             backoff = min(backoff * 2, 30.0)
 
+    def _dump_if_silent(self, pid: int) -> None:
+        if self._stall_dump_s is None or self._paused:
+            return
+        now = time.time()
+        try:
+            written = self.log_path.stat().st_mtime
+        except FileNotFoundError:
+            return
+        silent = now - max(written, self._awake_since)
+        if silent > self._stall_dump_s and now - self._last_dump > 60:
+            logger.warning("coordinator pid %d logged nothing for %.0fs: stacks to its log", pid, silent)
+            os.kill(pid, signal.SIGUSR1)
+            self._last_dump = now
+            self.stall_dumps.append(now)
+
     def _start(self) -> None:
         if self.alive():
             raise CoordinatorProcessError(f"the coordinator (pid {self.pid}) is already running")
         self._ended_by_us = False
+        self._paused = False
         self._started_at = time.monotonic()
+        self._awake_since = time.time()
         cmd = [
             sys.executable,
             "-m",
@@ -215,6 +247,28 @@ class CoordinatorProcess:
             self._proc.wait(30)
             self.kills += 1
             logger.info("coordinator child pid %d killed", self._proc.pid)
+
+    def pause(self) -> int | None:
+        """SIGSTOP the child, as a machine that stalls (a long GC, a frozen VM) would; its pid.
+
+        None when it is not running. It stays in its group until its session times out; the
+        supervisor neither restarts it nor asks it for its stacks until :meth:`resume`.
+        """
+        with self._lock:
+            if not self.alive():
+                return None
+            assert self._proc is not None
+            os.kill(self._proc.pid, signal.SIGSTOP)
+            self._paused = True
+            return self._proc.pid
+
+    def resume(self) -> None:
+        """SIGCONT the child :meth:`pause` stopped."""
+        with self._lock:
+            if self._paused and self._proc is not None and self._proc.poll() is None:
+                os.kill(self._proc.pid, signal.SIGCONT)
+            self._paused = False
+            self._awake_since = time.time()
 
     def crash_and_restart(self, downtime: float = RESTART_DELAY_S, *, ready_timeout: float = 60.0) -> None:
         """SIGKILL the child, wait ``downtime`` seconds, start a fresh one and wait until it is ready.
