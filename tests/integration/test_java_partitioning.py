@@ -114,12 +114,13 @@ def test_txbridge_puts_each_key_where_javas_producer_does_and_java_reads_its_com
     assert by_value["tx-k7"].headers == {"app": b"v-k7", "txb.tx": tx_of["k7"].encode()}
 
     # Read with Java's read_committed console consumer: txbridge's commits with their headers,
-    # nothing rolled back.
+    # nothing rolled back. It ends once no record came for --timeout-ms, which also has to
+    # cover its group join and first fetch: 5 s was too short on a loaded box.
     output = _java(
         java_tools,
         CONSOLE_CONSUMER,
         *("--bootstrap-server", env.bootstrap, "--topic", topic, "--from-beginning"),
-        *("--isolation-level", "read_committed", "--timeout-ms", "5000"),
+        *("--isolation-level", "read_committed", "--timeout-ms", "15000"),
         *("--property", "print.partition=true", "--property", "print.headers=true"),
         *("--property", "print.key=true"),
     )
