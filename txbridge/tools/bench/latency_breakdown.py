@@ -5,9 +5,9 @@
 Each run of a variant has its own namespace and topics (3 partitions, as the demo's) and
 four child processes, so no two of them share a GIL:
 
-- a coordinator (``coordinator.service.Coordinator``, instrumented by subclassing: when its
-  loop receives each op record, when each commit boundary begins, produces, sends the offsets
-  and commits);
+- a coordinator (``coordinator.service.Coordinator``, instrumented by subclassing its public
+  seams, ``on_record`` and ``cycle_class``: when its loop receives each op record, when each
+  commit boundary begins, produces, sends the offsets and commits);
 - a txbridge producer (a blocking ``TransactionProducer``; the local transaction is an SQLite
   commit through ``SqliteBarrier``);
 - a native producer (begin, produce, SQLite commit, ``commit_transaction``: the demo's path);
@@ -128,6 +128,7 @@ class Spec:
 def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     """Run an instrumented coordinator until ``stop``; put its timings on ``out``."""
     from coordinator import service
+    from coordinator.commit_cycle import CommitCycle
     from coordinator.config import CoordinatorConfig, Secrets
     from txbridge.wire import H_TX
 
@@ -141,7 +142,7 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     produced: dict[str, tuple[float, int]] = {}  # tx id -> (produce time, boundary index)
     op_seen: dict[str, float] = {}
     op_phase: dict[str, str] = {}  # tx id -> its phase and whether it waits for a commit (debugging)
-    entered = [0.0]  # when the current _commit_boundary call began
+    entered = [0.0]  # when the current CommitCycle.start call began
 
     class Timed:
         """The transactional producer, timing the calls of each commit boundary."""
@@ -186,21 +187,24 @@ def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
 
     kafka.producer = producer
 
+    class TimedCycle(CommitCycle):
+        def start(self, *, everything: bool) -> None:
+            entered[0] = time.time()
+            super().start(everything=everything)
+
     class Instrumented(service.Coordinator):
-        def _on_record(self, msg: Any) -> None:
+        cycle_class = TimedCycle
+
+        def on_record(self, msg: Any) -> None:
             if msg.error() is None and msg.topic() == self.topics.op and msg.key():
                 op_seen.setdefault(msg.key().decode(), time.time())
-            super()._on_record(msg)
+            super().on_record(msg)
             if msg.error() is None and msg.topic() == self.topics.op and msg.key():
                 state = self.partitions.get(msg.partition())
                 tx = state.pending.get(msg.key().decode()) if state else None
                 op_phase.setdefault(
-                    msg.key().decode(), f"{tx.phase if tx else None}/{msg.partition() in self._ready}"
+                    msg.key().decode(), f"{tx.phase if tx else None}/{msg.partition() in self.work.ready}"
                 )
-
-        def _commit_boundary(self, *, everything: bool) -> None:
-            entered[0] = time.time()
-            super()._commit_boundary(everything=everything)
 
     instance = f"breakdown-{uuid.uuid4().hex[:8]}"
     fetches = [0]  # Fetch requests the group consumer (client.id = the instance id) sent so far
