@@ -13,6 +13,9 @@ Small collaborators, pure logic apart from I/O:
 - :mod:`coordinator.writer`: the transactional producer (refusals, delivery failures);
 - :mod:`coordinator.payloads`: the payload byte budget and re-reads by offset;
 - :mod:`coordinator.metrics`: Prometheus counters and gauges;
+- :mod:`coordinator.commit_cycle`: group commit, the commit threads, rewinding a failed commit;
+- :mod:`coordinator.rebalance`: taking partitions over, keeping them, letting them go;
+- :mod:`coordinator.clients`: the group's consumer, rejoining with new clients;
 - :mod:`coordinator.service`: the loop that ties them together.
 
 :class:`Coordinator` loads on first use, so that :mod:`coordinator.cli` (which the ``txbridge``

@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 import coordinator.service as service_module
+from coordinator import clients, commit_cycle
 from coordinator.metrics import Stat
 from coordinator.service import Coordinator
 from coordinator.watchdog import Watchdog
@@ -92,7 +93,7 @@ def test_a_fenced_static_member_rejoins_and_publishes_everything_once(
 def test_a_consumer_fenced_again_and_again_stops_the_coordinator(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(service_module, "_REJOINS_MAX", 0)  # the first fencing counts as "another process"
+    monkeypatch.setattr(clients, "REJOINS_MAX", 0)  # the first fencing counts as "another process"
     running = env.start(instance_id="twin")
     _fence_static_member(env, "twin")
     running.thread.join(60)
@@ -111,16 +112,16 @@ def test_a_fatal_producer_error_renews_the_clients_and_loses_nothing(
     really aborted by the partition's next claim, and its messages come again once."""
     topic = topic_factory()
     armed: list[int] = []  # the republished count when armed
-    end_transaction = service_module.Coordinator._end_transaction
+    end_transaction = commit_cycle.CommitCycle._end_transaction
 
-    def failing(self: service_module.Coordinator, producer: Any, *, commit: bool) -> None:
+    def failing(self: commit_cycle.CommitCycle, producer: Any, *, commit: bool) -> None:
         if commit and armed and self.stats[Stat.MESSAGES_REPUBLISHED] > armed[0]:
             armed.clear()
             error = KafkaError(KafkaError._FATAL, "sequence desynchronization (injected)", fatal=True)
             raise KafkaException(error)
         end_transaction(self, producer, commit=commit)
 
-    monkeypatch.setattr(service_module.Coordinator, "_end_transaction", failing)
+    monkeypatch.setattr(commit_cycle.CommitCycle, "_end_transaction", failing)
     running = env.start(instance_id="renewed")
     before = [
         env.producer.transaction([Msg(topic, f"before-{i}".encode(), key=b"k")], TxState.COMMIT)
@@ -159,7 +160,7 @@ def test_a_stuck_commit_is_abandoned_in_process_and_loses_nothing(
     clients in-process: no exit (the wedge hook, which the CLI turns into exit 75, is not
     called), and the transaction is published once by the partition's next claim, which
     fences the abandoned producer."""
-    monkeypatch.setattr(service_module, "TXN_CALL_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(commit_cycle, "TXN_CALL_TIMEOUT_S", 1.0)
     monkeypatch.setattr(service_module, "Watchdog", functools.partial(Watchdog, grace_s=1.0, poll_s=0.1))
     topic = topic_factory()
     release = threading.Event()

@@ -5,9 +5,9 @@
 Each run of a variant has its own namespace and topics (3 partitions, as the demo's) and
 four child processes, so no two of them share a GIL:
 
-- a coordinator (``coordinator.service.Coordinator``, instrumented by subclassing: when its
-  loop receives each op record, when each commit boundary begins, produces, sends the offsets
-  and commits);
+- a coordinator (``coordinator.service.Coordinator``, instrumented by subclassing its public
+  seams, ``on_record`` and ``cycle_class``: when its loop receives each op record, when each
+  commit boundary begins, produces, sends the offsets and commits);
 - a txbridge producer (a blocking ``TransactionProducer``; the local transaction is an SQLite
   commit through ``SqliteBarrier``);
 - a native producer (begin, produce, SQLite commit, ``commit_transaction``: the demo's path);
@@ -134,7 +134,7 @@ class _Timings:
     produced: dict[str, tuple[float, int]] = field(default_factory=dict)  # tx id -> (time, boundary)
     op_seen: dict[str, float] = field(default_factory=dict)
     op_phase: dict[str, str] = field(default_factory=dict)  # tx id -> its phase, waits for a commit
-    entered: float = 0.0  # when the current _commit_boundary call began
+    entered: float = 0.0  # when the current CommitCycle.start call began
 
 
 class _Timed:
@@ -189,23 +189,27 @@ def _time_partition_producers(timings: _Timings, linger: int | None) -> None:
 def _instrumented_coordinator(config: Any, timings: _Timings) -> Any:
     """A ``Coordinator`` that notes when its loop receives each op record and begins each boundary."""
     from coordinator import service
+    from coordinator.commit_cycle import CommitCycle
+
+    class TimedCycle(CommitCycle):
+        def start(self, *, everything: bool) -> None:
+            timings.entered = time.time()
+            super().start(everything=everything)
 
     class Instrumented(service.Coordinator):
-        def _on_record(self, msg: Any) -> None:
+        cycle_class = TimedCycle
+
+        def on_record(self, msg: Any) -> None:
             is_op = msg.error() is None and msg.topic() == self.topics.op and msg.key()
             if is_op:
                 timings.op_seen.setdefault(msg.key().decode(), time.time())
-            super()._on_record(msg)
+            super().on_record(msg)
             if is_op:
                 state = self.partitions.get(msg.partition())
                 tx = state.pending.get(msg.key().decode()) if state else None
                 timings.op_phase.setdefault(
-                    msg.key().decode(), f"{tx.phase if tx else None}/{msg.partition() in self._ready}"
+                    msg.key().decode(), f"{tx.phase if tx else None}/{msg.partition() in self.work.ready}"
                 )
-
-        def _commit_boundary(self, *, everything: bool) -> None:
-            timings.entered = time.time()
-            super()._commit_boundary(everything=everything)
 
     return Instrumented(config)
 

@@ -1,0 +1,187 @@
+"""The group's consumer and the clients' recovery: joining, rejoining, stuck calls.
+
+The coordinator's clients are replaced in-process when one fails, as a restart would: a
+partition's producer fenced by another owner (this coordinator was a zombie: its session
+expired while it was stopped), a producer failed fatally, a commit outlived its timeout
+(confluentinc/librdkafka#5511: it waits forever for a dead group coordinator), or the consumer
+failed. librdkafka fences its own static member when the broker acting as the group's
+coordinator dies (confluentinc/librdkafka#3437): the consumer never fetches again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from coordinator.commit_cycle import CommitCycle, Failures, KafkaCommitClients
+from coordinator.config import CoordinatorConfig
+from coordinator.metrics import Stat, Stats
+from coordinator.ownership import PartitionProducers
+from coordinator.rebalance import Rebalancer
+from coordinator.watchdog import Watchdog, Wedged
+from txbridge import kafka
+from txbridge.errors import KafkaOperationError, TxBridgeError
+from txbridge.kafka import Consumer
+from txbridge.wire import Topics
+
+logger = logging.getLogger(__name__)
+
+#: Clients that fail fatally are replaced in-process (rejoin) at most this many times in
+#: REJOIN_WINDOW_S; more means another process uses the same instance id (its static
+#: membership fences this one's over and over): the coordinator stops.
+REJOINS_MAX = 5
+REJOIN_WINDOW_S = 300.0
+
+
+class GroupClients:
+    """Holds the group's consumer; joins the group, and joins it again with new clients.
+
+    Args:
+        config: the coordinator's settings.
+        topics: the namespace's topics.
+        stats: the coordinator's counters.
+        make_consumer: a new half/op consumer of the group, not yet subscribed.
+        owners: the partitions' producers (released when the clients are replaced).
+        end_offsets: the commit cycle's clients (its end-offset client is renewed too).
+        watchdog: every blocking call runs under it.
+        failures: what asks for new clients, and where the coordinator's end is set.
+        stopping: set when the coordinator must stop.
+        on_wedged: called when a call other than a commit is stuck (see :meth:`on_wedged`).
+    """
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        topics: Topics,
+        stats: Stats,
+        *,
+        make_consumer: Callable[[], Consumer],
+        owners: PartitionProducers,
+        end_offsets: KafkaCommitClients,
+        watchdog: Watchdog,
+        failures: Failures,
+        stopping: threading.Event,
+        on_wedged: Callable[[Wedged], None] | None,
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.stats = stats
+        self._make_consumer = make_consumer
+        self._owners = owners
+        self._end_offsets = end_offsets
+        self._watchdog = watchdog
+        self._failures = failures
+        self._stopping = stopping
+        self._on_wedged_hook = on_wedged
+        self._consumer: Consumer | None = None
+        self._rejoins: list[float] = []  # monotonic times of recent rejoins
+        self._rebalancer: Rebalancer | None = None  # attach()
+        self._cycle: CommitCycle | None = None
+
+    def attach(self, rebalancer: Rebalancer, cycle: CommitCycle) -> None:
+        """The parts a join subscribes with and a rejoin resets (made once the clients are)."""
+        self._rebalancer, self._cycle = rebalancer, cycle
+
+    def consumer(self) -> Consumer:
+        """The group's consumer (half + op), while the coordinator holds one."""
+        return kafka.opened(self._consumer, "the coordinator's consumer")
+
+    def held(self) -> bool:
+        """Whether the coordinator holds a consumer."""
+        return self._consumer is not None
+
+    def _parts(self) -> Rebalancer:
+        if self._rebalancer is None:
+            raise TxBridgeError("the coordinator's clients are not attached to its parts")
+        return self._rebalancer
+
+    def join(self) -> None:
+        """Create the half/op consumer and subscribe: the group assigns this instance its partitions."""
+        rebalancer = self._parts()
+        self._consumer = self._make_consumer()
+        self._consumer.subscribe(
+            [self.topics.half, self.topics.op],
+            on_assign=rebalancer.on_assign,
+            on_revoke=rebalancer.on_revoke,
+            on_lost=rebalancer.on_lost,
+        )
+
+    def rejoin(self) -> None:
+        """Replace the clients after one failed (:attr:`Failures.clients`), in-process.
+
+        Its partitions' uncommitted work is dropped as when partitions are lost (it is above
+        the committed positions and comes back from them), the consumer is closed, and a new
+        one joins with the same instance id: the group hands it the same partitions at once,
+        and :meth:`Rebalancer.on_assign` restores them from ``<ns>_state``. Without this the
+        process had to exit and start again (seconds of interpreter start-up on a loaded
+        host). More than :data:`REJOINS_MAX` failures in :data:`REJOIN_WINDOW_S` stop the
+        coordinator: that is another process using the same instance id, not a broker failover.
+        """
+        error, self._failures.clients = self._failures.clients, None
+        assert error is not None
+        now = time.monotonic()
+        self._rejoins = [t for t in self._rejoins if now - t < REJOIN_WINDOW_S] + [now]
+        instance = self.config.instance_id
+        if len(self._rejoins) > REJOINS_MAX:
+            self._failures.fatal = KafkaOperationError(
+                f"coordinator {instance} must stop: its clients failed {len(self._rejoins)} times in "
+                f"{REJOIN_WINDOW_S:.0f}s; does another coordinator of group {self.config.group_id} run "
+                f"with instance id {instance}? Give each running coordinator its own --instance-id. "
+                f"Last failure: {error}",
+                fatal=True,
+            )
+            logger.error("%s", self._failures.fatal)
+            self._stopping.set()
+            return
+        logger.warning(
+            "coordinator %s: a client failed (%s); joining the group again with a new consumer and producer",
+            instance,
+            error,
+        )
+        self.stats[Stat.CONSUMER_REJOINS] += 1
+        self._parts().reset()
+        old, self._consumer = self._consumer, None
+        try:
+            with self._watchdog.deadline("closing the failed consumer", 30):
+                # nothing to commit: its partitions were dropped above
+                kafka.opened(old, "the failed consumer").close()
+        except Exception as exc:
+            logger.info("closing the failed consumer: %s", exc)
+        self._owners.release_all()  # the next assignment claims its partitions afresh
+        self._end_offsets.renew_end_offsets()
+        self.join()
+
+    def on_wedged(self, wedged: Wedged) -> None:
+        """The watchdog's report of a stuck call (its thread).
+
+        A partition's commit: the loop abandons its producer and replaces the clients
+        (:meth:`CommitCycle.collect`). Any other call cannot be interrupted in-process: logged,
+        and the ``on_wedged`` hook called (the CLI ends the process there).
+        """
+        self.stats[Stat.WEDGED_CALLS] += 1
+        if self._cycle is not None and self._cycle.wedged(wedged.thread):
+            logger.error("coordinator %s: %s; its clients are replaced", self.config.instance_id, wedged)
+            return
+        logger.critical(
+            "coordinator %s is stuck: %s. librdkafka cannot interrupt it; %s\n%s",
+            self.config.instance_id,
+            wedged,
+            "ending the process so that it starts again"
+            if self._on_wedged_hook is not None
+            else "restart this coordinator (its partitions are not served meanwhile)",
+            wedged.stack,
+        )
+        if self._on_wedged_hook is not None:
+            self._on_wedged_hook(wedged)
+
+    def close(self) -> None:
+        """Close the consumer: it leaves the group, and its partitions move at once."""
+        if self._consumer is None:
+            return
+        try:
+            with self._watchdog.deadline("closing the consumer", 30):
+                self._consumer.close()
+        except Exception:
+            logger.exception("closing the consumer")

@@ -1,0 +1,263 @@
+"""The group's rebalance callbacks: taking partitions over, keeping them, letting them go.
+
+An assignment claims the partitions it gives (:class:`coordinator.ownership.PartitionProducers`)
+before it reads where they stand (:class:`coordinator.restore.Restorer`), and only then installs
+their states: the order is the ownership argument (docs/DESIGN.md, "Ownership"). A revocation
+commits the open work first; the revoked partitions whose work is all committed are kept, with
+their producers, and served on from memory if the next assignment gives them back. Lost
+partitions are dropped without committing. A partition whose Kafka transaction was aborted is
+rewound the same way a taken-over one is read, without a claim (it is still this owner's).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.commit_cycle import CommitCycle, Failures, Work
+from coordinator.config import CoordinatorConfig
+from coordinator.health import Health
+from coordinator.metrics import Stat, Stats
+from coordinator.ownership import PartitionProducers
+from coordinator.restore import Restorer
+from coordinator.state import PartitionState
+from txbridge import kafka
+from txbridge.errors import KafkaOperationError
+from txbridge.kafka import Consumer, KafkaException, TopicPartition
+from txbridge.wire import Topics
+
+logger = logging.getLogger(__name__)
+
+#: An assignment whose partitions cannot be claimed or restored (a partition without a leader
+#: during an election, a transaction coordinator moving) is tried again this often, this long.
+ASSIGN_RETRY_S = 0.5
+ASSIGN_RETRY_FOR_S = 60.0
+
+
+class Rebalancer:
+    """Takes over, keeps and lets go of the owned partitions, as the group decides.
+
+    Args:
+        config: the coordinator's settings.
+        topics: the namespace's topics.
+        stats: the coordinator's counters.
+        partitions: the owned partitions' states (shared; installed and dropped here).
+        positions: (topic, partition) -> the next offset to consume (shared).
+        op_ends: op partition -> its end at the previous look (shared; dropped here).
+        work: what the next commits carry besides the states (shared).
+        cycle: the commit cycle: a revocation commits the open work first.
+        owners: the owned partitions' producers (claimed and released here).
+        restorer: reads where a partition stands.
+        health: told while an assignment is under way and what is served.
+        running: set once partitions may be served.
+        failures: where a failed takeover asks for new clients.
+        stopping: set when the coordinator stops (an assignment stops retrying).
+        consumer: the group's consumer (a rewind seeks it).
+        offsets_client: a consumer for the invariant checks' reads.
+    """
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        topics: Topics,
+        stats: Stats,
+        *,
+        partitions: dict[int, PartitionState],
+        positions: dict[tuple[str, int], int],
+        op_ends: dict[int, int],
+        work: Work,
+        cycle: CommitCycle,
+        owners: PartitionProducers,
+        restorer: Restorer,
+        health: Health,
+        running: threading.Event,
+        failures: Failures,
+        stopping: threading.Event,
+        consumer: Callable[[], Consumer],
+        offsets_client: Callable[[], Consumer],
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.stats = stats
+        self.partitions = partitions
+        self._positions = positions
+        self._op_ends = op_ends
+        self._work = work
+        self._cycle = cycle
+        self._owners = owners
+        self._restorer = restorer
+        self._health = health
+        self._running = running
+        self._failures = failures
+        self._stopping = stopping
+        self._consumer = consumer
+        self._offsets_client = offsets_client
+        # Revoked with everything committed, producer and state kept: served on from memory if the
+        # next assignment gives them back (_keep, _take_back).
+        self._kept: dict[int, PartitionState] = {}
+        self.owned: frozenset[int] = frozenset()  # partitions served, for the resumer's thread
+
+    # ------------------------------------------------------------------ assignment
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The group assigned ``partitions``: take back the kept ones, take over the others."""
+        numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
+        self._health.assigning(True)
+        try:
+            self._assign(consumer, partitions, numbers)
+        finally:
+            self._health.assigning(False)
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition], numbers: list[int]) -> None:
+        started = time.monotonic()
+        give_up = started + ASSIGN_RETRY_FOR_S
+        self._take_back(numbers)
+        while True:
+            try:
+                self._take_over(consumer, numbers)
+                break
+            except (KafkaOperationError, KafkaException) as exc:
+                # A partition without a leader during an election, a transaction coordinator
+                # moving: tried again here, then by joining afresh; never by exiting.
+                if time.monotonic() > give_up or self._stopping.is_set():
+                    logger.warning("taking over partitions %s failed, joining again: %s", numbers, exc)
+                    self.drop(partitions)
+                    self._failures.clients = kafka.to_error(exc, f"taking over partitions {numbers}")
+                    return
+                logger.info("taking over partitions %s: %s; trying again", numbers, exc)
+                time.sleep(ASSIGN_RETRY_S)
+        pending = sum(len(self.partitions[n].pending) for n in numbers if n in self.partitions)
+        logger.info("restored %d pending transactions in %.3fs", pending, time.monotonic() - started)
+        logger.info("assigned partitions %s", numbers)
+        self._health.serving(len(self.partitions))
+        self._running.set()
+
+    def _take_back(self, numbers: list[int]) -> None:
+        """Serve on the kept partitions (:meth:`_keep`) the assignment gives back; let the others go."""
+        kept, self._kept = self._kept, {}
+        for number in set(kept) & set(numbers):
+            self.partitions[number] = kept[number]
+        # After the kept ones are back: drop lets go of every producer of a partition not served.
+        gone = sorted(set(kept) - set(numbers))
+        self.drop(self._both(gone))
+        self.stats[Stat.PARTITIONS_KEPT] += len(set(kept) & set(numbers))
+
+    def _take_over(self, consumer: Consumer, numbers: list[int]) -> None:
+        """Claim ``numbers``, then read where they stand: the order is the ownership argument.
+
+        Claiming first (:meth:`PartitionProducers.claim`) means that no earlier owner's
+        transaction is open on them any more when their committed offsets and ``<ns>_state``
+        are read, and that no earlier owner can commit after the read (docs/DESIGN.md,
+        "Ownership").
+        """
+        fresh = [n for n in numbers if n not in self.partitions]  # not kept (_take_back)
+        claimed = [n for n in fresh if n not in self._owners]
+        self._owners.claim(fresh)
+        self.stats[Stat.OWNERS_FENCED] += len(claimed)
+        restored = self._restorer.read_changelog(fresh)
+        young = self._restorer.take_positions(fresh, restored, consumer)
+        # Consume from there: the group's committed offsets are only a copy for monitoring.
+        consumer.assign(self._positioned(numbers))
+        self._install(self._restorer.restore(fresh, restored, young, consumer))
+        if self.config.check_invariants:
+            self._restorer.assert_settled(numbers, self._offsets_client())
+
+    def rewind(self, numbers: list[int]) -> None:
+        """Rebuild ``numbers`` (their Kafka transaction was aborted) from ``<ns>_state``, and
+        seek the consumer back to their positions. Their other work is forgotten already."""
+        consumer = self._consumer()
+        restored = self._restorer.read_changelog(numbers)
+        young = self._restorer.take_positions(numbers, restored, consumer)
+        for tp in self._positioned(numbers):
+            consumer.seek(tp)
+        self._install(self._restorer.restore(numbers, restored, young, consumer))
+
+    def _install(self, states: dict[int, PartitionState]) -> None:
+        self.partitions.update(states)
+        self.owned = frozenset(self.partitions)
+
+    # ------------------------------------------------------------------ letting go
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Commit while the partitions are still ours, keep what may come back, drop the rest.
+
+        What fails to commit is above the committed positions: the next owner does it again.
+        """
+        cycle = self._cycle
+        cycle.drain()
+        cycle.start(everything=True)
+        cycle.drain()
+        cycle.copy_now()  # the group's copy of the offsets up to date before they go
+        self._keep(partitions)
+        self.drop(partitions)
+
+    def _keep(self, partitions: list[TopicPartition]) -> None:
+        """Keep the revoked partitions whose work is all committed, with their producers.
+
+        An eager rebalance revokes every partition, and most come back to the same member in
+        the next generation. No other member was assigned them in between, so nobody claimed
+        their transactional ids and nothing of them was committed elsewhere: the kept state is
+        current, and a claim and a restore would only read it back. Should another owner have
+        claimed one all the same (a generation this member missed, two coordinators under one
+        instance id), the kept producer is fenced, and its next commit fails and replaces the
+        clients (:class:`coordinator.commit_cycle.CommitCycle`): nothing is committed from a
+        stale state.
+        """
+        self._kept = {}
+        if self._failures.clients is not None or self._failures.fatal is not None:
+            return
+        busy = self._work.busy() | self._cycle.in_flight.keys()
+        for number in sorted({tp.partition for tp in partitions if tp.topic == self.topics.half}):
+            state = self.partitions.get(number)
+            settled = number not in busy
+            if state is not None and settled and not state.unsaved_changes() and number in self._owners:
+                self._kept[number] = state
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The session expired: drop ``partitions`` without committing."""
+        logger.warning("partitions lost (session timeout): dropping their state without committing")
+        self._cycle.drain()  # their commits fail (fenced) or land: either way above what the next owner reads
+        self._work.batch.clear()
+        self._kept = {}
+        self.drop(partitions)
+
+    def reset(self) -> None:
+        """Let go of every partition, kept ones too, and of their uncommitted work: the clients
+        are being replaced (:meth:`coordinator.clients.GroupClients.rejoin`)."""
+        self._cycle.drain(errors=False)
+        self._work.batch.clear()
+        self._work.unsaved.clear()
+        self._kept = {}
+        self.drop(self._both(list(self.partitions)))
+        self._positions.clear()
+        self._running.clear()
+
+    def drop(self, partitions: list[Any]) -> None:
+        """Forget ``partitions`` (but the positions of kept ones) and release the producers of
+        every partition neither served nor kept."""
+        for tp in partitions:
+            if tp.partition not in self._kept:
+                self._positions.pop((tp.topic, tp.partition), None)
+                if tp.topic == self.topics.op:
+                    self._op_ends.pop(tp.partition, None)
+            if tp.topic == self.topics.half:
+                self.partitions.pop(tp.partition, None)
+        self.owned = frozenset(self.partitions)
+        self._owners.release(self._owners.numbers() - set(self.partitions) - set(self._kept))
+        self._work.keep_only(self.partitions)
+        self._cycle.keep_copies(set(self.partitions))
+
+    def _positioned(self, numbers: list[int]) -> list[TopicPartition]:
+        """Half and op partitions of ``numbers`` at their positions (or their beginning)."""
+        return [
+            kafka.partition_at(t, n, self._positions.get((t, n), kafka.OFFSET_BEGINNING))
+            for n in numbers
+            for t in (self.topics.half, self.topics.op)
+        ]
+
+    def _both(self, numbers: list[int]) -> list[TopicPartition]:
+        """Half and op partitions of ``numbers``."""
+        return [kafka.partition_at(t, n) for n in numbers for t in (self.topics.half, self.topics.op)]

@@ -1,0 +1,319 @@
+"""The commit cycle (coordinator/commit_cycle.py) without a broker.
+
+Kafka is a fake implementing :class:`CommitKafka`: transactional producers that record what each
+transaction carried and whose commits can be held, failed or stuck. The partition states, the
+transaction content and the cycle's threads are the real ones. On a real broker the same cycle runs
+in tests/coordinator (test_commit_rollback.py, test_rejoin.py, test_writer_faults.py, ...).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from coordinator.commit_cycle import CommitCycle, Failures, Work
+from coordinator.config import CoordinatorConfig
+from coordinator.metrics import Stat
+from coordinator.republisher import Batch
+from coordinator.state import PartitionState, PendingTx, Phase
+from coordinator.watchdog import Watchdog
+from coordinator.writer import TransactionWriter
+from txbridge.errors import KafkaOperationError
+from txbridge.kafka import KafkaError, KafkaException, TopicPartition
+from txbridge.wire import HalfMessage, OpRecord, OpSource, Topics, TxState
+
+TOPICS = Topics("ns")
+
+
+class FakeProducer:
+    """A transactional producer: each transaction's records, its end, and faults to inject."""
+
+    def __init__(self) -> None:
+        self.open: list[str] | None = None  # the tx ids republished in the open transaction
+        self.committed: list[list[str]] = []
+        self.aborted: list[list[str]] = []
+        self.hold: threading.Event | None = None  # commit_transaction waits for it
+        self.faults: list[Exception] = []  # raised by the next commit_transaction calls
+        self.commit_calls = 0
+
+    def begin_transaction(self) -> None:
+        assert self.open is None, "a transaction began while the previous one was open"
+        self.open = []
+
+    def produce(self, topic: str, **kwargs: Any) -> None:
+        assert self.open is not None, "produced outside a transaction"
+        tx = dict(kwargs.get("headers") or ()).get("txb.tx")
+        if topic == "orders" and tx is not None:
+            self.open.append(tx.decode() if isinstance(tx, bytes) else tx)
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: None, 1: None})})
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.commit_calls += 1
+        if self.hold is not None:
+            self.hold.wait(10)
+        if self.faults:
+            raise self.faults.pop(0)
+        assert self.open is not None
+        self.committed.append(self.open)
+        self.open = None
+
+    def abort_transaction(self, timeout: float) -> None:
+        assert self.open is not None
+        self.aborted.append(self.open)
+        self.open = None
+
+
+class FakeKafka:
+    """:class:`CommitKafka`: one fake producer per partition, end offsets from a dict."""
+
+    def __init__(self, numbers: list[int]) -> None:
+        self.producers = {n: FakeProducer() for n in numbers}
+        self.writers = {n: TransactionWriter(cast(Any, p)) for n, p in self.producers.items()}
+        self.abandoned: list[int] = []
+        self.copied: list[list[TopicPartition]] = []
+        self.ends: dict[int, int] = {}
+
+    def writer(self, number: int) -> TransactionWriter:
+        return self.writers[number]
+
+    def producer(self, number: int) -> FakeProducer:
+        return self.producers[number]
+
+    def abandon(self, number: int) -> None:
+        self.abandoned.append(number)
+
+    def half_end(self, number: int, timeout: float) -> int:
+        return self.ends[number]
+
+    def renew_end_offsets(self) -> None:
+        pass
+
+    def copy_to_group(self, offsets: list[TopicPartition]) -> None:
+        self.copied.append(offsets)
+
+
+class FakeReader:
+    def load(self, _txs: list[PendingTx]) -> None:
+        pass
+
+
+class Parts:
+    def __init__(self, numbers: tuple[int, ...] = (0,)) -> None:
+        self.stats: Counter[str] = Counter()
+        self.partitions = {n: PartitionState(n, self.stats) for n in numbers}
+        self.positions: dict[tuple[str, int], int] = {}
+        self.work = Work(Batch(TOPICS))
+        self.kafka = FakeKafka(list(numbers))
+        self.failures = Failures()
+        self.rewound: list[list[int]] = []
+        self.watchdog = Watchdog(lambda _wedged: None)
+        self.cycle = CommitCycle(
+            CoordinatorConfig(bootstrap="b:1"),
+            TOPICS,
+            self.stats,
+            partitions=self.partitions,
+            positions=self.positions,
+            work=self.work,
+            kafka_side=self.kafka,
+            reader=FakeReader(),
+            watchdog=self.watchdog,
+            failures=self.failures,
+            rewind=self.rewound.append,
+        )
+        self._offsets = dict.fromkeys(numbers, 0)
+
+    def commit_tx(self, tx: str, number: int = 0) -> None:
+        """A transaction's half and its producer's COMMIT, consumed."""
+        state = self.partitions[number]
+        offset = self._offsets[number]
+        half = HalfMessage(tx, 0, "orders", b"v", key=b"k", group="g", instance="i")
+        state.on_half(half, offset, 10, int(time.time() * 1000))
+        self._offsets[number] = offset + 1
+        self.positions[(TOPICS.half, number)] = offset + 1
+        done = state.on_op(OpRecord(tx, TxState.COMMIT, OpSource.PRODUCER, count=1))
+        assert done is not None
+        assert done.phase is Phase.READY
+        self.work.ready.add(number)
+        self.work.unsaved.add(number)
+
+    def until(self, done: Callable[[], bool]) -> None:
+        """Collect until ``done`` (the loop's part)."""
+        give_up = time.monotonic() + 10
+        while not done():
+            assert time.monotonic() < give_up, "the cycle never got there"
+            self.cycle.collect()
+            time.sleep(0.005)
+
+
+@pytest.fixture
+def parts() -> Any:
+    made = Parts()
+    yield made
+    made.cycle.close()
+
+
+def kafka_error(code: int, **kinds: bool) -> KafkaException:
+    return KafkaException(KafkaError(code, "injected", **kinds))
+
+
+def test_a_ready_transaction_commits_at_once_and_its_positions_are_copied(parts: Parts) -> None:
+    parts.commit_tx("t1")
+    assert parts.cycle.waiting() == {0}
+
+    parts.cycle.start(everything=False)
+    parts.until(lambda: not parts.cycle.in_flight)
+
+    assert parts.kafka.producers[0].committed == [["t1"]]
+    assert parts.partitions[0].pending == {}
+    assert parts.stats[Stat.KAFKA_TRANSACTIONS] == 1
+    assert parts.stats[Stat.MESSAGES_REPUBLISHED] == 1
+    assert parts.work.ready == set()
+    assert parts.work.unsaved == set()
+    assert parts.kafka.copied == [[TopicPartition(TOPICS.half, 0, 1)]]
+
+
+def test_what_becomes_ready_during_a_commit_goes_into_the_next(parts: Parts) -> None:
+    producer = parts.kafka.producers[0]
+    producer.hold = threading.Event()
+    parts.commit_tx("t1")
+    parts.cycle.start(everything=False)
+    parts.commit_tx("t2")
+    parts.commit_tx("t3")
+
+    assert parts.cycle.waiting() == set(), "a second commit of the partition while one is in flight"
+    parts.cycle.start(everything=True)
+    parts.cycle.collect()
+    assert producer.committed == []
+    assert list(parts.cycle.in_flight) == [0]
+
+    producer.hold.set()
+    parts.until(lambda: not parts.cycle.in_flight)
+    assert parts.cycle.waiting() == {0}
+    parts.cycle.start(everything=False)
+    parts.until(lambda: not parts.cycle.in_flight)
+
+    assert producer.committed == [["t1"], ["t2", "t3"]]
+    assert parts.stats[Stat.KAFKA_TRANSACTIONS] == 2
+
+
+def test_partitions_commit_independently() -> None:
+    parts = Parts((0, 1))
+    try:
+        parts.kafka.producers[0].hold = threading.Event()
+        parts.commit_tx("a1", 0)
+        parts.cycle.start(everything=False)
+        parts.commit_tx("b1", 1)
+        parts.cycle.start(everything=False)
+        parts.until(lambda: parts.kafka.producers[1].committed == [["b1"]])
+        assert parts.kafka.producers[0].committed == []
+        parts.kafka.producers[0].hold.set()
+        parts.until(lambda: not parts.cycle.in_flight)
+        assert parts.kafka.producers[0].committed == [["a1"]]
+    finally:
+        parts.cycle.close()
+
+
+def test_an_abortable_failure_aborts_and_rewinds_the_partition(parts: Parts) -> None:
+    producer = parts.kafka.producers[0]
+    producer.faults.append(kafka_error(KafkaError._STATE, txn_requires_abort=True))
+    parts.commit_tx("t1")
+    parts.cycle.start(everything=False)
+    parts.until(lambda: not parts.cycle.in_flight)
+
+    assert producer.committed == []
+    assert producer.aborted == [["t1"]]
+    assert parts.rewound == [[0]]
+    assert parts.stats[Stat.KAFKA_ABORTS] == 1
+    assert parts.failures.clients is None
+    assert parts.work.unsaved == set()
+
+
+def test_a_retriable_commit_failure_is_resumed(parts: Parts) -> None:
+    producer = parts.kafka.producers[0]
+    producer.faults.append(kafka_error(KafkaError._TIMED_OUT, retriable=True))
+    parts.commit_tx("t1")
+    parts.cycle.start(everything=False)
+    parts.until(lambda: not parts.cycle.in_flight)
+
+    assert producer.committed == [["t1"]]
+    assert producer.commit_calls == 2
+    assert parts.stats[Stat.COMMIT_RETRIES] == 1
+    assert parts.rewound == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "counter"),
+    [
+        (kafka_error(KafkaError.PRODUCER_FENCED), Stat.PARTITIONS_FENCED),
+        (kafka_error(KafkaError._FATAL, fatal=True), Stat.PRODUCER_FATAL_ERRORS),
+    ],
+)
+def test_a_fenced_or_fatal_commit_asks_for_new_clients_without_rewinding(
+    parts: Parts, fault: Exception, counter: str
+) -> None:
+    producer = parts.kafka.producers[0]
+    producer.faults.append(fault)
+    parts.commit_tx("t1")
+    parts.cycle.start(everything=False)
+    parts.until(lambda: not parts.cycle.in_flight)
+
+    assert isinstance(parts.failures.clients, KafkaOperationError)
+    assert parts.stats[counter] == 1
+    assert producer.aborted == []
+    assert parts.rewound == []
+
+
+def test_a_stuck_commit_is_abandoned_and_the_others_go_on() -> None:
+    parts = Parts((0, 1))
+    try:
+        stuck = parts.kafka.producers[0]
+        stuck.hold = threading.Event()
+        parts.commit_tx("a1", 0)
+        parts.cycle.start(everything=False)
+        parts.until(lambda: stuck.commit_calls == 1)
+        # The watchdog's report names the commit thread the call is stuck on.
+        thread = next(t.name for t in threading.enumerate() if t.name.startswith("txbridge-commit"))
+        assert parts.cycle.wedged(thread)
+        assert not parts.cycle.wedged("txbridge-claim_0")
+        parts.cycle.collect()
+
+        assert parts.kafka.abandoned == [0]
+        assert parts.stats[Stat.COMMITS_WEDGED] == 1
+        assert parts.failures.clients is not None
+        assert parts.failures.clients.fatal
+        assert parts.cycle.in_flight == {}
+
+        parts.commit_tx("b1", 1)  # on a new commit thread: the stuck one keeps its call
+        parts.cycle.start(everything=False)
+        parts.until(lambda: not parts.cycle.in_flight)
+        assert parts.kafka.producers[1].committed == [["b1"]]
+        stuck.hold.set()
+    finally:
+        parts.cycle.close()
+
+
+def test_nothing_starts_once_the_coordinator_must_stop(parts: Parts) -> None:
+    parts.failures.fatal = KafkaOperationError("stop", fatal=True)
+    parts.commit_tx("t1")
+    parts.cycle.start(everything=True)
+    assert parts.cycle.in_flight == {}
+    assert parts.kafka.producers[0].open is None
+
+
+def test_the_work_of_dropped_partitions_is_forgotten() -> None:
+    work = Work(Batch(TOPICS))
+    work.ready |= {0, 1}
+    work.unsaved |= {0, 1}
+    work.keep_only({1})
+    assert (work.ready, work.unsaved, work.busy()) == ({1}, {1}, {1})
