@@ -120,6 +120,11 @@ class Topics:
     def quarantine(self) -> str:
         return f"{self.namespace}_quarantine"
 
+    @property
+    def spark_sink(self) -> str:
+        """The Spark sink's decision records and journal (``txbridge.spark``; created on first use)."""
+        return f"{self.namespace}_spark_sink"
+
     def retry(self, group: str) -> str:
         """A consumer group's retry topic (RocketMQ's %RETRY%group)."""
         return f"{self.namespace}_retry-{group}"

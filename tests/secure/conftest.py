@@ -13,17 +13,26 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from coordinator.config import CoordinatorConfig
 from coordinator.service import Coordinator
 from txbridge import kafka as txkafka
+from txbridge.tools.acls import Acl
 from txbridge.tools.local.cluster import LocalCluster
 
 logger = logging.getLogger(__name__)
@@ -78,6 +87,12 @@ def read_committed(
     kafka: SecureKafka, topic: str, *, timeout: float = 30.0
 ) -> list[tuple[bytes | None, bytes | None]]:
     """Every (key, value) a read_committed consumer sees on ``topic``, read to each partition's end."""
+    return [(msg.key(), msg.value()) for msg in read_messages(kafka, topic, timeout=timeout)]
+
+
+def read_messages(kafka: SecureKafka, topic: str, *, timeout: float = 30.0) -> list[Any]:
+    """Every record (confluent-kafka messages) a read_committed consumer sees on ``topic``,
+    read to each partition's end."""
     consumer = txkafka.consumer(
         kafka.bootstrap, f"reader-{uuid.uuid4().hex[:8]}", kafka.config, enable_partition_eof=True
     )
@@ -85,7 +100,7 @@ def read_committed(
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         pending = set(partitions)
-        seen: list[tuple[bytes | None, bytes | None]] = []
+        seen: list[Any] = []
         deadline = time.monotonic() + timeout
         while pending:
             if time.monotonic() > deadline:
@@ -97,8 +112,61 @@ def read_committed(
                 elif err is not None:
                     raise RuntimeError(str(err))
                 else:
-                    seen.append((msg.key(), msg.value()))
+                    seen.append(msg)
         return seen
+    finally:
+        consumer.close()
+
+
+def _granted(kafka: SecureKafka, principal: str) -> set[tuple[str, str, bool, str]]:
+    """The ACLs the cluster lists for ``principal``, as ``(resource, name, prefixed, operation)``."""
+    admin = txkafka.admin(kafka.bootstrap, kafka.config)
+    everything = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY,
+        AclPermissionType.ANY,
+    )  # fmt: skip
+    found = admin.describe_acls(everything, request_timeout=30).result(timeout=30)
+    return {
+        (
+            b.restype.name.lower().replace("_", "-"),
+            b.name,
+            b.resource_pattern_type == ResourcePatternType.PREFIXED,
+            b.operation.name.capitalize(),
+        )
+        for b in found
+    }
+
+
+def wait_granted(kafka: SecureKafka, acls: Iterable[Acl]) -> None:
+    """ACLs reach the brokers through the metadata log: wait until they are listed."""
+    acls = list(acls)
+    for principal in {a.principal for a in acls}:
+        want = {(a.resource, a.name, a.prefixed, a.operation) for a in acls if a.principal == principal}
+        deadline = time.monotonic() + 30
+        while not want <= _granted(kafka, principal):
+            assert time.monotonic() < deadline, f"the ACLs of {principal} were not listed within 30s"
+            time.sleep(0.2)
+
+
+def wait_readable(
+    kafka: SecureKafka, config: Mapping[str, str], topics: list[str], timeout: float = 30.0
+) -> None:
+    """Until every partition leader lets the user of ``config`` fetch ``topics``: the ACL listing
+    comes from one broker, and each broker applies the metadata log at its own pace (a CI run once
+    saw the coordinator's first fetch of ``<ns>_producers`` refused by the broker that lagged)."""
+    probe = f"probe-{uuid.uuid4().hex[:8]}"
+    consumer = txkafka.consumer(kafka.bootstrap, probe, {**config, "log_level": 0}, enable_partition_eof=True)
+    try:
+        metadata = consumer.list_topics(timeout=30).topics
+        pending = {(name, p) for name in topics for p in metadata[name].partitions}
+        consumer.assign([TopicPartition(name, p, txkafka.FROM_START) for name, p in sorted(pending)])
+        deadline = time.monotonic() + timeout
+        while pending:  # a refused fetch is retried by the client until the broker allows it
+            user = config.get("sasl.username")
+            assert time.monotonic() < deadline, f"{user} still may not read {sorted(pending)}"
+            for msg in consumer.consume(100, 0.5):
+                if msg.error() is None or msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard((msg.topic(), msg.partition()))
     finally:
         consumer.close()
 

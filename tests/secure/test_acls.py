@@ -19,18 +19,12 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import (
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka import KafkaError, KafkaException
 
 from coordinator.config import CoordinatorConfig, Secrets
-from tests.secure.conftest import SecureKafka, running_coordinator
-from txbridge import Message, TransactionProducer, TxState, kafka
+from tests.secure.conftest import SecureKafka, running_coordinator, wait_granted, wait_readable
+from txbridge import Message, TransactionProducer, TxState
+from txbridge import kafka as txkafka
 from txbridge.tools.acls import Acl, apply_acls, role_acls
 from txbridge.tools.cli.main import main
 from txbridge.topics import internal_topics
@@ -60,46 +54,17 @@ class Roles:
         return self.kafka.cluster.client_config(user)
 
 
-def _granted(secure: SecureKafka, principal: str) -> set[tuple[str, str, bool, str]]:
-    """The ACLs the cluster lists for ``principal``, as ``(resource, name, prefixed, operation)``."""
-    admin = kafka.admin(secure.bootstrap, secure.config)
-    everything = AclBindingFilter(
-        ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY,
-        AclPermissionType.ANY,
-    )  # fmt: skip
-    found = admin.describe_acls(everything, request_timeout=30).result(timeout=30)
-    return {
-        (
-            b.restype.name.lower().replace("_", "-"),
-            b.name,
-            b.resource_pattern_type == ResourcePatternType.PREFIXED,
-            b.operation.name.capitalize(),
-        )
-        for b in found
-    }
-
-
-def _wait_granted(kafka: SecureKafka, acls: list[Acl]) -> None:
-    """ACLs reach the brokers through the metadata log: wait until they are listed."""
-    for principal in {a.principal for a in acls}:
-        want = {(a.resource, a.name, a.prefixed, a.operation) for a in acls if a.principal == principal}
-        deadline = time.monotonic() + 30
-        while not want <= _granted(kafka, principal):
-            assert time.monotonic() < deadline, f"the ACLs of {principal} were not listed within 30s"
-            time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def roles(secure_kafka: SecureKafka) -> Roles:
-    secure = secure_kafka
+    kafka = secure_kafka
     namespace = f"txba{uuid.uuid4().hex[:10]}"
     topic, open_topic = f"orders-{uuid.uuid4().hex[:8]}", f"audit-{uuid.uuid4().hex[:8]}"
     # Topics are the admin's to create: no role may.
-    kafka.ensure_topics(secure.bootstrap, internal_topics(namespace, PARTITIONS, 3), extra=secure.config)
-    kafka.ensure_topics(
-        secure.bootstrap,
-        [kafka.TopicSpec(t, PARTITIONS, replication_factor=3) for t in (topic, open_topic)],
-        extra=secure.config,
+    txkafka.ensure_topics(kafka.bootstrap, internal_topics(namespace, PARTITIONS, 3), extra=kafka.config)
+    txkafka.ensure_topics(
+        kafka.bootstrap,
+        [txkafka.TopicSpec(t, PARTITIONS, replication_factor=3) for t in (topic, open_topic)],
+        extra=kafka.config,
     )
     coordinator_group, consumer_group = f"coord-{namespace}", f"billing-{namespace}"
     acls = [
@@ -117,36 +82,12 @@ def roles(secure_kafka: SecureKafka) -> Roles:
             groups=[consumer_group],
         ),
     ]  # fmt: skip
-    apply_acls(secure.bootstrap, acls, secure.config)
-    _wait_granted(secure, acls)
-    roles = Roles(secure, namespace, topic, open_topic, coordinator_group, consumer_group, tuple(acls))
+    apply_acls(kafka.bootstrap, acls, kafka.config)
+    wait_granted(kafka, acls)
+    roles = Roles(kafka, namespace, topic, open_topic, coordinator_group, consumer_group, tuple(acls))
     t = Topics(namespace)
-    _wait_readable(roles, "coordinator", [t.half, t.op, t.state, t.producers, t.expired])
+    wait_readable(kafka, roles.config("coordinator"), [t.half, t.op, t.state, t.producers, t.expired])
     return roles
-
-
-def _wait_readable(roles: Roles, user: str, topics: list[str], timeout: float = 30.0) -> None:
-    """Until every partition leader lets ``user`` fetch ``topics``: the listing above comes from one
-    broker, and each broker applies the metadata log at its own pace (a CI run once saw the
-    coordinator's first fetch of ``<ns>_producers`` refused by the broker that lagged)."""
-    consumer = kafka.consumer(
-        roles.kafka.bootstrap,
-        f"probe-{uuid.uuid4().hex[:8]}",
-        {**roles.config(user), "log_level": 0},
-        enable_partition_eof=True,
-    )
-    try:
-        metadata = consumer.list_topics(timeout=30).topics
-        pending = {(name, p) for name in topics for p in metadata[name].partitions}
-        consumer.assign([TopicPartition(name, p, kafka.FROM_START) for name, p in sorted(pending)])
-        deadline = time.monotonic() + timeout
-        while pending:  # a refused fetch is retried by the client until the broker allows it
-            assert time.monotonic() < deadline, f"{user} still may not read {sorted(pending)}"
-            for msg in consumer.consume(100, 0.5):
-                if msg.error() is None or msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard((msg.topic(), msg.partition()))
-    finally:
-        consumer.close()
 
 
 def _eventually(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -158,7 +99,7 @@ def _eventually(predicate: Callable[[], bool], timeout: float, what: str) -> Non
 
 def _consume(roles: Roles, user: str, group: str, topics: list[str], seconds: float) -> list[Any]:
     """Every record and error event a read_committed consumer of ``user`` in ``group`` gets in ``seconds``."""
-    consumer = kafka.consumer(roles.kafka.bootstrap, group, {**roles.config(user), "log_level": 0})
+    consumer = txkafka.consumer(roles.kafka.bootstrap, group, {**roles.config(user), "log_level": 0})
     consumer.subscribe(topics)
     seen: list[Any] = []
     try:
@@ -177,7 +118,7 @@ def _errors(seen: list[Any]) -> set[tuple[str | None, int]]:
 def _produce(roles: Roles, user: str, topic: str, **producer: Any) -> KafkaError | None:
     """What the delivery report says of one record ``user`` writes directly to ``topic``."""
     outcomes: list[KafkaError | None] = []
-    client = kafka.producer(roles.kafka.bootstrap, {**roles.config(user), "log_level": 0}, **producer)
+    client = txkafka.producer(roles.kafka.bootstrap, {**roles.config(user), "log_level": 0}, **producer)
     client.produce(topic, b"direct", key=b"k", on_delivery=lambda err, _msg: outcomes.append(err))
     client.flush(30)
     assert len(outcomes) == 1
@@ -275,7 +216,7 @@ def test_the_producer_principal_cannot_read_the_half_topic(roles: Roles) -> None
     group = f"snoop-{uuid.uuid4().hex[:6]}"
     slip = [Acl("User:producer", "group", group, False, "Read", "a group of its own")]
     apply_acls(roles.kafka.bootstrap, slip, roles.kafka.config)
-    _wait_granted(roles.kafka, [*slip, *(a for a in roles.acls if a.principal == "User:producer")])
+    wait_granted(roles.kafka, [*slip, *(a for a in roles.acls if a.principal == "User:producer")])
     refused = _consume(roles, "producer", group, [half], 8)
     assert _errors(refused) == {(half, KafkaError.TOPIC_AUTHORIZATION_FAILED)}
     assert [m for m in refused if m.error() is None] == []
@@ -291,7 +232,7 @@ def test_the_producer_principal_cannot_write_a_real_topic_when_only_the_coordina
 
 
 def test_the_producer_principal_cannot_pose_as_a_coordinator(roles: Roles) -> None:
-    impostor = kafka.producer(
+    impostor = txkafka.producer(
         roles.kafka.bootstrap,
         {**roles.config("producer"), "log_level": 0},
         transactional_id=f"{roles.coordinator_group}-impostor",
@@ -347,7 +288,7 @@ def test_txbridge_acls_apply_creates_them_with_the_admins_properties_file(roles:
         "consumer", "User:consumer", namespace=roles.namespace, topics=[roles.topic], groups=[group],
         plain_consumer=True,
     )  # fmt: skip
-    _wait_granted(roles.kafka, granted)
+    wait_granted(roles.kafka, granted)
     assert _errors(_consume(roles, "consumer", group, [roles.topic], 5)) == set()
 
 

@@ -39,6 +39,25 @@ def test_producers_that_may_not_write_real_topics_only_see_them() -> None:
     assert real == {("topic", "orders", False, "Describe"), ("topic", "pay-", True, "Describe")}
 
 
+def test_the_spark_sink_is_a_producer_that_also_keeps_its_decisions_topic() -> None:
+    producer = role_acls("producer", "User:etl", namespace="ns", topics=["orders"])
+    sink = role_acls("spark-sink", "User:etl", namespace="ns", topics=["orders"])
+
+    assert _grants(sink) - _grants(producer) == {
+        ("topic", "ns_spark_sink", False, "Create"),
+        ("topic", "ns_spark_sink", False, "Read"),
+        ("topic", "ns_spark_sink", False, "Write"),
+        ("group", "txbridge-admin-", True, "Describe"),
+        ("group", "txbridge-spark-checks-", True, "Describe"),
+    }
+    assert _grants(producer) <= _grants(sink)
+    only_seen = role_acls(
+        "spark-sink", "User:etl", namespace="ns", topics=["orders"], producers_may_write_real_topics=False
+    )
+    assert ("topic", "orders", False, "Describe") in _grants(only_seen)
+    assert ("topic", "orders", False, "Write") not in _grants(only_seen)
+
+
 def test_the_coordinator_gets_its_group_transactional_ids_and_helper_groups() -> None:
     acls = role_acls("coordinator", "User:txb", namespace="ns", topics=["orders"], groups=["coord"])
 
@@ -106,7 +125,7 @@ def test_a_consumer_reads_the_real_topics_and_its_group_and_no_internal_topic() 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"role": "auditor"}, "unknown role 'auditor': one of producer, coordinator, consumer"),
+        ({"role": "auditor"}, "unknown role 'auditor': one of producer, spark-sink, coordinator, consumer"),
         ({"principal": "alice"}, "principal 'alice' is not Type:name"),
         ({"topics": []}, "name the real topics"),
         ({"topics": ["orders!"]}, "is not a Kafka topic name"),
@@ -117,6 +136,8 @@ def test_a_consumer_reads_the_real_topics_and_its_group_and_no_internal_topic() 
         ({"role": "coordinator", "producers_may_write_real_topics": False}, "an option of --role producer"),
         ({"plain_consumer": True}, "--plain-consumer is an option of --role consumer"),
         ({"role": "consumer", "groups": [" "]}, "a --group must not be empty"),
+        ({"role": "spark-sink", "groups": ["g"]}, "a producer joins no Kafka group"),
+        ({"topics": ["ns_spark_sink"]}, "covers txbridge's internal topic ns_spark_sink"),
     ],
 )
 def test_bad_input_is_a_clear_error(kwargs: dict[str, object], message: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from txbridge import limits
 from txbridge.transaction import LocalTransaction, Message
-from txbridge.wire import TxState
+from txbridge.wire import Topics, TxState
 
 #: The header every message of the sink carries: ``"<sink key>/<batch id>"``.
 H_BATCH = "txb.spark.batch"
@@ -29,7 +29,7 @@ DEFAULT_COMMIT_GRACE_S = 10.0
 
 def sink_topic(namespace: str) -> str:
     """The compacted topic of the sink's decision records."""
-    return f"{namespace}_spark_sink"
+    return Topics(namespace).spark_sink
 
 
 def batch_label(sink_key: str, batch_id: int) -> str:

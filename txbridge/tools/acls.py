@@ -14,6 +14,16 @@ producer (:class:`~txbridge.TransactionProducer`, its asyncio twin)
     A producer *group* is txbridge's name for who answers back-checks: no Kafka
     resource carries it, so it has no ACL.
 
+spark-sink (``txbridge.spark``: the driver program, its Spark Python workers and the tasks)
+    What a producer does (each task and the driver's ``SinkChecks`` is a producer of the
+    sink's group; the driver writes COMMIT / ROLLBACK op records), and the sink's own topic
+    ``<ns>_spark_sink``: the tasks write journal entries to it, the driver decision records
+    and tombstones, and both read it (``read_committed``; ``SinkChecks`` follows it). The
+    sink creates that topic on first use (compacted, one partition): a LITERAL CREATE on
+    that one name, which lets it create nothing else. Its readers assign partitions and
+    commit nothing, under throwaway group ids ``txbridge-admin-*`` and
+    ``txbridge-spark-checks-*`` (PREFIXED DESCRIBE, as the coordinator's helpers).
+
 coordinator (``txbridge coordinator``)
     Consumes ``<ns>_half`` and ``<ns>_op`` in its consumer group ``<group_id>``
     (default :func:`~txbridge.wire.default_coordinator_group`: ``txbridge-coordinator``,
@@ -67,6 +77,7 @@ logger = logging.getLogger(__name__)
 
 class Role(StrEnum):
     PRODUCER = "producer"
+    SPARK_SINK = "spark-sink"
     COORDINATOR = "coordinator"
     CONSUMER = "consumer"
 
@@ -83,6 +94,8 @@ COORDINATOR_HELPER_GROUPS = (
     "txbridge-halfreader-",
     "txbridge-admin-",
 )
+#: Throwaway group ids of the Spark sink's readers of ``<ns>_spark_sink`` (a random suffix follows).
+SPARK_SINK_HELPER_GROUPS = ("txbridge-admin-", "txbridge-spark-checks-")
 
 _PRINCIPAL = re.compile(r"^[A-Za-z][A-Za-z0-9]*:.+$")
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -122,7 +135,7 @@ def role_acls(
     """The ACLs ``principal`` needs to act as ``role``, and no more.
 
     Args:
-        role: ``producer``, ``coordinator`` or ``consumer``.
+        role: ``producer``, ``spark-sink``, ``coordinator`` or ``consumer``.
         principal: e.g. ``User:orders-svc``.
         topics: the real topics the transactions publish to; ``name*`` is every topic
             starting with ``name`` (a PREFIXED ACL).
@@ -130,8 +143,8 @@ def role_acls(
         groups: the coordinators' consumer group id (default: the namespace's,
             :func:`~txbridge.wire.default_coordinator_group`), or the consumer's group(s);
             a producer has none.
-        producers_may_write_real_topics: False: a producer may only DESCRIBE the real
-            topics, so that only the coordinator publishes them.
+        producers_may_write_real_topics: False: a producer (or the Spark sink) may only
+            DESCRIBE the real topics, so that only the coordinator publishes them.
         plain_consumer: leave out txbridge consumers' retry and dead-letter topics.
 
     Raises:
@@ -146,28 +159,32 @@ def role_acls(
     if not namespace:
         raise ConfigurationError("namespace must not be empty")
     real = _real_topics(topics, Topics(namespace))
-    if not producers_may_write_real_topics and role is not Role.PRODUCER:
+    if not producers_may_write_real_topics and role not in _PRODUCERS:
         raise ConfigurationError(
-            "--producers-may-not-write-real-topics is an option of --role producer: the coordinator "
-            "must write the real topics and a consumer writes none"
+            "--producers-may-not-write-real-topics is an option of --role producer and spark-sink: "
+            "the coordinator must write the real topics and a consumer writes none"
         )
     if plain_consumer and role is not Role.CONSUMER:
         raise ConfigurationError("--plain-consumer is an option of --role consumer")
     if any(not g or not g.strip() for g in groups):
         raise ConfigurationError("a --group must not be empty")
-    if role is Role.PRODUCER:
+    if role in _PRODUCERS:
         if groups:
             raise ConfigurationError(
                 "a producer joins no Kafka group: its producer group names who answers back-checks "
                 "and needs no ACL; drop --group"
             )
-        return _producer(principal, namespace, real, producers_may_write_real_topics)
+        acls = _producer(principal, namespace, real, producers_may_write_real_topics)
+        return acls + _spark_sink(principal, namespace) if role is Role.SPARK_SINK else acls
     if role is Role.COORDINATOR:
         coordinators = list(groups) or [default_coordinator_group(namespace)]
         return _coordinator(principal, namespace, real, coordinators)
     if not groups:
         raise ConfigurationError("a consumer reads in a consumer group: pass --group NAME (repeatable)")
     return _consumer(principal, namespace, real, list(groups), plain_consumer)
+
+
+_PRODUCERS = (Role.PRODUCER, Role.SPARK_SINK)
 
 
 def _role(role: Role | str) -> Role:
@@ -184,7 +201,15 @@ def _real_topics(topics: Sequence[str], names: Topics) -> list[tuple[str, bool]]
         raise ConfigurationError(
             "name the real topics the transactions publish to: --topic NAME (repeatable; NAME* for a prefix)"
         )
-    internal = [names.half, names.op, names.state, names.producers, names.expired, names.quarantine]
+    internal = [
+        names.half,
+        names.op,
+        names.state,
+        names.producers,
+        names.expired,
+        names.quarantine,
+        names.spark_sink,
+    ]
     out: list[tuple[str, bool]] = []
     for topic in topics:
         prefixed = topic.endswith("*")
@@ -225,6 +250,20 @@ def _producer(principal: str, namespace: str, real: list[tuple[str, bool]], may_
                     "sees it exists; only the coordinator writes it",
                 )
             )
+    return acls
+
+
+def _spark_sink(principal: str, namespace: str) -> list[Acl]:
+    topic = Topics(namespace).spark_sink
+    acls = [
+        Acl(principal, TOPIC, topic, False, "Create", "created on first use (compacted, one partition)"),
+        Acl(principal, TOPIC, topic, False, "Read", "the driver reads the decisions and journal of a batch"),
+        Acl(principal, TOPIC, topic, False, "Write", "tasks' journal entries; the driver's decision records"),
+    ]
+    acls += [
+        Acl(principal, GROUP, prefix, True, "Describe", "readers' throwaway groups (random suffix)")
+        for prefix in SPARK_SINK_HELPER_GROUPS
+    ]
     return acls
 
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 @click.option(
     "--producers-may-not-write-real-topics",
     is_flag=True,
-    help="producer: DESCRIBE the real topics only, so that only the coordinator publishes them.",
+    help="producer, spark-sink: DESCRIBE the real topics only, so that only the coordinator publishes them.",
 )
 @click.option(
     "--plain-consumer",
