@@ -82,6 +82,10 @@ def build_session(
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
             "spark.driver.host", "127.0.0.1"
         )
+        if not os.environ.get("PYSPARK_PYTHON"):
+            # The Python workers the JVM starts itself (the Python data sources' lookup) read
+            # this setting; `python3` from PATH may lack pyspark or txbridge.
+            builder = builder.config("spark.pyspark.python", sys.executable)
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

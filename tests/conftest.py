@@ -98,6 +98,8 @@ def _group(item: pytest.Item) -> str:
         return "secured-cluster"
     if module.startswith("tests/rocketmq/"):
         return "spark"  # RocketMQ's session fixture; its demo tests use the SparkSession too
+    if module.startswith("tests/spark_sink/"):
+        return "spark"  # its module-scoped coordinator and SinkChecks start once, on one worker
     return module
 
 
