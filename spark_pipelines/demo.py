@@ -55,6 +55,8 @@ class DemoOptions:
         rocketmq_endpoint: an existing RocketMQ's proxy (None: the demo starts its own).
         rocketmq_namesrv: that RocketMQ's name server.
         rocketmq_cluster: that RocketMQ's broker cluster.
+        spark_sink: run the fifth comparison, Spark as the producer (needs the txbridge path).
+        spark_sink_rows: the rows each Spark sink writes.
     """
 
     client: ClientConfig
@@ -74,6 +76,8 @@ class DemoOptions:
     rocketmq_endpoint: str | None = None
     rocketmq_namesrv: str | None = None
     rocketmq_cluster: str = "DefaultCluster"
+    spark_sink: bool = True
+    spark_sink_rows: int = 240
 
 
 @dataclass
@@ -136,6 +140,13 @@ def run_demo(options: DemoOptions, *, resolve_kafka: Callable[[], str], console:
             none is given (the CLI's ``resolve_bootstrap``); called after RocketMQ's start.
         console: where the progress, the table and the report's path are printed.
     """
+    if options.spark_sink and "txbridge" in options.paths:
+        from spark_pipelines.sink_compare import min_rows
+
+        if options.spark_sink_rows < min_rows():
+            raise ConfigurationError(
+                f"--spark-sink-rows {options.spark_sink_rows}: needs at least {min_rows()}"
+            )
     run_id = new_run_id()
     running = _Running()
     if "rocketmq" in options.paths:
@@ -217,7 +228,14 @@ def _run(options: DemoOptions, run_id: str, bootstrap: str, running: _Running, c
     if running.setup is not None:
         rocketmq = _rocketmq_facts(running.setup, target, config, result)
     report = _compare_and_report(
-        options, config, plan, result, stream=running.stream, rocketmq=rocketmq, console=console
+        options,
+        config,
+        plan,
+        result,
+        secret=secret,
+        stream=running.stream,
+        rocketmq=rocketmq,
+        console=console,
     )
     console.print(f"report: {report}")
     return report
@@ -330,13 +348,14 @@ def _compare_and_report(
     plan: FaultPlan,
     result: WorkloadResult,
     *,
+    secret: str,
     stream: CustomerCounts | None,
     rocketmq: dict[str, Any] | None,
     console: Console,
 ) -> Path:
     """The Spark comparison of every path against its database; print the table, write the report."""
     from spark_pipelines.compare import compare
-    from spark_pipelines.report import table, write_report
+    from spark_pipelines.report import sink_sentences, table, write_report
     from spark_pipelines.session import build_session
     from spark_pipelines.watcher import load_visibility
 
@@ -354,7 +373,21 @@ def _compare_and_report(
         client=options.client,
         received=result.received,
     )
-    info = _run_info(config, plan, result, options.paths, truth)
+    sinks_skipped = None
+    if not options.spark_sink:
+        sinks_skipped = "left out with --no-spark-sink"
+    elif "txbridge" not in options.paths:
+        sinks_skipped = "it writes through the txbridge path's coordinator, left out with --paths"
+    info = _run_info(config, plan, result, options.paths, truth, sinks_skipped=sinks_skipped)
+    if sinks_skipped is None:
+        from spark_pipelines.sink_compare import compare_sinks
+
+        console.print(f"Spark as the producer: {options.spark_sink_rows} rows through each Spark sink ...")
+        sink_metrics, sink_samples, info["spark_sink"] = compare_sinks(
+            spark, config, secret, rows=options.spark_sink_rows, client=options.client
+        )
+        metrics += sink_metrics
+        samples.update(sink_samples)
     if rocketmq is not None:
         info["rocketmq"] = rocketmq
     if stream is not None:
@@ -366,6 +399,8 @@ def _compare_and_report(
         info["streaming_restarts"] = stream.starts - 1
         info["streaming_counts_equal_db"] = counts == per_customer
     console.print(table(metrics))
+    for line in sink_sentences(metrics):
+        console.print(line)
     return write_report(Path(config.run_dir), metrics, samples, info)
 
 
@@ -375,8 +410,11 @@ def _run_info(
     result: WorkloadResult,
     paths: Sequence[str],
     truth: dict[str, Any],
+    *,
+    sinks_skipped: str | None,
 ) -> dict[str, object]:
-    """The run's facts for the report: what was planned, what was killed, how it settled."""
+    """The run's facts for the report: what was planned, what was killed, how it settled, what
+    was skipped (``sinks_skipped``: why the Spark sinks' comparison was)."""
     info: dict[str, object] = {
         "run_id": config.run_id,
         "paths": ", ".join(paths),
@@ -388,9 +426,11 @@ def _run_info(
         "settled": {p: not missing for p, missing in result.unsettled.items()},
         "settle_s": round(result.settle_s, 1),
     }
-    skipped = [p for p in ALL_PATHS if p not in paths]
+    skipped = {p: "left out with --paths" for p in ALL_PATHS if p not in paths}
+    if sinks_skipped is not None:
+        skipped["spark-sink"] = sinks_skipped
     if skipped:
-        info["skipped"] = {p: "left out with --paths" for p in skipped}
+        info["skipped"] = skipped
     if result.coordinator_exits:
         # Exits the plan did not cause (the watchdog's 75, a crash): the run started it again.
         info["coordinator_exits"] = result.coordinator_exits

@@ -117,6 +117,16 @@ def _parse_paths(value: str) -> tuple[str, ...]:
     show_default=True,
     help="Broker cluster of that RocketMQ that gets the run's topic.",
 )
+@click.option(
+    "--spark-sink/--no-spark-sink",
+    default=True,
+    show_default=True,
+    help="Run the fifth comparison: Spark as the producer, its Kafka sink vs txbridge's "
+    "(needs the txbridge path).",
+)
+@click.option(
+    "--spark-sink-rows", default=240, show_default=True, help="Rows each Spark sink writes (at least 150)."
+)
 @one_line_errors
 @_sigterm_exits
 def demo(
@@ -140,6 +150,8 @@ def demo(
     rocketmq_endpoint: str | None,
     rocketmq_namesrv: str | None,
     rocketmq_cluster: str,
+    spark_sink: bool,
+    spark_sink_rows: int,
 ) -> None:
     """Run the same faulty order workload through txbridge, native Kafka transactions, plain
     produce and Apache RocketMQ's transactional messages, compare them in Spark, print the
@@ -172,6 +184,8 @@ def demo(
         rocketmq_endpoint=rocketmq_endpoint,
         rocketmq_namesrv=rocketmq_namesrv,
         rocketmq_cluster=rocketmq_cluster,
+        spark_sink=spark_sink,
+        spark_sink_rows=spark_sink_rows,
     )
     console = Console(width=max(Console().width, 150))  # the table has 13 columns
     run_demo(
