@@ -100,18 +100,7 @@ def run_workload(
     """
     prepare(config, paths, client=client)
     config.plan_file.write_text(plan.to_json())
-    settings = client.librdkafka() if client is not None else None
-    watchers: dict[tuple[str, str], VisibilityWatcher | RocketMQWatcher] = {
-        (p, iso): VisibilityWatcher(config.bootstrap, config.topics[p], iso, settings)
-        for p in paths
-        if p in KAFKA_PATHS
-        for iso in ISOLATIONS
-    }
-    if ROCKETMQ in paths:
-        # RocketMQ has no isolation levels: a consumer only ever sees committed transactions.
-        watchers[(ROCKETMQ, "read_committed")] = RocketMQWatcher(
-            config.rocketmq_endpoint, config.topics[ROCKETMQ], config.rocketmq_group
-        )
+    watchers = _watchers(config, paths, client)
     restarts: list[threading.Thread] = []
 
     def observe(path: str, index: int, outcome: str) -> None:
@@ -146,6 +135,39 @@ def run_workload(
             runner.kill()
         for watcher in watchers.values():
             watcher.stop()
+    _save_watched(config, watchers, result)
+    if coordinator is not None:
+        result.coordinator_kills = coordinator.kills
+        result.coordinator_outages = list(coordinator.outages)
+        result.coordinator_exits = [code for _, code, _ in coordinator.exits]
+    return result
+
+
+def _watchers(
+    config: RunConfig, paths: Sequence[str], client: ClientConfig | None
+) -> dict[tuple[str, str], VisibilityWatcher | RocketMQWatcher]:
+    """A watcher per Kafka path and isolation level, and one for RocketMQ (not started)."""
+    settings = client.librdkafka() if client is not None else None
+    watchers: dict[tuple[str, str], VisibilityWatcher | RocketMQWatcher] = {
+        (p, iso): VisibilityWatcher(config.bootstrap, config.topics[p], iso, settings)
+        for p in paths
+        if p in KAFKA_PATHS
+        for iso in ISOLATIONS
+    }
+    if ROCKETMQ in paths:
+        # RocketMQ has no isolation levels: a consumer only ever sees committed transactions.
+        watchers[(ROCKETMQ, "read_committed")] = RocketMQWatcher(
+            config.rocketmq_endpoint, config.topics[ROCKETMQ], config.rocketmq_group
+        )
+    return watchers
+
+
+def _save_watched(
+    config: RunConfig,
+    watchers: Mapping[tuple[str, str], VisibilityWatcher | RocketMQWatcher],
+    result: WorkloadResult,
+) -> None:
+    """Save what each watcher saw under the run's folder, and note where in ``result``."""
     for (path, iso), watcher in watchers.items():
         result.visibility[(path, iso)] = watcher.save(Path(config.run_dir) / f"visible-{path}-{iso}.csv")
         if isinstance(watcher, RocketMQWatcher):
@@ -156,10 +178,6 @@ def run_workload(
                 "receive_errors": watcher.receive_errors,
                 "ack_errors": watcher.ack_errors,
             }
-    result.coordinator_kills = coordinator.kills if coordinator else 0
-    result.coordinator_outages = list(coordinator.outages) if coordinator else []
-    result.coordinator_exits = [code for _, code, _ in coordinator.exits] if coordinator else []
-    return result
 
 
 def _crash_and_restart(coordinator: CoordinatorProcess) -> None:

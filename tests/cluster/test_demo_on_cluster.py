@@ -85,6 +85,7 @@ def cluster_run(
         *("--bootstrap", kafka_bootstrap, "--master", spark_cluster.cluster.master_url),
         *("--orders", str(ORDERS), "--customers", "8", "--seed", "18"),
         *("--paths", PATHS, "--check-delay", "1", "--out", str(out)),
+        "--no-spark-sink",  # its own test: tests/pipelines/test_spark_sink_comparison.py
     ]
     started = time.monotonic()
     # A session of its own: on a timeout the demo's coordinator and producers go with it.

@@ -84,10 +84,11 @@ def _load(result: Result, out: Path, cache: Path, seconds: float) -> DemoRun:
 def four_paths(
     kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> DemoRun:
-    """``txbridge demo`` with every path, every fault kind, the coordinator kill; no streaming."""
+    """``txbridge demo`` with every path, every fault kind, the coordinator kill; no streaming, no
+    Spark sinks' comparison (tests/pipelines/test_spark_sink_comparison.py)."""
     tmp = tmp_path_factory.mktemp("four-paths")
     cache = _cache(tmp)
-    args = ["--orders", str(ORDERS), "--customers", "8", "--seed", "17", "--no-streaming"]
+    args = ["--orders", str(ORDERS), "--customers", "8", "--seed", "17", "--no-streaming", "--no-spark-sink"]
     result, seconds = _demo(cache, tmp / "reports", "--bootstrap", kafka_bootstrap, *args)
     return _load(result, tmp / "reports", cache, seconds)
 
@@ -240,7 +241,7 @@ def test_skipping_rocketmq_runs_the_other_three_and_says_so(
     kafka_bootstrap: str, spark: SparkSession, tmp_path: Path
 ) -> None:
     cache = _cache(tmp_path)
-    args = ["--orders", "30", "--no-streaming", "--no-coordinator-kill"]
+    args = ["--orders", "30", "--no-streaming", "--no-coordinator-kill", "--no-spark-sink"]
 
     result, _ = _demo(
         cache, tmp_path / "reports", "--bootstrap", kafka_bootstrap, "--paths", "txbridge,native,plain", *args

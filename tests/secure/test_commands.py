@@ -358,6 +358,7 @@ def test_the_demo_runs_side_by_side_on_the_secured_cluster(secure_kafka: SecureK
         "12",
         "--customers",
         "3",
+        "--no-spark-sink",  # the Spark sinks on the secured cluster: not tested yet (docs/spark-sink.md)
         "--out",
         str(tmp_path),
         timeout=900,

@@ -39,7 +39,9 @@ def _parse(options: dict[str, str], *, streaming: bool = True, environ: dict[str
 
 
 def test_options_are_read_without_case_and_defaults_apply() -> None:
-    opts = _parse({k.lower(): v for k, v in BASE.items()} | {"kafka.client.id": "x", "path": "ignored"})
+    # path and queryname (a streaming query's .queryName()) are Spark's own: accepted, not used.
+    spark_own = {"path": "ignored", "queryname": "orders-query"}
+    opts = _parse({k.lower(): v for k, v in BASE.items()} | {"kafka.client.id": "x"} | spark_own)
 
     assert (opts.bootstrap, opts.group, opts.secret, opts.sink_id) == (
         "localhost:9092",

@@ -45,8 +45,9 @@ OPTION_NAMES = (
     "maxMessageBytes",
 )
 _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
-#: Options Spark itself may pass to a sink; accepted and not used.
-_SPARK_OWN = frozenset({"path"})
+#: Options Spark itself may pass to a sink; accepted and not used (``queryName``: a streaming
+#: query's ``.queryName()`` reaches its sink as an option).
+_SPARK_OWN = frozenset({"path", "queryname"})
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,8 @@ The pipelines themselves are :mod:`spark_pipelines`, imported when a command run
 
 from __future__ import annotations
 
-import dataclasses
-import secrets
 import signal
 import threading
-import time
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -21,13 +18,6 @@ import click
 from txbridge.tools.cli.options import bootstrap_option, client_options, one_line_errors, resolve_bootstrap
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-    from spark_pipelines.faults import FaultPlan
-    from spark_pipelines.rocketmq import RocketMQSetup, RocketMQTarget
-    from spark_pipelines.runner import WorkloadResult
-    from spark_pipelines.streaming import CustomerCounts
-    from spark_pipelines.workload import RunConfig
     from txbridge.client_config import ClientConfig
 
 #: Every path (spark_pipelines.paths.ALL_PATHS, not imported: the CLI loads its modules lazily).
@@ -58,12 +48,6 @@ def _sigterm_exits(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _broker_was_running() -> bool:
-    from txbridge.tools.local.broker import LocalKafka
-
-    return LocalKafka.from_home().status().running
-
-
 def _parse_paths(value: str) -> tuple[str, ...]:
     """``--paths``: names from ``_ALL_PATHS``, comma-separated, returned in the report's order.
 
@@ -80,30 +64,6 @@ def _parse_paths(value: str) -> tuple[str, ...]:
             f"choose from {','.join(_ALL_PATHS)}"
         )
     return tuple(p for p in _ALL_PATHS if p in names)
-
-
-def _rocketmq_setup(
-    topic: str, group: str, endpoint: str | None, namesrv: str | None, cluster: str
-) -> RocketMQSetup:
-    """The RocketMQ side of the run (not started): an existing one, checked now, or a local one.
-
-    Raises:
-        ConfigurationError: only one of the two endpoints, one is malformed or nothing listens
-            there, or the RocketMQ client is not installed.
-    """
-    from spark_pipelines.paths.rocketmq_path import _import_rocketmq
-    from spark_pipelines.rocketmq import RocketMQSetup, RocketMQTarget, demo_rocketmq
-    from txbridge.errors import ConfigurationError
-
-    _import_rocketmq()  # before anything starts
-    if endpoint or namesrv:
-        if not (endpoint and namesrv):
-            raise ConfigurationError(
-                "an existing RocketMQ needs both --rocketmq-endpoint (its proxy, gRPC) and "
-                "--rocketmq-namesrv (its name server, to create the run's topic)"
-            )
-        return RocketMQSetup(topic, group, existing=RocketMQTarget.existing(endpoint, namesrv, cluster))
-    return RocketMQSetup(topic, group, local=demo_rocketmq())
 
 
 @click.command()
@@ -157,9 +117,19 @@ def _rocketmq_setup(
     show_default=True,
     help="Broker cluster of that RocketMQ that gets the run's topic.",
 )
+@click.option(
+    "--spark-sink/--no-spark-sink",
+    default=True,
+    show_default=True,
+    help="Run the fifth comparison: Spark as the producer, its Kafka sink vs txbridge's "
+    "(needs the txbridge path).",
+)
+@click.option(
+    "--spark-sink-rows", default=240, show_default=True, help="Rows each Spark sink writes (at least 150)."
+)
 @one_line_errors
 @_sigterm_exits
-def demo(  # noqa: PLR0912, PLR0915 - the demo's steps read best in one place
+def demo(
     *,
     bootstrap: str | None,
     client: ClientConfig,
@@ -180,6 +150,8 @@ def demo(  # noqa: PLR0912, PLR0915 - the demo's steps read best in one place
     rocketmq_endpoint: str | None,
     rocketmq_namesrv: str | None,
     rocketmq_cluster: str,
+    spark_sink: bool,
+    spark_sink_rows: int,
 ) -> None:
     """Run the same faulty order workload through txbridge, native Kafka transactions, plain
     produce and Apache RocketMQ's transactional messages, compare them in Spark, print the
@@ -190,242 +162,37 @@ def demo(  # noqa: PLR0912, PLR0915 - the demo's steps read best in one place
     With --command-config (a secured cluster), every Kafka path, the coordinator, the
     watchers and Spark's Kafka source connect with the same client settings."""
     from rich.console import Console
-    from rich.progress import Progress
 
-    from spark_pipelines.faults import FaultPlan, FaultRates
-    from spark_pipelines.processes import coordinator_process
-    from spark_pipelines.runner import prepare, run_workload
-    from spark_pipelines.workload import RunConfig, new_run_id
-    from txbridge.errors import ConfigurationError
+    from spark_pipelines.demo import DemoOptions, fault_rates, run_demo
 
     paths = _parse_paths(paths_option)
-    try:
-        rates = FaultRates(local_fail_rate, unknown_rate, crash_rate, crash_rate)
-    except ValueError as exc:
-        raise ConfigurationError(f"fault rates: {exc}; lower --*-rate") from exc
-    console = Console(width=max(Console().width, 150))  # the table has 13 columns
-    run_id = new_run_id()
-    setup = None
-    if "rocketmq" in paths:
-        # Started first: RocketMQ's cold start (11-34 s) overlaps Kafka's and Spark's.
-        setup = _rocketmq_setup(
-            f"orders-{run_id}-rocketmq",
-            f"watcher-{run_id}",
-            rocketmq_endpoint,
-            rocketmq_namesrv,
-            rocketmq_cluster,
-        ).start()
-    elif rocketmq_endpoint or rocketmq_namesrv:
-        console.print("--paths leaves rocketmq out: --rocketmq-endpoint/--rocketmq-namesrv are not used")
-    started_broker = False
-    coordinator = None
-    stream = None
-    try:
-        started_broker = not (bootstrap or client.bootstrap) and not _broker_was_running()
-        bootstrap = resolve_bootstrap(bootstrap, start_local=True, client=client)
-        client.java()  # Spark's Kafka source takes them too: a setting it cannot take fails before the run
-        run_dir = Path(out).resolve() / run_id
-        config = RunConfig.create(run_id, bootstrap, run_dir, db_url=db_url, check_after=check_delay)
-        plan = FaultPlan.generate(
-            seed,
-            orders,
-            customers=customers,
-            rates=rates,
-            every_fault=orders >= 10,
-            kill_coordinator=not no_coordinator_kill and "txbridge" in paths,
-        )
-        secret = secrets.token_hex(16)
-        began = time.monotonic()
-        prepare(config, paths, client=client)
-        if "txbridge" in paths:
-            coordinator = coordinator_process(config, secret, check_delay=check_delay, client=client)
-            coordinator.start()
-        console.print(
-            f"run {run_id}: {orders} orders x {len(paths)} paths ({', '.join(paths)}), seed {seed}, "
-            f"Kafka {bootstrap}"
-        )
-        if streaming and "txbridge" in paths:
-            from spark_pipelines.session import build_session
-            from spark_pipelines.streaming import CustomerCounts
-
-            spark = build_session("txbridge-demo", master=master)
-            spark.sparkContext.setLogLevel("ERROR")  # spark-avro warns per batch about nullability
-            stream = CustomerCounts(
-                spark, bootstrap, config.topics["txbridge"], run_dir / "stream", client=client
-            )
-            stream.start()
-        if coordinator is not None:
-            coordinator.wait_ready()  # a coordinator that cannot start fails the run here, with its log
-        target = None
-        if setup is not None:
-            with console.status("waiting for RocketMQ ..."):
-                target = setup.wait()  # RocketMQ that cannot start fails the run here, saying why
-            config = dataclasses.replace(config, rocketmq_endpoint=target.endpoint)
-            took = f", started in {target.start_s:.0f}s" if target.start_s is not None else ""
-            console.print(f"RocketMQ at {target.endpoint} (name server {target.namesrv}{took})")
-        with Progress(console=console, transient=False) as progress:
-            bars = {p: progress.add_task(p, total=orders) for p in paths}
-            restart_at = orders // 3
-            restarts: list[threading.Thread] = []
-
-            def on_order(path: str, index: int, _outcome: str) -> None:
-                progress.advance(bars[path])
-                if stream is not None and path == "txbridge" and index == restart_at:
-                    # In a thread: this one follows the txbridge producers (their crashes, the
-                    # coordinator kill), which must not wait for Spark to restart a query.
-                    restart = threading.Thread(target=stream.restart, name="stream-restart")
-                    restart.start()
-                    restarts.append(restart)
-
-            result = run_workload(
-                config,
-                plan,
-                secret=secret,
-                coordinator=coordinator,
-                paths=paths,
-                quiet_s=_quiet_s(setup),
-                on_order=on_order,
-                client=client,
-            )
-            for restart in restarts:
-                restart.join()
-        console.print(f"workload done in {time.monotonic() - began:.0f}s; Spark comparison ...")
-        report = _compare_and_report(
-            config,
-            plan,
-            result,
-            stream,
-            paths=paths,
-            rocketmq=_rocketmq_facts(setup, target, config, result) if setup is not None else None,
-            master=master,
-            console=console,
-            client=client,
-        )
-        console.print(f"report: {report}")
-    finally:
-        if stream is not None:
-            stream.stop()
-        if coordinator is not None:
-            coordinator.stop()
-        if setup is not None:
-            setup.stop()
-        if started_broker and not keep_broker:
-            from txbridge.tools.local.broker import LocalKafka
-
-            LocalKafka.from_home().stop()
-
-
-def _quiet_s(setup: RocketMQSetup | None) -> float:
-    """How long to keep watching once every order is visible: with RocketMQ, one check interval
-    more, so a transaction checked again after its commit shows up as delivered twice."""
-    if setup is None:
-        return 1.0
-    return min(setup.check_interval_s(), 30.0) + 1.0
-
-
-def _rocketmq_facts(
-    setup: RocketMQSetup, target: RocketMQTarget | None, config: RunConfig, result: WorkloadResult
-) -> dict[str, Any]:
-    from spark_pipelines.paths.rocketmq_path import summarize
-    from spark_pipelines.rocketmq import DEMO_TRANSACTION_SETTINGS, ROCKETMQ_DEFAULTS
-    from spark_pipelines.watcher import load_received
-    from txbridge.tools.local.jars import ROCKETMQ_VERSION
-
-    started = target is not None and target.local is not None
-    facts: dict[str, Any] = {
-        "started_by_demo": started,
-        "endpoint": target.endpoint if target else None,
-        "namesrv": target.namesrv if target else None,
-        "start_s": round(target.start_s, 1) if target and target.start_s is not None else None,
-        "version": ROCKETMQ_VERSION if started else "as deployed",
-        "transaction_settings": setup.finish(),
-        "rocketmq_defaults": ROCKETMQ_DEFAULTS,
-    }
-    if started:
-        changed = [k for k, v in DEMO_TRANSACTION_SETTINGS.items() if ROCKETMQ_DEFAULTS.get(k) != v]
-        facts["settings_reason"] = (
-            f"RocketMQ {ROCKETMQ_VERSION}'s defaults but for {', '.join(changed)}: a service that relies "
-            "on checks to finish what a crashed producer left open lowers the check interval from "
-            "30 s; every other setting is the default. See docs/demo.md."
-        )
-    facts["consumer"] = "SimpleConsumer, its own group, ack after recording (at-least-once, no dedup)"
-    facts["watcher"] = result.rocketmq_watcher
-    received = result.received.get("rocketmq")
-    records = load_received(received) if received else []
-    facts.update(summarize(Path(config.run_dir) / "logs", records))
-    return facts
-
-
-def _compare_and_report(
-    config: RunConfig,
-    plan: FaultPlan,
-    result: WorkloadResult,
-    stream: CustomerCounts | None,
-    *,
-    paths: tuple[str, ...],
-    rocketmq: dict[str, Any] | None,
-    master: str | None,
-    console: Console,
-    client: ClientConfig,
-) -> Path:
-    from spark_pipelines.compare import compare
-    from spark_pipelines.faults import Fault
-    from spark_pipelines.report import table, write_report
-    from spark_pipelines.session import build_session
-    from spark_pipelines.watcher import load_visibility
-
-    spark = build_session("txbridge-demo", master=master)
-    spark.sparkContext.setLogLevel("ERROR")
-    truth = {p: config.store(p).committed() for p in paths}
-    visibility = {key: load_visibility(file) for key, file in result.visibility.items()}
-    kafka_topics = config.topics_for([p for p in paths if p not in result.received])
-    metrics, samples = compare(
-        spark,
-        config.bootstrap,
-        kafka_topics,
-        truth,
-        visibility=visibility,
+    options = DemoOptions(
         client=client,
-        received=result.received,
+        bootstrap=bootstrap,
+        orders=orders,
+        customers=customers,
+        seed=seed,
+        rates=fault_rates(local_fail_rate, unknown_rate, crash_rate),
+        kill_coordinator=not no_coordinator_kill,
+        streaming=streaming,
+        master=master,
+        db_url=db_url,
+        out=Path(out),
+        check_delay=check_delay,
+        keep_broker=keep_broker,
+        paths=paths,
+        rocketmq_endpoint=rocketmq_endpoint,
+        rocketmq_namesrv=rocketmq_namesrv,
+        rocketmq_cluster=rocketmq_cluster,
+        spark_sink=spark_sink,
+        spark_sink_rows=spark_sink_rows,
     )
-    info: dict[str, object] = {
-        "run_id": config.run_id,
-        "paths": ", ".join(paths),
-        "orders": len(plan.orders),
-        "seed": plan.seed,
-        "faults": {k.value: plan.count(k) for k in Fault},
-        "producer_kills": {p: len(r.crashes) for p, r in result.paths.items()},
-        "coordinator_kills": result.coordinator_kills,
-        "settled": {p: not missing for p, missing in result.unsettled.items()},
-        "settle_s": round(result.settle_s, 1),
-    }
-    skipped = [p for p in _ALL_PATHS if p not in paths]
-    if skipped:
-        info["skipped"] = {p: "left out with --paths" for p in skipped}
-    if rocketmq is not None:
-        info["rocketmq"] = rocketmq
-    if result.coordinator_exits:
-        # Exits the plan did not cause (the watchdog's 75, a crash): the run started it again.
-        info["coordinator_exits"] = result.coordinator_exits
-    if result.coordinator_outages:
-        # The restarted coordinator's downtime (SIGKILL -> partitions assigned again; the demo waits
-        # 1 s before restarting, as a supervisor would) and the txbridge orders committed meanwhile.
-        outages = result.coordinator_outages
-        committed_ms = [order.committed_ms for order in truth.get("txbridge", [])]
-        info["coordinator_downtime_s"] = [round(ready - killed, 2) for killed, ready in outages]
-        info["orders_committed_while_coordinator_down"] = sum(
-            any(killed * 1000 <= ms <= ready * 1000 for killed, ready in outages) for ms in committed_ms
-        )
-    if stream is not None:
-        stream.catch_up()
-        counts = stream.counts()
-        per_customer: dict[str, int] = {}
-        for order in truth["txbridge"]:
-            per_customer[order.customer_id] = per_customer.get(order.customer_id, 0) + 1
-        info["streaming_restarts"] = stream.starts - 1
-        info["streaming_counts_equal_db"] = counts == per_customer
-    console.print(table(metrics))
-    return write_report(Path(config.run_dir), metrics, samples, info)
+    console = Console(width=max(Console().width, 150))  # the table has 13 columns
+    run_demo(
+        options,
+        resolve_kafka=lambda: resolve_bootstrap(bootstrap, start_local=True, client=client),
+        console=console,
+    )
 
 
 @click.command()
@@ -435,12 +202,15 @@ def report(run_dir: Path) -> None:
     """Print a finished run's table again and re-write its report (from RUN_DIR/metrics.json)."""
     from rich.console import Console
 
-    from spark_pipelines.report import load_metrics, table, write_report
+    from spark_pipelines.report import load_metrics, sink_sentences, table, write_report
     from txbridge.errors import ConfigurationError
 
     try:
         metrics, samples, info = load_metrics(run_dir)
     except FileNotFoundError:
         raise ConfigurationError(f"{run_dir} has no metrics.json: pass a reports/<run-id> folder") from None
-    Console(width=max(Console().width, 150)).print(table(metrics))
+    console = Console(width=max(Console().width, 150))
+    console.print(table(metrics))
+    for line in sink_sentences(metrics):
+        console.print(line)
     click.echo(f"report: {write_report(run_dir, metrics, samples, info)}")
