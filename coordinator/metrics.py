@@ -103,6 +103,10 @@ class Stat(StrEnum):
         "partitions_kept",
         "partitions a rebalance gave back to this coordinator, served on from memory (no claim, no restore)",
     )
+    SESSIONS_LOST = (
+        "sessions_lost",
+        "times the group session expired and the owned partitions were dropped without a commit",
+    )
     HANDOVERS = (
         "handovers",
         "clean stops of a static member that handed its partitions to the group's other members",

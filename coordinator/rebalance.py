@@ -219,6 +219,7 @@ class Rebalancer:
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The session expired: drop ``partitions`` without committing."""
         logger.warning("partitions lost (session timeout): dropping their state without committing")
+        self.stats[Stat.SESSIONS_LOST] += 1
         self._cycle.drain()  # their commits fail (fenced) or land: either way above what the next owner reads
         self._work.batch.clear()
         self._kept = {}

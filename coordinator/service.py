@@ -94,9 +94,16 @@ def fetch_settings() -> dict[str, int]:
     }
 
 
-#: A crashed instance's partitions move after this: the least a broker allows by default
-#: (group.min.session.timeout.ms = 6000).
+#: A crashed instance's partitions move after the group session timeout. On one broker it is
+#: the least a broker allows by default (group.min.session.timeout.ms = 6000).
 SESSION_TIMEOUT_MS = 6_000
+#: On a cluster, Kafka's group coordinator (4.x) answers a heartbeat only once the writes it
+#: queued before it on the group's ``__consumer_offsets`` partition are replicated, and a dead
+#: follower holds them until the controller fences its node (``broker.session.timeout.ms``,
+#: 9 s by default). A shorter session is lost at every node death: the members drop their
+#: partitions, join again and restore, seconds after the partitions have leaders again. So on
+#: more than one broker the session outlasts that window (docs/coordinator.md, "Failover").
+REPLICATED_SESSION_TIMEOUT_MS = 12_000
 #: A survivor hears of a dead member's expired session only in its next heartbeat's answer, so
 #: a takeover takes (session timeout - time since the dead one's last heartbeat) + up to one
 #: interval: 4-8 s at 2 s, 5.5-6.5 s at 0.5 s (the bench's failover step with the kill's
@@ -152,6 +159,7 @@ class Coordinator:
         self._next_log = time.monotonic() + config.log_interval_s
         self.work = Work(Batch(self.topics))  # what the next commits carry besides the states
         self._stop = threading.Event()
+        self._session_ms: int | None = None  # asked of the cluster on first use, in _start
         self._transport = transport
         self._registry: ProducerRegistry | None = None
         self._checker: Checker | None = None
@@ -323,7 +331,7 @@ class Coordinator:
             partition_assignment_strategy="range",
             group_protocol="classic",
             # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
-            session_timeout_ms=SESSION_TIMEOUT_MS,
+            session_timeout_ms=self._session_timeout_ms(),
             heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
             client_id=cfg.instance_id,
             max_poll_interval_ms=_MAX_POLL_INTERVAL_MS,  # an assignment may wait out a foreign transaction
@@ -331,8 +339,28 @@ class Coordinator:
             **fetch_settings(),
         )
 
+    def _session_timeout_ms(self) -> int:
+        """``session.timeout.ms`` from ``extra_config``, else by the cluster's size (asked once)."""
+        if self._session_ms is None:
+            given = self.config.extra_config.get("session.timeout.ms")
+            self._session_ms = int(given) if given is not None else self._default_session_timeout_ms()
+        return self._session_ms
+
+    def _default_session_timeout_ms(self) -> int:
+        cfg = self.config
+        try:
+            brokers = kafka.broker_count(cfg.bootstrap, cfg.extra_config)
+        except Exception as exc:  # unknown size: the timeout that survives a node's death
+            logger.info(
+                "cluster size unknown (%s): group session timeout %d ms", exc, REPLICATED_SESSION_TIMEOUT_MS
+            )
+            return REPLICATED_SESSION_TIMEOUT_MS
+        timeout = SESSION_TIMEOUT_MS if brokers == 1 else REPLICATED_SESSION_TIMEOUT_MS
+        logger.info("%d broker(s): group session timeout %d ms", brokers, timeout)
+        return timeout
+
     def _session_timeout_s(self) -> float:
-        return float(self.config.extra_config.get("session.timeout.ms", SESSION_TIMEOUT_MS)) / 1000
+        return self._session_timeout_ms() / 1000
 
     def _hand_over(self) -> None:
         """A static member's clean stop: give the partitions to the group's other members now,

@@ -44,6 +44,7 @@ __all__ = [
     "ResourceType",
     "TopicSpec",
     "admin",
+    "broker_count",
     "check_reachable",
     "delete_topics_with_prefix",
     "ensure_topics",
@@ -54,6 +55,15 @@ logger = logging.getLogger(__name__)
 
 def admin(bootstrap: str, extra: Mapping[str, Any] | None = None) -> AdminClient:
     return AdminClient(client_config(bootstrap, extra))
+
+
+def broker_count(bootstrap: str, extra: Mapping[str, Any] | None = None, *, timeout: float = 10.0) -> int:
+    """How many brokers the cluster's metadata lists.
+
+    Raises:
+        KafkaException: no broker answered within ``timeout``.
+    """
+    return len(admin(bootstrap, extra).list_topics(timeout=timeout).brokers)
 
 
 def check_reachable(bootstrap: str, *, timeout: float = 5.0, extra: Mapping[str, Any] | None = None) -> None:

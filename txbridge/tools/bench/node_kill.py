@@ -431,6 +431,7 @@ def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress =
                 for k in kills
             ],
             "coordinator_exits": sum(len(c.exits) for c in coordinators),
+            "coordinator_sessions_lost": sum(_sessions_lost(c.log_path) for c in coordinators),
             "outcomes": {name: dict(loads[name].outcomes) for name in PATHS},
             "logs": str(folder),
         }
@@ -442,7 +443,8 @@ def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress =
         f"native {v['native stall s']:.1f}s (after the commit's ack: "
         f"{v['txbridge stall after ack s']:.1f}s, {v['native stall after ack s']:.1f}s); "
         f"lost {v['txbridge lost']:.0f}/{v['native lost']:.0f}, "
-        f"duplicated {v['txbridge duplicated']:.0f}/{v['native duplicated']:.0f} (txbridge/native)"
+        f"duplicated {v['txbridge duplicated']:.0f}/{v['native duplicated']:.0f} (txbridge/native); "
+        f"coordinator sessions lost: {params['coordinator_sessions_lost']}"
     )
     return figure
 
@@ -497,6 +499,16 @@ def _kill_twice(
     )
     _under_load(loads, options.after_s)
     return kills
+
+
+def _sessions_lost(log: Path) -> int:
+    """How many times a coordinator's group session expired (its partitions dropped uncommitted):
+    on a cluster, a session shorter than a dead node's fencing window expires at each kill."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return 0
+    return text.count("partitions lost (session timeout)")
 
 
 def _start_coordinators(
