@@ -12,7 +12,7 @@ failing one can be replayed (``TXBRIDGE_CHAOS_SEEDS=<seed> TXBRIDGE_CHAOS_SECOND
   replica is in sync, then the next node.
 - ``coordinator-kill``: SIGKILL a coordinator; after ``hold``, start it again under the same
   instance id, or (``renamed``) a new process under a new one.
-- ``coordinator-pause``: SIGSTOP a coordinator past its session timeout (6 s), so that the
+- ``coordinator-pause``: SIGSTOP a coordinator past its session timeout (12 s on a cluster), so that the
   group gives its partitions to another; then SIGCONT: a zombie that must be fenced.
 - ``coordinator-term``: SIGTERM a coordinator (a clean stop); after ``hold``, start it again
   under the same or a new instance id.
@@ -42,14 +42,15 @@ from enum import StrEnum
 
 from confluent_kafka.admin import AdminClient
 
+from coordinator.service import REPLICATED_SESSION_TIMEOUT_MS
 from tests.secure.chaos import Producers, longest_gap, wait_in_sync, wait_serving
 from txbridge.tools.local.cluster import LocalCluster
 from txbridge.tools.local.coordinator_process import CoordinatorProcess, CoordinatorProcessError
 
 logger = logging.getLogger(__name__)
 
-#: The coordinator's consumer session timeout (coordinator/service.py): a pause must outlast it.
-SESSION_TIMEOUT_S = 6.0
+#: The coordinator's consumer session timeout on a cluster: a pause must outlast it.
+SESSION_TIMEOUT_S = REPLICATED_SESSION_TIMEOUT_MS / 1000
 #: Faults start this long after the load does, once transactions flow.
 WARMUP_S = 10.0
 
