@@ -346,6 +346,18 @@ def _copies(env: tb.Env, topic: str, timeout: float = 60.0) -> Counter[str]:
 # ------------------------------------------------------------------ the step
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """The running cluster and what the step laid out on it."""
+
+    folder: Path
+    cluster: LocalCluster
+    env: tb.Env
+    admin: Any
+    topics: dict[str, str]
+    layout: _Layout
+
+
 def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress = logger.info) -> Figure:
     """The nodekill step (see the module's docstring), in a folder of its own under ``work``.
 
@@ -353,45 +365,17 @@ def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress =
         BenchError: the cluster did not start, a node did not come back, a load failed.
         CoordinatorProcessError: a coordinator did not get ready.
     """
-    folder = Path(tempfile.mkdtemp(prefix="nodekill-", dir=work))
-    cluster = LocalCluster(folder / "kafka-cluster")
     with ExitStack() as stack:
-        _start_cluster(cluster, progress)
-        stack.callback(_stop_cluster, cluster)
-        env = tb.Env(
-            cluster.bootstrap, uuid.uuid4().hex[:8], folder, client=ClientConfig.load(cluster.properties_file)
-        )
-        admin = kafka.admin(env.bootstrap, env.extra)
-        topics = {name: f"bench-nodekill-{env.run_id}-{name}" for name in PATHS}
-        layout = _lay_out(env, cluster, admin, list(topics.values()))
-        progress(
-            f"namespace {layout.namespace}: node {layout.half_op_leader} leads its half and op "
-            f"partitions, node {layout.txn_node} is the transaction coordinator of "
-            f"{placement.transaction_coordinators(admin, layout.ids)[layout.txn_node]}/{HALF_PARTITIONS} "
-            f"of its coordinators' transactional ids and of the native producer's ({layout.native_id})"
-        )
-        coordinators = _start_coordinators(env, layout.namespace, folder, stack, progress)
-        watchers = {name: tb.Watcher(env.bootstrap, topics[name], env.extra) for name in PATHS}
-        for watcher in watchers.values():
-            stack.callback(watcher.close)
-            watcher.start()
-        value = payload(size)
-        loads: dict[str, Load] = {
-            "txbridge": TxbridgeLoad(
-                env, layout.namespace, topics["txbridge"], value, options.rate, partitions=HALF_PARTITIONS
-            ),
-            "native": NativeLoad(env, layout.native_id, topics["native"], value, options.rate),
-        }
-        for load in loads.values():
-            stack.callback(load.halt)
-            load.start()
+        setup = _set_up(Path(tempfile.mkdtemp(prefix="nodekill-", dir=work)), stack, progress)
+        coordinators = _start_coordinators(setup.env, setup.layout.namespace, setup.folder, stack, progress)
+        watchers, loads = _start_loads(setup, options, size, stack)
         progress(f"{options.rate:.0f} transactions/s through txbridge and through native transactions ...")
         started = time.time()
         kills = _kill_twice(
-            cluster,
-            admin,
-            layout,
-            topic=topics["txbridge"],
+            setup.cluster,
+            setup.admin,
+            setup.layout,
+            topic=setup.topics["txbridge"],
             loads=list(loads.values()),
             options=options,
             progress=progress,
@@ -402,42 +386,110 @@ def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress =
         progress("load stopped; waiting for the last committed messages to be visible ...")
         _wait_seen(watchers, loads, options.settle_s)
         watched_until = time.time()
-        paths = {
-            name: PathTimes(
-                loads[name].decided,
-                loads[name].committed,
-                dict(watchers[name].seen),
-                _copies(env, topics[name]),
-            )
-            for name in PATHS
-        }
-        params = {
-            "rate": options.rate,
-            "size": size,
-            "warmup_s": options.warmup_s,
-            "down_s": options.down_s,
-            "after_s": options.after_s,
-            "cluster": "3 KRaft nodes, SASL_SSL, replication factor 3, min.insync.replicas 2",
-            "half_partitions": HALF_PARTITIONS,
-            "topic_partitions": TOPIC_PARTITIONS,
-            "kills": [
-                {
-                    "what": k.what,
-                    "node": k.node,
-                    "at": datetime.fromtimestamp(k.at, UTC).isoformat(timespec="milliseconds"),
-                    "back_s": round(k.back_s, 1),
-                    "roles": k.roles,
-                }
-                for k in kills
-            ],
-            "coordinator_exits": sum(len(c.exits) for c in coordinators),
-            "coordinator_sessions_lost": sum(_sessions_lost(c.log_path) for c in coordinators),
-            "outcomes": {name: dict(loads[name].outcomes) for name in PATHS},
-            "logs": str(folder),
-        }
+        paths = _path_times(setup, watchers, loads)
+        params = _params(
+            options, size=size, kills=kills, coordinators=coordinators, loads=loads, folder=setup.folder
+        )
     committed = sum(len(p.committed) for p in paths.values())
     figure = Figure("node kill", committed, loaded_s, figure_values(paths, kills, watched_until), params)
-    v = figure.values
+    _say_figure(figure, progress)
+    return figure
+
+
+def _set_up(folder: Path, stack: ExitStack, progress: Progress) -> _Setup:
+    """Start the cluster in ``folder`` (stopped when ``stack`` closes) and lay out the namespace
+    and the real topics on it."""
+    cluster = LocalCluster(folder / "kafka-cluster")
+    _start_cluster(cluster, progress)
+    stack.callback(_stop_cluster, cluster)
+    env = tb.Env(
+        cluster.bootstrap, uuid.uuid4().hex[:8], folder, client=ClientConfig.load(cluster.properties_file)
+    )
+    admin = kafka.admin(env.bootstrap, env.extra)
+    topics = {name: f"bench-nodekill-{env.run_id}-{name}" for name in PATHS}
+    layout = _lay_out(env, cluster, admin, list(topics.values()))
+    progress(
+        f"namespace {layout.namespace}: node {layout.half_op_leader} leads its half and op "
+        f"partitions, node {layout.txn_node} is the transaction coordinator of "
+        f"{placement.transaction_coordinators(admin, layout.ids)[layout.txn_node]}/{HALF_PARTITIONS} "
+        f"of its coordinators' transactional ids and of the native producer's ({layout.native_id})"
+    )
+    return _Setup(folder, cluster, env, admin, topics, layout)
+
+
+def _start_loads(
+    setup: _Setup, options: NodeKillOptions, size: int, stack: ExitStack
+) -> tuple[dict[str, tb.Watcher], dict[str, Load]]:
+    """A watcher of each real topic, then each path's load, all closed when ``stack`` closes."""
+    env, layout, topics = setup.env, setup.layout, setup.topics
+    watchers = {name: tb.Watcher(env.bootstrap, topics[name], env.extra) for name in PATHS}
+    for watcher in watchers.values():
+        stack.callback(watcher.close)
+        watcher.start()
+    value = payload(size)
+    loads: dict[str, Load] = {
+        "txbridge": TxbridgeLoad(
+            env, layout.namespace, topics["txbridge"], value, options.rate, partitions=HALF_PARTITIONS
+        ),
+        "native": NativeLoad(env, layout.native_id, topics["native"], value, options.rate),
+    }
+    for load in loads.values():
+        stack.callback(load.halt)
+        load.start()
+    return watchers, loads
+
+
+def _path_times(
+    setup: _Setup, watchers: Mapping[str, tb.Watcher], loads: Mapping[str, Load]
+) -> dict[str, PathTimes]:
+    return {
+        name: PathTimes(
+            loads[name].decided,
+            loads[name].committed,
+            dict(watchers[name].seen),
+            _copies(setup.env, setup.topics[name]),
+        )
+        for name in PATHS
+    }
+
+
+def _params(
+    options: NodeKillOptions,
+    *,
+    size: int,
+    kills: Sequence[Kill],
+    coordinators: Sequence[CoordinatorProcess],
+    loads: Mapping[str, Load],
+    folder: Path,
+) -> dict[str, Any]:
+    return {
+        "rate": options.rate,
+        "size": size,
+        "warmup_s": options.warmup_s,
+        "down_s": options.down_s,
+        "after_s": options.after_s,
+        "cluster": "3 KRaft nodes, SASL_SSL, replication factor 3, min.insync.replicas 2",
+        "half_partitions": HALF_PARTITIONS,
+        "topic_partitions": TOPIC_PARTITIONS,
+        "kills": [
+            {
+                "what": k.what,
+                "node": k.node,
+                "at": datetime.fromtimestamp(k.at, UTC).isoformat(timespec="milliseconds"),
+                "back_s": round(k.back_s, 1),
+                "roles": k.roles,
+            }
+            for k in kills
+        ],
+        "coordinator_exits": sum(len(c.exits) for c in coordinators),
+        "coordinator_sessions_lost": sum(_sessions_lost(c.log_path) for c in coordinators),
+        "outcomes": {name: dict(loads[name].outcomes) for name in PATHS},
+        "logs": str(folder),
+    }
+
+
+def _say_figure(figure: Figure, progress: Progress) -> None:
+    v, params = figure.values, figure.params
     progress(
         f"stall from the application's commit: txbridge {v['txbridge stall s']:.1f}s, "
         f"native {v['native stall s']:.1f}s (after the commit's ack: "
@@ -446,7 +498,6 @@ def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress =
         f"duplicated {v['txbridge duplicated']:.0f}/{v['native duplicated']:.0f} (txbridge/native); "
         f"coordinator sessions lost: {params['coordinator_sessions_lost']}"
     )
-    return figure
 
 
 def _kill_twice(
