@@ -1,8 +1,10 @@
-"""What both consumers share: set-up (settings, listener), lifecycle, rebalances, pause/resume, commits.
+"""What both consumers share: set-up (settings, listener), lifecycle, rebalances, the poll loop.
 
 One thread owns the Kafka consumer: it polls, pauses and resumes partitions,
 and commits. Listeners run elsewhere (a worker per partition, or a pool) and
-report back; the subclasses decide what is paused and what may be committed.
+report back; the subclasses decide what is paused and what may be committed,
+and :class:`~txbridge.consumer.partitions.Partitions` keeps which partitions are
+assigned and paused and what was last committed.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from txbridge import kafka
 from txbridge.client_config import ClientConfig
 from txbridge.consumer.dlq import Forwarder
 from txbridge.consumer.model import ConcurrentContext, ConsumedMessage, OrderlyContext
+from txbridge.consumer.partitions import TP, Partitions
 from txbridge.consumer.tags import Subscription, parse_subscription
-from txbridge.errors import ConfigurationError, KafkaOperationError, TxBridgeError
+from txbridge.errors import ConfigurationError, TxBridgeError
 from txbridge.kafka import Consumer, Producer, TopicPartition
 from txbridge.wire import DEFAULT_NAMESPACE, Topics
 
 logger = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 ListenerT = TypeVar("ListenerT", bound=Callable[..., Any])
 
 
@@ -144,9 +146,7 @@ class ConsumerLoop(Generic[ListenerT]):
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self.forwarder: Forwarder | None = None
-        self._assigned: set[TP] = set()
-        self._paused: set[TP] = set()
-        self._last_committed: dict[TP, int] = {}
+        self._partitions = Partitions(group)
         self._error: BaseException | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -207,11 +207,10 @@ class ConsumerLoop(Generic[ListenerT]):
 
     def _ensure_topics(self) -> None:
         kafka.ensure_topics(
-            self.bootstrap, [kafka.TopicSpec(self.dead_letter_topic)], extra=self._extra_admin()
+            self.bootstrap,
+            [kafka.TopicSpec(self.dead_letter_topic)],
+            extra=kafka.settings_for("admin", self._extra),
         )
-
-    def _extra_admin(self) -> dict[str, Any]:
-        return kafka.settings_for("admin", self._extra)
 
     def _client(self) -> Consumer:
         return kafka.opened(self._consumer, f"consumer {self.group}")
@@ -230,13 +229,13 @@ class ConsumerLoop(Generic[ListenerT]):
                 for msg in kafka.consume_available(self._client(), self._poll_batch, 0.1):
                     err = msg.error()
                     if err is not None:
-                        self._consume_error(err)
+                        _raise_if_fatal(err, f"consumer {self.group}")
                         continue
                     self._handle((msg.topic(), msg.partition()), msg)
                 self._tick()
-                self._apply_pauses()
+                self._partitions.apply_pauses(self._client(), self._want_paused)
                 if time.monotonic() - last_commit >= self._commit_interval_s:
-                    self._commit(self._committable())
+                    self._partitions.commit(self._client(), self._committable())
                     last_commit = time.monotonic()
         finally:
             self._shutdown()
@@ -245,56 +244,25 @@ class ConsumerLoop(Generic[ListenerT]):
         self._stop.set()
         try:
             self._stop_processing(self._shutdown_timeout_s)
-            self._commit(self._committable())
+            self._partitions.commit(self._client(), self._committable())
         finally:
             self._client().close()
             kafka.opened(self._producer, "the dead-letter producer").flush(10)
             logger.info("consumer %s closed", self.group)
-
-    def _consume_error(self, err: Any) -> None:
-        error = kafka.to_error(err, f"consumer {self.group}")
-        if error.fatal:
-            raise error
-        logger.warning("%s", error)
-
-    def _apply_pauses(self) -> None:
-        pause = {tp for tp in self._assigned if tp not in self._paused and self._want_paused(tp)}
-        resume = {tp for tp in self._paused if not self._want_paused(tp)}
-        if pause:
-            self._client().pause(kafka.topic_partitions(pause))
-            self._paused |= pause
-        if resume:
-            self._client().resume(kafka.topic_partitions(resume))
-            self._paused -= resume
-
-    def _commit(self, offsets: Mapping[TP, int]) -> None:
-        changed = {
-            tp: o for tp, o in offsets.items() if tp in self._assigned and self._last_committed.get(tp) != o
-        }
-        if not changed:
-            return
-        try:
-            kafka.commit_offsets(self._client(), changed)
-        except KafkaOperationError as exc:
-            # A rebalance in progress: the messages stay uncommitted and are replayed, never skipped.
-            logger.warning("consumer %s could not commit %s: %s", self.group, changed, exc)
-            return
-        self._last_committed.update(changed)
-        logger.debug("consumer %s committed %s", self.group, changed)
 
     # ------------------------------------------------------------------ rebalances
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         logger.info("consumer %s assigned %s", self.group, sorted(tps))
-        self._assigned |= tps
+        self._partitions.book.assign(tps)
         self._partitions_assigned(tps)
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         tps = {(p.topic, p.partition) for p in partitions}
         logger.info("consumer %s revoked %s", self.group, sorted(tps))
         self._partitions_revoked(tps, self._shutdown_timeout_s)
-        self._commit({tp: o for tp, o in self._committable().items() if tp in tps})
+        self._partitions.commit(self._client(), {tp: o for tp, o in self._committable().items() if tp in tps})
         self._forget(tps)
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -306,10 +274,7 @@ class ConsumerLoop(Generic[ListenerT]):
         self._forget(tps)
 
     def _forget(self, tps: set[TP]) -> None:
-        self._assigned -= tps
-        self._paused -= tps
-        for tp in tps:
-            self._last_committed.pop(tp, None)
+        self._partitions.book.forget(tps)
 
     # ------------------------------------------------------------------ for subclasses
 
@@ -337,3 +302,11 @@ class ConsumerLoop(Generic[ListenerT]):
 
     def _stop_processing(self, timeout_s: float) -> None:
         raise NotImplementedError
+
+
+def _raise_if_fatal(err: Any, what: str) -> None:
+    """Raise a fatal consumer error; log any other and carry on polling."""
+    error = kafka.to_error(err, what)
+    if error.fatal:
+        raise error
+    logger.warning("%s", error)

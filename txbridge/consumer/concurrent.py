@@ -116,7 +116,7 @@ class ConcurrentConsumer(ConsumerLoop[ConcurrentListener]):
                 kafka.TopicSpec(self.dead_letter_topic),
                 kafka.TopicSpec(self.retry_topic, self._retry_partitions),
             ],
-            extra=self._extra_admin(),
+            extra=kafka.settings_for("admin", self._extra),
         )
 
     def _subscribed_topics(self) -> list[str]:
