@@ -52,11 +52,13 @@ producer group share one copy of each.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 from coordinator.check_queue import CheckQueue, Due
 from coordinator.key_order import KeyOrder
@@ -119,6 +121,25 @@ def _intern_message(msg: HalfMessage) -> HalfMessage:
     if not names_shared:
         headers = tuple((sys.intern(name), value) for name, value in headers)
     return replace(msg, topic=topic, group=group, instance=instance, user_headers=headers)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _checked(
+    step: Callable[Concatenate[PartitionState, _P], _R],
+) -> Callable[Concatenate[PartitionState, _P], _R]:
+    """``step``, then :meth:`PartitionState.check_invariants` when ``debug`` is set (whatever it returned)."""
+
+    @functools.wraps(step)
+    def checked(self: PartitionState, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        result = step(self, *args, **kwargs)
+        if self.debug:
+            self.check_invariants()
+        return result
+
+    return checked
 
 
 class PartitionState:
@@ -186,14 +207,9 @@ class PartitionState:
         if self.debug:
             self.check_invariants()
 
+    @_checked
     def on_half(self, msg: HalfMessage, offset: int, size: int, append_ms: int) -> PendingTx | None:
         """Record a half message. Returns its transaction, or None when it was already resolved."""
-        tx = self._on_half(msg, offset, size, append_ms)
-        if self.debug:
-            self.check_invariants()
-        return tx
-
-    def _on_half(self, msg: HalfMessage, offset: int, size: int, append_ms: int) -> PendingTx | None:
         self.half_position = max(self.half_position, offset + 1)
         if msg.tx_id in self._resolved:
             self.stats[Stat.LATE_HALVES] += 1
@@ -237,14 +253,9 @@ class PartitionState:
         self._promote(tx)
         return tx
 
+    @_checked
     def on_op(self, op: OpRecord) -> PendingTx | None:
         """Apply a decision from an op record (or a back-check). Returns the tx when it changed."""
-        tx = self._on_op(op)
-        if self.debug:
-            self.check_invariants()
-        return tx
-
-    def _on_op(self, op: OpRecord) -> PendingTx | None:
         if op.tx_id in self._resolved:
             self._late_decision(op, self._resolved.decision(op.tx_id))
             return None
