@@ -186,14 +186,14 @@ class PartitionState:
 
     # ------------------------------------------------------------------ input
 
+    @_checked
     def add_restored(self, tx: PendingTx) -> None:
         """A transaction restored from ``<ns>_state`` (already persisted there)."""
         tx.persisted, tx._dirty = True, False
         self._decisions = max(self._decisions, tx.decided_seq)
         self._adopt(tx)
-        if self.debug:
-            self.check_invariants()
 
+    @_checked
     def read_to(self, position: int) -> None:
         """The half partition is consumed up to ``position`` (exclusive).
 
@@ -204,8 +204,6 @@ class PartitionState:
         record was malformed (issue 13).
         """
         self.half_position = max(self.half_position, position)
-        if self.debug:
-            self.check_invariants()
 
     @_checked
     def on_half(self, msg: HalfMessage, offset: int, size: int, append_ms: int) -> PendingTx | None:
@@ -312,6 +310,7 @@ class PartitionState:
         """True when a COMMIT waits for halves and has no ``wait_offset`` yet."""
         return any(t.wait_offset is None for t in self._awaiting_end.values())
 
+    @_checked
     def set_end_offset(self, end: int) -> None:
         """The half partition's end offset, read after every current decision arrived."""
         waiting = list(self._awaiting_end.values())
@@ -321,8 +320,6 @@ class PartitionState:
                 tx.wait_offset = end
                 tx.dirty = True
                 self._promote(tx)
-        if self.debug:
-            self.check_invariants()
 
     def settle_waits(self) -> list[Resolution]:
         """Promote or give up on COMMITs whose ``wait_offset`` was reached. Returns the given-up ones."""
@@ -380,6 +377,7 @@ class PartitionState:
         """Every OPEN transaction (a scan: the service schedules checks with :meth:`due_checks`)."""
         return [t for t in self.pending.values() if t._phase is Phase.OPEN]
 
+    @_checked
     def due_checks(self, policy: CheckPolicy, now_ms: int, in_flight: set[str]) -> Due:
         """OPEN transactions whose back-check time has come (``in_flight`` ones are skipped).
 
@@ -394,11 +392,9 @@ class PartitionState:
         topic keeps LogAppendTime); a broker clock stepping back delays the later ones by
         at most the step.
         """
-        due = self._check_queue.due_checks(policy, now_ms, in_flight)
-        if self.debug:
-            self.check_invariants()
-        return due
+        return self._check_queue.due_checks(policy, now_ms, in_flight)
 
+    @_checked
     def expedite(self, group: str, instance: str, now_ms: int) -> int:
         """Make the OPEN transactions written by ``instance`` of ``group`` due now (its writer is
         gone and another instance answers decisively). Returns how many. A scan: called when a
@@ -415,8 +411,6 @@ class PartitionState:
                 tx.next_check_ms = now_ms  # pushes a heap entry due now (a first-check entry goes stale)
                 tx.dirty = True
                 count += 1
-        if self.debug:
-            self.check_invariants()
         return count
 
     def unsaved_changes(self) -> bool:
@@ -477,12 +471,11 @@ class PartitionState:
         ]
         return next((why for broken, why in rules if broken), "")
 
+    @_checked
     def finish(self, tx: PendingTx, phase: Phase) -> None:
         """Move ``tx`` to a terminal ``phase`` and forget it (remembering its id)."""
         tx.move(phase)
         self._resolve(tx)
-        if self.debug:
-            self.check_invariants()
 
     def dirty(self) -> list[PendingTx]:
         """Pending transactions whose ``<ns>_state`` entry is missing or stale."""
@@ -493,6 +486,7 @@ class PartitionState:
         young = self._young
         return [*young.values(), *(t for t in self._dirty.values() if t.tx_id not in young)]
 
+    @_checked
     def mark_persisted(
         self, txs: list[PendingTx], tombstoned: set[str], young: list[PendingTx] | None = None
     ) -> None:
@@ -507,8 +501,6 @@ class PartitionState:
         if not self._dirty:
             self._dirty = {}  # a dict keeps its largest table until refilled: let it go
         self.tombstones -= tombstoned
-        if self.debug:
-            self.check_invariants()
 
     # ------------------------------------------------------------------ indexes
 
