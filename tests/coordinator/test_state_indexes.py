@@ -252,7 +252,7 @@ def test_check_heap_stays_bounded_when_transactions_are_decided_before_their_che
         state.on_half(half(f"t{n}", 0, None), n, 10, 1000)
         state.on_op(OpRecord(f"t{n}", TxState.ROLLBACK, OpSource.PRODUCER, None))
     assert not state.pending
-    assert len(state._checks) <= 1024 + 1
+    assert len(state._check_queue._heap) <= 1024 + 1
 
 
 def test_due_checks_with_stale_entries_and_frequent_heap_rebuilds(monkeypatch: pytest.MonkeyPatch) -> None:
