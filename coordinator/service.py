@@ -46,7 +46,7 @@ from coordinator.state import PartitionState, Phase
 from coordinator.watchdog import Watchdog, Wedged
 from txbridge import kafka
 from txbridge.errors import TxBridgeError, WireFormatError
-from txbridge.kafka import Consumer, KafkaError, TopicPartition
+from txbridge.kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from txbridge.wire import (
     Topics,
     decode_half,
@@ -350,7 +350,7 @@ class Coordinator:
         cfg = self.config
         try:
             brokers = kafka.broker_count(cfg.bootstrap, cfg.extra_config)
-        except Exception as exc:  # unknown size: the timeout that survives a node's death
+        except KafkaException as exc:  # no broker answered: the timeout that survives a node's death
             logger.info(
                 "cluster size unknown (%s): group session timeout %d ms", exc, REPLICATED_SESSION_TIMEOUT_MS
             )
