@@ -4,6 +4,8 @@ Small collaborators, pure logic apart from I/O:
 
 - :mod:`coordinator.config`: the frozen settings (flags, ``TXBRIDGE_*`` env, TOML);
 - :mod:`coordinator.state`: the per-partition pending-transaction state machine;
+  its parts :mod:`coordinator.check_queue`, :mod:`coordinator.key_order`, :mod:`coordinator.resolved`,
+  :mod:`coordinator.commit_order` and :mod:`coordinator.unsaved`;
 - :mod:`coordinator.scheduler`: back-check timing and backoff;
 - :mod:`coordinator.checker`: signed HTTP back-checks with per-group concurrency;
 - :mod:`coordinator.registry`: live producer instances from ``<ns>_producers``;

@@ -84,7 +84,7 @@ def plan(state: PartitionState, position: int | None, budget: int) -> Plan:
     out = Plan(tombstones=set(state.tombstones))
     offsets: list[int] = []
     used = len(YOUNG_PREFIX)
-    for tx in state.young_candidates():
+    for tx in state.unsaved.young_candidates():
         if position is not None and budget > 0 and is_young(tx):
             back = [position - ref.offset for ref in tx.ordered_halves()]
             cost = sum(len(str(b)) + 1 for b in back)

@@ -11,21 +11,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from coordinator.phase import TRANSITIONS, Phase
 from txbridge.errors import TransactionStateError
 from txbridge.wire import HalfMessage, OpSource, TxState
+
+if TYPE_CHECKING:
+    from coordinator.unsaved import UnsavedChanges
 
 
 class Owner(Protocol):
     """The state whose pending set holds a transaction: told when its tracked fields change."""
 
     payload_bytes: int
+    unsaved: UnsavedChanges
 
     def _moved(self, tx: PendingTx, before: Phase) -> None: ...
-
-    def _dirty_changed(self, tx: PendingTx) -> None: ...
 
     def _rescheduled(self, tx: PendingTx) -> None: ...
 
@@ -164,7 +166,7 @@ class PendingTx:
     def dirty(self, value: bool) -> None:
         self._dirty = value
         if self._owner is not None:
-            self._owner._dirty_changed(self)
+            self._owner.unsaved.changed(self)
 
     @property
     def next_check_ms(self) -> int | None:

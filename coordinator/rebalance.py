@@ -213,7 +213,7 @@ class Rebalancer:
         for number in sorted({tp.partition for tp in partitions if tp.topic == self.topics.half}):
             state = self.partitions.get(number)
             settled = number not in busy
-            if state is not None and settled and not state.unsaved_changes() and number in self._owners:
+            if state is not None and settled and not state.unsaved and number in self._owners:
                 self._kept[number] = state
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

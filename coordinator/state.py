@@ -61,11 +61,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
 
 from coordinator.check_queue import CheckQueue, Due
+from coordinator.commit_order import CommitOrder
 from coordinator.key_order import KeyOrder
 from coordinator.metrics import Stat, Stats
 from coordinator.pending import HalfRef, PendingTx
-from coordinator.phase import DECIDED_COMMIT, TERMINAL, TRANSITIONS, UNDECIDED, Phase
+from coordinator.phase import TERMINAL, TRANSITIONS, UNDECIDED, Phase
 from coordinator.resolved import ResolvedMemory
+from coordinator.unsaved import UnsavedChanges
 from txbridge.wire import HalfMessage, OpRecord, OpSource, TxState
 
 if TYPE_CHECKING:
@@ -152,7 +154,9 @@ class PartitionState:
 
     Attributes:
         pending: tx id -> transaction (read it; change it through this class).
-        tombstones: resolved txs whose ``<ns>_state`` entry must be deleted.
+        unsaved: what only the next commit writes: the dirty transactions, the tombstones and
+            the young listing (:class:`coordinator.unsaved.UnsavedChanges`).
+        tombstones: resolved txs whose ``<ns>_state`` entry must be deleted (``unsaved``'s set).
         payload_bytes: sizes of the half payloads currently cached in ``pending``.
     """
 
@@ -166,23 +170,18 @@ class PartitionState:
         self.stats: Stats = stats if stats is not None else Counter()
         self.half_position = half_position
         self.pending: dict[str, PendingTx] = {}
-        self.tombstones: set[str] = set()
+        self.unsaved = UnsavedChanges()
+        self.tombstones = self.unsaved.tombstones
         self.payload_bytes = 0
         self._decisions = 0
         self._resolved = ResolvedMemory(RESOLVED_MEMORY)
-        # Indexes (see the module docstring), kept by _adopt, _moved, _dirty_changed,
-        # _rescheduled and _resolve.
-        self._dirty: dict[str, PendingTx] = {}
+        # Indexes (see the module docstring), kept by _adopt, _moved, _rescheduled and _resolve
+        # (and `unsaved` by PendingTx.dirty).
         self._committed: dict[str, PendingTx] = {}  # phase COMMITTED
         self._awaiting_end: dict[str, PendingTx] = {}  # COMMITTED with no wait_offset yet
-        self._decided: dict[str, PendingTx] = {}  # COMMITTED or READY, in decided_seq order ...
-        self._decided_sorted = True  # ... unless a restored one came out of order
-        self._ready = 0  # how many are READY
+        self._order = CommitOrder()  # COMMITTED or READY, in decision order
         self._key_order = KeyOrder()  # the undecided transactions per order key
         self._check_queue = CheckQueue(self.pending, self.CHECK_HEAP_SLACK)  # OPEN ones, by due time
-        # Young transactions the last commit carried as half offsets in the committed offset's
-        # metadata instead of as <ns>_state entries (see coordinator.changelog.plan).
-        self._young: dict[str, PendingTx] = {}
 
     # ------------------------------------------------------------------ input
 
@@ -356,22 +355,7 @@ class PartitionState:
         back-check (its local commit came first) is not overtaken by a later one of the
         same key; those that go out together are sorted by half offset.
         """
-        if not self._ready:
-            return []
-        if not self._decided_sorted:
-            self._decided = dict(sorted(self._decided.items(), key=lambda item: item[1].decided_seq))
-            self._decided_sorted = True
-        out = []
-        for tx in self._decided.values():
-            if tx._phase is not Phase.READY:
-                break
-            earlier = self._key_order.earliest_undecided(tx.order_key())
-            if earlier is not None and earlier < tx.first_offset():
-                self.stats[Stat.HELD_FOR_KEY_ORDER] += 1
-                continue
-            out.append(tx)
-        out.sort(key=PendingTx.first_offset)
-        return out
+        return self._order.ready_in_order(self._key_order, self.stats)
 
     def open_txs(self) -> list[PendingTx]:
         """Every OPEN transaction (a scan: the service schedules checks with :meth:`due_checks`)."""
@@ -413,16 +397,10 @@ class PartitionState:
                 count += 1
         return count
 
-    def unsaved_changes(self) -> bool:
-        """Changes that only a commit would write: a dirty transaction, a tombstone."""
-        return bool(self._dirty or self.tombstones)
-
     def has_work(self) -> bool:
         """Something for the next commit boundary: a tombstone, a dirty or READY tx, an end offset to
         read, a COMMIT whose wait for halves is over."""
-        return bool(
-            self.tombstones or self._dirty or self._ready or self.needs_end_offset() or self.waits_reached()
-        )
+        return bool(self.unsaved or self._order.ready or self.needs_end_offset() or self.waits_reached())
 
     def waits_reached(self) -> bool:
         """True when a COMMIT's ``wait_offset`` was reached: the next boundary publishes or quarantines it."""
@@ -442,8 +420,10 @@ class PartitionState:
             why = self._broken(tx_id, tx, scheduled(tx_id, tx))
             if why:
                 raise AssertionError(f"partition {self.partition}: {tx!r} {why}")
-        if counts[Phase.READY] != self._ready:
-            raise AssertionError(f"partition {self.partition}: {self._ready} READY counted, not {counts}")
+        if counts[Phase.READY] != self._order.ready:
+            raise AssertionError(
+                f"partition {self.partition}: {self._order.ready} READY counted, not {counts}"
+            )
         if counts[Phase.COMMITTED] != len(self._committed):
             raise AssertionError(f"partition {self.partition}: the COMMITTED index has stale entries")
         if self._check_queue.stray_due():
@@ -456,18 +436,18 @@ class PartitionState:
         rules = [
             (tx._owner is not self or tx.tx_id != tx_id, "is not indexed under its own id"),
             (phase in TERMINAL, "is terminal but still pending"),
-            ((tx_id in self._dirty) != tx._dirty, "has a dirty flag the dirty index does not match"),
+            (self.unsaved.is_dirty(tx_id) != tx._dirty, "has a dirty flag the dirty index does not match"),
             (phase is Phase.OPEN and tx._halves is None, "is OPEN without halves: nothing will check it"),
             (phase is Phase.OPEN and not scheduled, "is OPEN with no due time: it would never be checked"),
             (
-                committed and (tx_id not in self._committed or tx_id not in self._decided),
+                committed and (tx_id not in self._committed or tx_id not in self._order),
                 "is COMMITTED but not in the committed indexes",
             ),
             (
                 committed and tx.wait_offset is None and tx_id not in self._awaiting_end,
                 "is COMMITTED with no wait_offset and no end offset coming",
             ),
-            (phase is Phase.READY and tx_id not in self._decided, "is READY but not in the republish queue"),
+            (phase is Phase.READY and tx_id not in self._order, "is READY but not in the republish queue"),
         ]
         return next((why for broken, why in rules if broken), "")
 
@@ -477,15 +457,6 @@ class PartitionState:
         tx.move(phase)
         self._resolve(tx)
 
-    def dirty(self) -> list[PendingTx]:
-        """Pending transactions whose ``<ns>_state`` entry is missing or stale."""
-        return list(self._dirty.values())
-
-    def young_candidates(self) -> list[PendingTx]:
-        """What the next commit must cover: the young transactions so far, then the dirty ones."""
-        young = self._young
-        return [*young.values(), *(t for t in self._dirty.values() if t.tx_id not in young)]
-
     @_checked
     def mark_persisted(
         self, txs: list[PendingTx], tombstoned: set[str], young: list[PendingTx] | None = None
@@ -493,14 +464,10 @@ class PartitionState:
         """After a Kafka transaction committed ``txs``' entries and listed ``young`` in its offsets."""
         for tx in txs:
             tx.dirty, tx.persisted = False, True
-        self._young = {}
-        for tx in young or ():
-            if tx._owner is self:  # still pending here
-                tx.dirty = False
-                self._young[tx.tx_id] = tx
-        if not self._dirty:
-            self._dirty = {}  # a dict keeps its largest table until refilled: let it go
-        self.tombstones -= tombstoned
+        still_young = [tx for tx in young or () if tx._owner is self]  # still pending here
+        for tx in still_young:
+            tx.dirty = False
+        self.unsaved.saved(still_young, tombstoned)
 
     # ------------------------------------------------------------------ indexes
 
@@ -511,19 +478,15 @@ class PartitionState:
         """
         tx._owner = self
         self.pending[tx.tx_id] = tx
-        if tx._dirty:
-            self._dirty[tx.tx_id] = tx
+        self.unsaved.changed(tx)
         if tx._halves is not None:
             self.payload_bytes += tx.cached_bytes()
         phase = tx._phase
-        if phase is Phase.READY:
-            self._ready += 1
+        self._order.adopt(tx)
         if phase is Phase.COMMITTED:
             self._committed[tx.tx_id] = tx
             if tx.wait_offset is None:
                 self._awaiting_end[tx.tx_id] = tx
-        if phase in DECIDED_COMMIT:
-            self._add_decided(tx)
         if phase in UNDECIDED:
             self._key_order.add(tx)
         if phase is Phase.OPEN and tx._halves is not None:
@@ -532,10 +495,7 @@ class PartitionState:
     def _moved(self, tx: PendingTx, before: Phase) -> None:
         """``tx`` went from ``before`` to its current phase."""
         after, tx_id = tx._phase, tx.tx_id
-        if before is Phase.READY:
-            self._ready -= 1
-        if after is Phase.READY:
-            self._ready += 1
+        self._order.moved(tx, before)
         if before is Phase.COMMITTED:
             self._committed.pop(tx_id, None)
             self._awaiting_end.pop(tx_id, None)
@@ -543,40 +503,22 @@ class PartitionState:
             self._committed[tx_id] = tx
             if tx.wait_offset is None:
                 self._awaiting_end[tx_id] = tx
-        if before in DECIDED_COMMIT and after not in DECIDED_COMMIT:
-            self._decided.pop(tx_id, None)
-        elif after in DECIDED_COMMIT and before not in DECIDED_COMMIT:
-            self._add_decided(tx)
         if before in UNDECIDED and after not in UNDECIDED:
             self._key_order.remove(tx)
         if before is Phase.OPEN:
             self._check_queue.not_due(tx_id)
-
-    def _dirty_changed(self, tx: PendingTx) -> None:
-        if tx._dirty:
-            self._dirty[tx.tx_id] = tx
-        else:
-            self._dirty.pop(tx.tx_id, None)
 
     def _rescheduled(self, tx: PendingTx) -> None:
         self._check_queue.not_due(tx.tx_id)
         if tx._phase is Phase.OPEN and tx._next_check_ms is not None:
             self._check_queue.push(tx._next_check_ms, tx.tx_id)
 
-    def _add_decided(self, tx: PendingTx) -> None:
-        if self._decided and tx.decided_seq < next(reversed(self._decided.values())).decided_seq:
-            self._decided_sorted = False
-        self._decided[tx.tx_id] = tx
-
     def _resolve(self, tx: PendingTx) -> None:
         assert tx._phase in TERMINAL, tx._phase
         tx_id = tx.tx_id
         if self.pending.pop(tx_id, None) is tx:
-            self._dirty.pop(tx_id, None)
-            self._young.pop(tx_id, None)
             self.payload_bytes -= tx.cached_bytes()
             tx._owner = None
         self._resolved.remember(tx_id, tx.decision)
-        if tx.persisted:
-            self.tombstones.add(tx_id)
+        self.unsaved.forget(tx_id, tombstone=tx.persisted)
         self.stats[_RESOLVED_STAT[tx._phase]] += 1

@@ -133,9 +133,9 @@ def test_resolving_a_persisted_tx_asks_for_a_tombstone() -> None:
     state = PartitionState(0)
     tx = state.on_half(half("a", 0), 0, 10, 1000)
     assert tx is not None
-    assert state.dirty() == [tx]
+    assert state.unsaved.dirty() == [tx]
     state.mark_persisted([tx], set())
-    assert state.dirty() == []
+    assert state.unsaved.dirty() == []
     state.on_op(op("a", TxState.ROLLBACK))
     assert state.tombstones == {"a"}
     state.mark_persisted([], {"a"})

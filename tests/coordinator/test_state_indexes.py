@@ -61,7 +61,7 @@ def scan_ready_in_order(state: PartitionState) -> list[PendingTx]:
 
 def assert_indexes_match_scans(state: PartitionState, now_ms: int, in_flight: set[str]) -> None:
     pending = list(state.pending.values())
-    assert {t.tx_id for t in state.dirty()} == {t.tx_id for t in pending if t.dirty}
+    assert {t.tx_id for t in state.unsaved.dirty()} == {t.tx_id for t in pending if t.dirty}
     assert state.needs_end_offset() == any(
         t.phase is Phase.COMMITTED and t.wait_offset is None for t in pending
     )
@@ -139,7 +139,7 @@ class Walk:
     def boundary(self) -> None:  # republish, persist, evict
         for tx in self.state.ready_in_order():
             self.state.finish(tx, Phase.PUBLISHED)
-        self.state.mark_persisted(self.state.dirty(), set(self.state.tombstones))
+        self.state.mark_persisted(self.state.unsaved.dirty(), set(self.state.tombstones))
         evict_states([self.state], self.rng.choice([0, 200, 10_000]))
 
     def checks(self) -> None:  # time passes; some checks go out, some come back UNKNOWN
@@ -231,10 +231,10 @@ def test_due_checks_returns_a_due_transaction_until_it_is_rescheduled_or_decided
     assert [t.tx_id for t in state.due_checks(POLICY, 100_999, set()).check] == []
     assert state.pending["a"].next_check_ms is None  # in the arrival-order FIFO until due
     assert [t.tx_id for t in state.due_checks(POLICY, 101_000, set()).check] == ["b"]
-    state.mark_persisted(state.dirty(), set())
+    state.mark_persisted(state.unsaved.dirty(), set())
     assert [t.tx_id for t in state.due_checks(POLICY, 105_000, set()).check] == ["b", "a"]
     assert state.pending["a"].next_check_ms == 105_000
-    assert state.dirty() == [state.pending["a"]]  # its check time goes to <ns>_state
+    assert state.unsaved.dirty() == [state.pending["a"]]  # its check time goes to <ns>_state
     assert [t.tx_id for t in state.due_checks(POLICY, 105_000, {"b"}).check] == ["a"]
     scheduler.record_unknown(POLICY, state.pending["a"], 105_000)
     assert [t.tx_id for t in state.due_checks(POLICY, 105_001, set()).check] == ["b"]
@@ -320,7 +320,7 @@ def test_a_pending_transaction_costs_well_under_a_kilobyte_without_its_payload(
         for n, msg in enumerate(messages):
             state.on_half(msg, 1_000_000 + n, 700, 1_700_000_000_000 + n)
         state.due_checks(POLICY, 1_700_000_000_000, set())
-        state.mark_persisted(state.dirty(), set())
+        state.mark_persisted(state.unsaved.dirty(), set())
         evict_states([state], 0)
         after = tracemalloc.take_snapshot()
     finally:
