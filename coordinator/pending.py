@@ -11,21 +11,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from coordinator.phase import TRANSITIONS, Phase
 from txbridge.errors import TransactionStateError
 from txbridge.wire import HalfMessage, OpSource, TxState
 
-if TYPE_CHECKING:
-    from coordinator.unsaved import UnsavedChanges
+
+class Changes(Protocol):
+    """Told when a transaction's dirty flag changes (:class:`coordinator.unsaved.UnsavedChanges`)."""
+
+    def changed(self, tx: PendingTx) -> None: ...
 
 
 class Owner(Protocol):
     """The state whose pending set holds a transaction: told when its tracked fields change."""
 
     payload_bytes: int
-    unsaved: UnsavedChanges
+
+    @property
+    def unsaved(self) -> Changes: ...
 
     def _moved(self, tx: PendingTx, before: Phase) -> None: ...
 
