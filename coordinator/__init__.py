@@ -18,6 +18,7 @@ Small collaborators, pure logic apart from I/O:
 - :mod:`coordinator.commit_cycle`: group commit, the commit threads, rewinding a failed commit;
 - :mod:`coordinator.rebalance`: taking partitions over, keeping them, letting them go;
 - :mod:`coordinator.clients`: the group's consumer, rejoining with new clients;
+- :mod:`coordinator.shared`: what those parts share, handed to each by the service;
 - :mod:`coordinator.service`: the loop that ties them together.
 
 :class:`Coordinator` loads on first use, so that :mod:`coordinator.cli` (which the ``txbridge``

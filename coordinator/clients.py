@@ -11,20 +11,18 @@ coordinator dies (confluentinc/librdkafka#3437): the consumer never fetches agai
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
-from coordinator.commit_cycle import CommitCycle, Failures, KafkaCommitClients
-from coordinator.config import CoordinatorConfig
-from coordinator.metrics import Stat, Stats
+from coordinator.commit_cycle import CommitCycle, KafkaCommitClients
+from coordinator.metrics import Stat
 from coordinator.ownership import PartitionProducers
 from coordinator.rebalance import Rebalancer
-from coordinator.watchdog import Watchdog, Wedged
+from coordinator.shared import Shared
+from coordinator.watchdog import Wedged
 from txbridge import kafka
 from txbridge.errors import KafkaOperationError, TxBridgeError
 from txbridge.kafka import Consumer
-from txbridge.wire import Topics
 
 logger = logging.getLogger(__name__)
 
@@ -39,41 +37,33 @@ class GroupClients:
     """Holds the group's consumer; joins the group, and joins it again with new clients.
 
     Args:
-        config: the coordinator's settings.
-        topics: the namespace's topics.
-        stats: the coordinator's counters.
+        shared: the coordinator's settings and counters; what asks for new clients and where
+            the coordinator's end is set; the watchdog every blocking call runs under; the stop
+            flag, set when the coordinator must stop.
         make_consumer: a new half/op consumer of the group, not yet subscribed.
         owners: the partitions' producers (released when the clients are replaced).
         end_offsets: the commit cycle's clients (its end-offset client is renewed too).
-        watchdog: every blocking call runs under it.
-        failures: what asks for new clients, and where the coordinator's end is set.
-        stopping: set when the coordinator must stop.
         on_wedged: called when a call other than a commit is stuck (see :meth:`on_wedged`).
     """
 
     def __init__(
         self,
-        config: CoordinatorConfig,
-        topics: Topics,
-        stats: Stats,
+        shared: Shared,
         *,
         make_consumer: Callable[[], Consumer],
         owners: PartitionProducers,
         end_offsets: KafkaCommitClients,
-        watchdog: Watchdog,
-        failures: Failures,
-        stopping: threading.Event,
         on_wedged: Callable[[Wedged], None] | None,
     ) -> None:
-        self.config = config
-        self.topics = topics
-        self.stats = stats
+        self.config = shared.config
+        self.topics = shared.topics
+        self.stats = shared.stats
         self._make_consumer = make_consumer
         self._owners = owners
         self._end_offsets = end_offsets
-        self._watchdog = watchdog
-        self._failures = failures
-        self._stopping = stopping
+        self._watchdog = shared.watchdog
+        self._failures = shared.failures
+        self._stopping = shared.stopping
         self._on_wedged_hook = on_wedged
         self._consumer: Consumer | None = None
         self._rejoins: list[float] = []  # monotonic times of recent rejoins

@@ -18,21 +18,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_any
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from coordinator import changelog
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
-from coordinator.metrics import Stat, Stats
+from coordinator.metrics import Stat
 from coordinator.ownership import PartitionProducers
 from coordinator.payloads import evict_states
-from coordinator.republisher import Batch
-from coordinator.state import PartitionState, PendingTx, Phase
-from coordinator.watchdog import GRACE_S, Watchdog
+from coordinator.shared import Shared
+from coordinator.state import PendingTx, Phase
+from coordinator.watchdog import GRACE_S
 from coordinator.writer import TransactionWriter
 from txbridge import kafka
 from txbridge.errors import KafkaOperationError, ProducerFencedError
@@ -149,100 +148,35 @@ class KafkaCommitClients:
         self._offsets = None
 
 
-@dataclass
-class Failures:
-    """Why the clients must be replaced (``clients``: the loop rejoins) or the coordinator
-    stop (``fatal``); shared by the parts that find out."""
-
-    clients: KafkaOperationError | None = None
-    fatal: KafkaOperationError | None = None
-
-
-@dataclass
-class Work:
-    """What the next commits carry beyond the partitions' own states (shared with the input,
-    the back-checks and the rebalance handling).
-
-    Attributes:
-        batch: op records and quarantine copies, per partition.
-        ready: partitions where a transaction became READY since their last fill.
-        unsaved: partitions that consumed records since their last commit.
-        expiring: tx id -> a transaction whose checks are exhausted.
-        incomplete: transactions whose half records cannot all be read, with why.
-    """
-
-    batch: Batch
-    ready: set[int] = field(default_factory=set)
-    unsaved: set[int] = field(default_factory=set)
-    expiring: dict[str, PendingTx] = field(default_factory=dict)
-    incomplete: list[tuple[PendingTx, str]] = field(default_factory=list)
-
-    def busy(self) -> set[int]:
-        """Partitions with something to commit besides their states' own work."""
-        return (
-            self.unsaved
-            | self.batch.partitions()
-            | {t.partition for t in self.expiring.values()}
-            | {t.partition for t, _ in self.incomplete}
-        )
-
-    def forget(self, gone: Callable[[int], bool]) -> None:
-        """Drop what the partitions ``gone`` picks had waiting (``ready`` stays)."""
-        self.batch.clear([n for n in self.batch.partitions() if gone(n)])
-        for tx_id in [tx_id for tx_id, tx in self.expiring.items() if gone(tx.partition)]:
-            del self.expiring[tx_id]  # in place: the back-checks hold the same dict
-        self.incomplete[:] = [(t, r) for t, r in self.incomplete if not gone(t.partition)]
-        self.unsaved -= {n for n in self.unsaved if gone(n)}
-
-    def keep_only(self, numbers: Iterable[int]) -> None:
-        """Drop everything of the partitions not in ``numbers``."""
-        kept = set(numbers)
-        self.forget(lambda n: n not in kept)
-        self.ready &= kept
-
-
 class CommitCycle:
     """Starts, ends and collects the owned partitions' Kafka transactions.
 
     Args:
-        config: the coordinator's settings.
-        topics: the namespace's topics.
-        stats: the coordinator's counters.
-        partitions: the owned partitions' states (shared).
-        positions: (topic, partition) -> the next offset to consume (shared).
-        work: what the commits carry besides the states (shared).
+        shared: the coordinator's settings, counters, owned partitions' states and positions,
+            the work the commits carry besides the states, where failures go, the watchdog.
         kafka_side: the producers and the end-offset lookups.
         reader: re-reads evicted half payloads before a fill (``load``).
-        watchdog: every blocking Kafka call runs under it.
-        failures: where a failure that needs new clients is reported.
         rewind: rebuilds partitions whose transaction was aborted, from Kafka.
     """
 
     def __init__(
         self,
-        config: CoordinatorConfig,
-        topics: Topics,
-        stats: Stats,
+        shared: Shared,
         *,
-        partitions: dict[int, PartitionState],
-        positions: dict[tuple[str, int], int],
-        work: Work,
         kafka_side: CommitKafka,
         reader: Any,
-        watchdog: Watchdog,
-        failures: Failures,
         rewind: Callable[[list[int]], None],
     ) -> None:
-        self.config = config
-        self.topics = topics
-        self.stats = stats
-        self.partitions = partitions
-        self.positions = positions
-        self.work = work
+        self.config = shared.config
+        self.topics = shared.topics
+        self.stats = shared.stats
+        self.partitions = shared.partitions
+        self.positions = shared.positions
+        self.work = shared.work
         self.kafka = kafka_side
         self._reader = reader
-        self._watchdog = watchdog
-        self.failures = failures
+        self._watchdog = shared.watchdog
+        self.failures = shared.failures
         self._rewind = rewind
         # partition -> its Kafka transaction being ended on a commit thread (one at a time per partition)
         self.in_flight: dict[int, Future[None]] = {}

@@ -17,17 +17,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from coordinator.commit_cycle import CommitCycle, Failures, Work
-from coordinator.config import CoordinatorConfig
+from coordinator.commit_cycle import CommitCycle
 from coordinator.health import Health
-from coordinator.metrics import Stat, Stats
+from coordinator.metrics import Stat
 from coordinator.ownership import PartitionProducers
 from coordinator.restore import Restorer
+from coordinator.shared import Shared
 from coordinator.state import PartitionState
 from txbridge import kafka
 from txbridge.errors import KafkaOperationError
 from txbridge.kafka import Consumer, KafkaException, TopicPartition
-from txbridge.wire import Topics
 
 logger = logging.getLogger(__name__)
 
@@ -41,58 +40,46 @@ class Rebalancer:
     """Takes over, keeps and lets go of the owned partitions, as the group decides.
 
     Args:
-        config: the coordinator's settings.
-        topics: the namespace's topics.
-        stats: the coordinator's counters.
-        partitions: the owned partitions' states (shared; installed and dropped here).
-        positions: (topic, partition) -> the next offset to consume (shared).
-        op_ends: op partition -> its end at the previous look (shared; dropped here).
-        work: what the next commits carry besides the states (shared).
+        shared: the coordinator's settings and counters; the owned partitions' states (installed
+            and dropped here) and positions; the work the commits carry; where a failed takeover
+            asks for new clients; the stop flag (an assignment stops retrying).
+        op_ends: op partition -> its end at the previous look (the service's; dropped here).
         cycle: the commit cycle: a revocation commits the open work first.
         owners: the owned partitions' producers (claimed and released here).
         restorer: reads where a partition stands.
         health: told while an assignment is under way and what is served.
         running: set once partitions may be served.
-        failures: where a failed takeover asks for new clients.
-        stopping: set when the coordinator stops (an assignment stops retrying).
         consumer: the group's consumer (a rewind seeks it).
         offsets_client: a consumer for the invariant checks' reads.
     """
 
     def __init__(
         self,
-        config: CoordinatorConfig,
-        topics: Topics,
-        stats: Stats,
+        shared: Shared,
         *,
-        partitions: dict[int, PartitionState],
-        positions: dict[tuple[str, int], int],
         op_ends: dict[int, int],
-        work: Work,
         cycle: CommitCycle,
         owners: PartitionProducers,
         restorer: Restorer,
         health: Health,
         running: threading.Event,
-        failures: Failures,
-        stopping: threading.Event,
         consumer: Callable[[], Consumer],
         offsets_client: Callable[[], Consumer],
     ) -> None:
-        self.config = config
-        self.topics = topics
-        self.stats = stats
-        self.partitions = partitions
-        self._positions = positions
+        self.config = shared.config
+        self.topics = shared.topics
+        self.stats = shared.stats
+        self.partitions = shared.partitions
+        self._positions = shared.positions
         self._op_ends = op_ends
-        self._work = work
+        self._work = shared.work
         self._cycle = cycle
         self._owners = owners
         self._restorer = restorer
         self._health = health
         self._running = running
-        self._failures = failures
-        self._stopping = stopping
+        self._failures = shared.failures
+        self._stopping = shared.stopping
         self._consumer = consumer
         self._offsets_client = offsets_client
         # Revoked with everything committed, producer and state kept: served on from memory if the

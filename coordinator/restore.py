@@ -15,15 +15,13 @@ import time
 from typing import Any
 
 from coordinator import changelog
-from coordinator.config import CoordinatorConfig
-from coordinator.metrics import Stats
 from coordinator.payloads import HalfReader
+from coordinator.shared import Shared
 from coordinator.state import PartitionState
-from coordinator.watchdog import Watchdog
 from txbridge import kafka
 from txbridge.errors import WireFormatError
 from txbridge.kafka import Consumer, TopicPartition
-from txbridge.wire import Topics, decode_young
+from txbridge.wire import decode_young
 
 logger = logging.getLogger(__name__)
 
@@ -41,29 +39,19 @@ class Restorer:
     """Reads where partitions stand and rebuilds their state.
 
     Args:
-        config, topics, stats: the coordinator's.
-        positions: (topic, partition) -> the next offset to consume; the service's map, which
-            :meth:`take_positions` fills for the partitions it reads.
+        shared: the coordinator's settings, topics and counters; its positions, (topic,
+            partition) -> the next offset to consume, which :meth:`take_positions` fills for the
+            partitions it reads; the watchdog that bounds the blocking reads.
         reader: re-reads half records by offset (the young halves).
-        watchdog: bounds the blocking reads.
     """
 
-    def __init__(
-        self,
-        config: CoordinatorConfig,
-        topics: Topics,
-        stats: Stats,
-        *,
-        positions: dict[tuple[str, int], int],
-        reader: HalfReader,
-        watchdog: Watchdog,
-    ) -> None:
-        self.config = config
-        self.topics = topics
-        self.stats = stats
-        self._positions = positions
+    def __init__(self, shared: Shared, *, reader: HalfReader) -> None:
+        self.config = shared.config
+        self.topics = shared.topics
+        self.stats = shared.stats
+        self._positions = shared.positions
         self._reader = reader
-        self._watchdog = watchdog
+        self._watchdog = shared.watchdog
 
     def read_changelog(self, numbers: list[int]) -> changelog.Restored:
         """``numbers``' pending transactions and positions in ``<ns>_state``, read to its end."""

@@ -31,7 +31,7 @@ from coordinator import health, membership, metrics
 from coordinator.backchecks import BackChecks
 from coordinator.checker import Checker
 from coordinator.clients import GroupClients
-from coordinator.commit_cycle import CommitCycle, Failures, KafkaCommitClients, Work
+from coordinator.commit_cycle import CommitCycle, KafkaCommitClients
 from coordinator.config import CoordinatorConfig
 from coordinator.metrics import Stat, Stats
 from coordinator.ownership import PartitionProducers
@@ -42,6 +42,7 @@ from coordinator.republisher import Batch, quarantine_raw
 from coordinator.restore import RESTORE_WAIT_S, Restorer
 from coordinator.resume import ExpiryResumer
 from coordinator.scheduler import CheckPolicy
+from coordinator.shared import Failures, Shared, Work
 from coordinator.state import PartitionState, Phase
 from coordinator.watchdog import Watchdog, Wedged
 from txbridge import kafka
@@ -173,16 +174,23 @@ class Coordinator:
         self._owners = PartitionProducers(config, self._watchdog)
         self._kafka = KafkaCommitClients(config, self.topics, self._owners, self._client)
         self.failures = Failures()  # the clients to replace (rejoin), or the coordinator to stop
-        self._clients = GroupClients(
+        # What the parts share: these same objects, changed in place by the parts.
+        self._shared = Shared(
             config,
             self.topics,
             self.stats,
+            self.partitions,
+            self._positions,
+            self.work,
+            self.failures,
+            self._watchdog,
+            self._stop,
+        )
+        self._clients = GroupClients(
+            self._shared,
             make_consumer=self._new_consumer,
             owners=self._owners,
             end_offsets=self._kafka,
-            watchdog=self._watchdog,
-            failures=self.failures,
-            stopping=self._stop,
             on_wedged=on_wedged,
         )
         self._cycle: CommitCycle | None = None  # made in _start, once the half reader exists
@@ -270,10 +278,7 @@ class Coordinator:
     def _make_parts(self, checker: Checker, registry: ProducerRegistry, reader: HalfReader) -> None:
         """The parts that work on the owned partitions, wired to each other and to the clients."""
         cfg = self.config
-        watchdog = self._watchdog
-        self._restorer = Restorer(
-            cfg, self.topics, self.stats, positions=self._positions, reader=reader, watchdog=watchdog
-        )
+        self._restorer = Restorer(self._shared, reader=reader)
         self._checks = BackChecks(
             cfg,
             self.policy,
@@ -287,34 +292,20 @@ class Coordinator:
             reader=reader,
         )
         self._cycle = self.cycle_class(
-            cfg,
-            self.topics,
-            self.stats,
-            partitions=self.partitions,
-            positions=self._positions,
-            work=self.work,
+            self._shared,
             kafka_side=self._kafka,
             reader=reader,
-            watchdog=watchdog,
-            failures=self.failures,
             # late-bound: the rebalancer, made next, needs the cycle
             rewind=lambda numbers: self.rebalancer.rewind(numbers),  # noqa: PLW0108
         )
         self._rebalancer = Rebalancer(
-            cfg,
-            self.topics,
-            self.stats,
-            partitions=self.partitions,
-            positions=self._positions,
+            self._shared,
             op_ends=self._op_ends,
-            work=self.work,
             cycle=self._cycle,
             owners=self._owners,
             restorer=self._restorer,
             health=self.health,
             running=self.running,
-            failures=self.failures,
-            stopping=self._stop,
             consumer=self._client,
             offsets_client=self._kafka.offsets_client,
         )

@@ -17,10 +17,11 @@ from typing import Any, cast
 
 import pytest
 
-from coordinator.commit_cycle import CommitCycle, Failures, Work
+from coordinator.commit_cycle import CommitCycle
 from coordinator.config import CoordinatorConfig
 from coordinator.metrics import Stat
 from coordinator.republisher import Batch
+from coordinator.shared import Failures, Shared, Work
 from coordinator.state import PartitionState, PendingTx, Phase
 from coordinator.watchdog import Watchdog
 from coordinator.writer import TransactionWriter
@@ -118,18 +119,19 @@ class Parts:
         self.failures = Failures()
         self.rewound: list[list[int]] = []
         self.watchdog = Watchdog(lambda _wedged: None)
-        self.cycle = CommitCycle(
+        shared = Shared(
             CoordinatorConfig(bootstrap="b:1"),
             TOPICS,
             self.stats,
-            partitions=self.partitions,
-            positions=self.positions,
-            work=self.work,
-            kafka_side=self.kafka,
-            reader=FakeReader(),
-            watchdog=self.watchdog,
-            failures=self.failures,
-            rewind=self.rewound.append,
+            self.partitions,
+            self.positions,
+            self.work,
+            self.failures,
+            self.watchdog,
+            threading.Event(),
+        )
+        self.cycle = CommitCycle(
+            shared, kafka_side=self.kafka, reader=FakeReader(), rewind=self.rewound.append
         )
         self._offsets = dict.fromkeys(numbers, 0)
 

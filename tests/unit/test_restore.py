@@ -7,13 +7,14 @@ a real broker in tests/coordinator/test_ownership.py, test_failover.py and test_
 
 from __future__ import annotations
 
-from collections import Counter
+from dataclasses import replace
 from typing import Any, cast
 
 from coordinator import changelog
 from coordinator.config import CoordinatorConfig
 from coordinator.payloads import HalfRecord
 from coordinator.restore import Restorer
+from coordinator.shared import Shared
 from coordinator.state import PendingTx, Phase
 from coordinator.watchdog import Watchdog
 from txbridge.kafka import TopicPartition
@@ -49,14 +50,11 @@ class FakeReader:
 
 
 def restorer(positions: dict[tuple[str, int], int], reader: FakeReader | None = None) -> Restorer:
-    return Restorer(
-        CoordinatorConfig(bootstrap="b:1"),
-        TOPICS,
-        Counter(),
-        positions=positions,
-        reader=cast(Any, reader or FakeReader({})),
-        watchdog=Watchdog(lambda _wedged: None),
+    shared = Shared.new(
+        CoordinatorConfig(bootstrap="b:1", namespace=TOPICS.namespace), Watchdog(lambda _wedged: None)
     )
+    # the test's own map, to see what the restorer wrote into it
+    return Restorer(replace(shared, positions=positions), reader=cast(Any, reader or FakeReader({})))
 
 
 def half(tx: str, seq: int = 0) -> HalfMessage:
