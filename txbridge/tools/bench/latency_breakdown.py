@@ -26,7 +26,8 @@ whole  local commit done -> the watcher receives the record (``whole_d``: from t
 b1       op append -> the coordinator's loop receives the op record (its fetch)
 b2w      received -> its commit boundary begins (its partition's previous commit still ending)
 b2p      boundary begun -> produced
-c1o      produced -> ``commit_transaction`` called (``send_offsets_to_transaction``)
+c1o      produced -> ``commit_transaction`` called (the rest of the fill: ``<ns>_state`` entries
+         and the positions record, then the hand-over to a commit thread)
 c1c      the ``commit_transaction`` call
 c2       commit returned -> received (the watcher's fetch)
 =====  ===================================================================================
@@ -429,7 +430,8 @@ def _watch_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
 #: both wholes from just before the DB commit (``_d``: where the demo's latency starts).
 MAIN = ("a", "b", "c", "whole", "native", "whole_d", "native_d")
 #: b1; b2 as the wait for a boundary (b2w) and its start (b2p); c1 as the rest of the boundary up
-#: to commit_transaction (c1o: send_offsets_to_transaction mostly) and the commit call itself
+#: to commit_transaction (c1o: the rest of the fill and the hand-over to a commit thread; the
+#: positions go in a <ns>_state record, not send_offsets_to_transaction) and the commit call itself
 #: (c1c); c2; native's commit call (n1) and its watcher (n2).
 DETAIL = ("b1", "b2w", "b2p", "c1o", "c1c", "c2", "n1", "n2")
 
