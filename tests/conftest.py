@@ -103,6 +103,11 @@ def _group(item: pytest.Item) -> str:
     return module
 
 
+# tryfirst: xdist's worker reads the xdist_group marks in its own pytest_collection_modifyitems
+# (it appends "@group" to each nodeid, which is what loadgroup schedules by), and pluggy would
+# otherwise call it before this conftest's hook, when no test has a mark yet: every test would
+# then be its own group and each worker would start its own copy of every session server.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     groups = {item.nodeid: _group(item) for item in items}
     for item in items:
@@ -110,6 +115,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts the same way
         servers = set(_SERVER_GROUPS.values())
         items.sort(key=lambda item: groups[item.nodeid] not in servers)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse to run ungrouped: each worker would start its own secured cluster, Spark cluster and
+    RocketMQ, and the module fixtures of a module split across workers would run on each."""
+    config = session.config
+    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")) or not session.items:
+        return
+    if not any("@" in item.nodeid for item in session.items):
+        raise pytest.UsageError(
+            f"--dist loadgroup groups nothing with pytest {pytest.__version__}: pytest-xdist did not "
+            "mark the tests' nodeids with their xdist_group. Install what pyproject.toml's test extra "
+            "pins (make test does), or run with TEST_WORKERS=0."
+        )
 
 
 def _docker_answers() -> bool:
