@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource
 
 from coordinator.config import CoordinatorConfig, Secrets
+from tests.kafka_helpers import delete_namespaces
 from tests.secure.conftest import SecureKafka, read_committed, running_coordinator
 from txbridge import Message, TransactionProducer, TxState, kafka
 from txbridge.errors import BrokerError
@@ -219,6 +220,7 @@ def test_a_committed_transaction_reaches_a_read_committed_consumer_once_over_sas
     internal = admin.list_topics(timeout=10).topics
     for name in ("__transaction_state", "__consumer_offsets"):
         assert {len(p.replicas) for p in internal[name].partitions.values()} == {3}, name
+    delete_namespaces(secure_kafka.bootstrap, [namespace], extra=secure_kafka.config)
 
 
 # ------------------------------------------------------------------ (d) a node dies and comes back

@@ -24,6 +24,7 @@ import pytest
 from spark_pipelines import schema
 from spark_pipelines.compare import read_events
 from spark_pipelines.streaming import CustomerCounts
+from tests.kafka_helpers import delete_namespaces
 from tests.secure.conftest import SecureKafka, read_committed
 from txbridge import Message, TransactionProducer, TxState, kafka
 from txbridge.client_config import ClientConfig
@@ -95,6 +96,7 @@ def test_init_creates_the_internal_topics_with_the_command_config(secure_kafka: 
     admin = kafka.admin(secure_kafka.bootstrap, secure_kafka.config)
     half = admin.list_topics(names.half, timeout=10).topics[names.half].partitions
     assert {p: len(m.replicas) for p, m in half.items()} == {0: 3, 1: 3, 2: 3}
+    delete_namespaces(secure_kafka.bootstrap, [namespace], extra=secure_kafka.config)
 
 
 def test_smoke_takes_the_bootstrap_from_the_properties_file(secure_kafka: SecureKafka) -> None:
@@ -210,6 +212,7 @@ def flow(secure_kafka: SecureKafka, tmp_path_factory: pytest.TempPathFactory) ->
                 Message(topic, b"never", key=b"o-3", check_after=0.5), lambda _t, _a: TxState.UNKNOWN
             )
             yield Flow(namespace, topic, committed.tx_id, pending.tx_id, expired.tx_id, coordinator)
+    delete_namespaces(secure_kafka.bootstrap, [namespace], extra=secure_kafka.config)
 
 
 def _until(check: Callable[[], subprocess.CompletedProcess[str]], wanted: str, timeout: float) -> str:

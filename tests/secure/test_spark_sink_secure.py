@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.config import CoordinatorConfig, Secrets
+from tests.kafka_helpers import delete_namespaces
 from tests.secure.conftest import SecureKafka, read_messages, running_coordinator, wait_granted, wait_readable
 from tests.spark_sink.drivers import (
     assert_once_in_order,
@@ -149,15 +150,18 @@ def test_a_streaming_query_on_the_secured_cluster_survives_a_task_failure_and_a_
     )
     where = {"bootstrap": kafka.bootstrap, "namespace": namespace, "group": GROUP, "secret": SECRET}
 
-    with running_coordinator(config):
-        first = start_driver(
-            *args, "--client-via", "properties", **where, env={PAUSE_ENV: f"before-decision:1:{paused}"}
-        )
-        wait_for_file(paused, first, "batch 1's commit", timeout=600)
-        first_output = kill_driver(first)  # batch 1 written, not decided
-        second_output = finish_driver(start_driver(*args, "--client-via", "options", **where))
-        published = _published(kafka, out, at_least=ROWS)
-        batch_0 = _first_states_of_batch(kafka, namespace, 0)
+    try:
+        with running_coordinator(config):
+            first = start_driver(
+                *args, "--client-via", "properties", **where, env={PAUSE_ENV: f"before-decision:1:{paused}"}
+            )
+            wait_for_file(paused, first, "batch 1's commit", timeout=600)
+            first_output = kill_driver(first)  # batch 1 written, not decided
+            second_output = finish_driver(start_driver(*args, "--client-via", "options", **where))
+            published = _published(kafka, out, at_least=ROWS)
+            batch_0 = _first_states_of_batch(kafka, namespace, 0)
+    finally:
+        delete_namespaces(kafka.bootstrap, [namespace], extra=kafka.config)
 
     assert_once_in_order(((m.topic(), m.key(), m.value()) for m in published), expected)
     # The task that died in batch 0 had written transactions: rolled back, none published.

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from coordinator.config import CoordinatorConfig, Secrets
 from coordinator.service import Coordinator
+from tests.kafka_helpers import delete_namespaces
 from txbridge.spark import SinkChecks
 from txbridge.topics import init_topics
 from txbridge.wire import Topics
@@ -65,6 +66,7 @@ def sink_env(kafka_bootstrap: str) -> Iterator[SinkEnv]:
         checks.stop()
         service.stop()
         thread.join(60)
+        delete_namespaces(kafka_bootstrap, [namespace])
 
 
 def read_topic(
