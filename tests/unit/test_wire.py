@@ -254,6 +254,7 @@ def test_check_batch_round_trip_and_single_bodies_still_parse() -> None:
         (b'{"v":1,"group":"g","checks":[{"tx":"t"}]}', "not valid"),
         (b'{"v":2,"group":"g","checks":[]}', "version"),
     ],
+    ids=["empty", "one group", "at most", "not valid", "version"],  # the bodies hold random batch ids
 )
 def test_bad_check_batches_are_refused_with_a_reason(body: bytes, why: str) -> None:
     with pytest.raises(WireFormatError, match=why):
