@@ -20,8 +20,9 @@ CHAOS_SEEDS   ?=
 # TXBRIDGE_SOAK_SCALE=SOAK_SCALE (1.0 is what make test runs).
 SOAK_SCALE    ?= 3
 # make test: pytest-xdist workers. Most of a test's time is waiting on Kafka, Spark or a
-# subprocess, so two workers overlap those waits on a 2-core box; TEST_WORKERS=0 runs in-process.
-TEST_WORKERS  ?= 2
+# subprocess, so three workers overlap those waits on a 2-core box (one for the Spark group,
+# one for the secured cluster's, one for the rest; docs/testing.md); TEST_WORKERS=0 runs in-process.
+TEST_WORKERS  ?= 3
 
 $(STAMP): pyproject.toml
 	@py=$$(scripts/check-prereqs.sh) || exit 1; \

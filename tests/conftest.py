@@ -97,7 +97,7 @@ def _group(item: pytest.Item) -> str:
     if module in _CLUSTER_MODULES:
         return "secured-cluster"
     if module.startswith("tests/rocketmq/"):
-        return "spark"  # RocketMQ's session fixture; its demo tests use the SparkSession too
+        return "rocketmq"  # the session's RocketMQ (tests/rocketmq/conftest.py); no Spark there
     if module.startswith("tests/spark_sink/"):
         return "spark"  # its module-scoped coordinator and SinkChecks start once, on one worker
     return module
@@ -113,7 +113,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
     if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts the same way
-        servers = set(_SERVER_GROUPS.values())
+        servers = {*_SERVER_GROUPS.values(), "secured-cluster", "rocketmq"}
         items.sort(key=lambda item: groups[item.nodeid] not in servers)
 
 
