@@ -69,8 +69,10 @@ def test_sigkill_mid_stream_then_takeover_keeps_exactly_once_and_order(
         "producer_liveness_s = 600.0\n"
         'log_interval_s = 2.0\n[extra_config]\n"session.timeout.ms" = 6000\n"heartbeat.interval.ms" = 1000\n'
     )
-    unknown_commit: set[str] = set()
-    check_server.script = lambda req: TxState.COMMIT if req.tx_id in unknown_commit else TxState.ROLLBACK
+    # What the producer's local transactions ended in, as a barrier answers: UNKNOWN until the
+    # test has decided (a check may come before the op under load: check_delay is 1 s).
+    local: dict[str, TxState] = {}
+    check_server.script = lambda req: local.get(req.tx_id, TxState.UNKNOWN)
     env.producer.heartbeat(check_server.url)
 
     def start(name: str) -> Proc:
@@ -95,9 +97,12 @@ def test_sigkill_mid_stream_then_takeover_keeps_exactly_once_and_order(
             if kind == 9:  # UNKNOWN: the back-check decides
                 key = f"u{i % 7}".encode()
                 tx_id, _ = env.producer.halves([Msg(topic, f"{i}".encode(), key=key)], flush=False)
-                (unknown_commit.add(tx_id), expected.__setitem__(tx_id, 1)) if i % 20 == 9 else never.add(
-                    tx_id
-                )
+                if i % 20 == 9:
+                    local[tx_id] = TxState.COMMIT
+                    expected[tx_id] = 1
+                else:
+                    local[tx_id] = TxState.ROLLBACK
+                    never.add(tx_id)
                 continue
             key = f"k{i % 13}".encode()
             count = 1 + i % 2
@@ -112,6 +117,7 @@ def test_sigkill_mid_stream_then_takeover_keeps_exactly_once_and_order(
                 pending_ops.append((tx_id, partition, TxState.COMMIT, count))
         env.producer.flush()  # halves are acknowledged before any op, as the SDK does
         for tx_id, partition, state, count in pending_ops:
+            local[tx_id] = state
             env.producer.op(tx_id, partition, state, count=count, flush=False)
         env.producer.flush()
         if not killed and start_index >= TRANSACTIONS // 3:
