@@ -187,10 +187,27 @@ class CommitCycle:
         self._wedged_threads: set[str] = set()  # threads whose call the watchdog reported stuck
         self._pools = 0
         self._commits = ThreadPoolExecutor(COMMIT_THREADS, f"{THREAD_PREFIX}-0")
+        self._pace_s = self.config.commit_pace_ms / 1000
+        # partition -> when its next ready-triggered commit may start (commit_pace_ms: only
+        # partitions whose last transaction republished two or more are here)
+        self._paced_until: dict[int, float] = {}
+        self.clock: Callable[[], float] = time.monotonic
 
     def waiting(self) -> set[int]:
-        """Partitions with a transaction ready to republish and no commit in flight."""
-        return self.work.ready - self.in_flight.keys()
+        """Partitions with a transaction ready to republish, no commit in flight and (with
+        ``commit_pace_ms``) their pace over."""
+        out = self.work.ready - self.in_flight.keys()
+        if self._paced_until:
+            now = self.clock()
+            out = {n for n in out if self._paced_until.get(n, 0.0) <= now}
+        return out
+
+    def pace_wait(self) -> float:
+        """Seconds until a paced partition with a ready transaction may start its commit (0: none waits)."""
+        paced = [
+            self._paced_until[n] for n in self.work.ready - self.in_flight.keys() if n in self._paced_until
+        ]
+        return max(min(paced) - self.clock(), 0.0) if paced else 0.0
 
     def wedged(self, thread: str) -> bool:
         """Note a commit thread whose call the watchdog reported stuck; False if ``thread`` is
@@ -220,7 +237,7 @@ class CommitCycle:
         if self.failures.fatal is not None or not self.partitions:
             return
         busy = self.in_flight.keys()
-        wanted = self._with_work() if everything else sorted(self.work.ready & set(self.partitions))
+        wanted = self._with_work() if everything else sorted(self.waiting() & set(self.partitions))
         numbers = [n for n in wanted if n not in busy]
         if not numbers:
             return
@@ -253,6 +270,10 @@ class CommitCycle:
                 continue
             self.in_flight[number] = self._commits.submit(self._end, number)
             self._monitored[number] = offsets
+            if self._pace_s and len(ready[number]) >= 2:
+                self._paced_until[number] = self.clock() + self._pace_s
+            else:
+                self._paced_until.pop(number, None)
         if failed:
             self._on_transaction_errors(failed)
         evict_states(self.partitions.values(), self.config.payload_cache_bytes)

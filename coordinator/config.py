@@ -94,6 +94,11 @@ class CoordinatorConfig:
         secrets: HMAC secrets per producer group and a default (hidden from repr).
         producer_liveness_s: a producer instance is live this long after its last heartbeat.
         commit_interval_ms: how often the Kafka transaction commits (far below transaction_timeout_ms).
+        commit_pace_ms: 0 (the default): a partition with a transaction ready to republish starts
+            its Kafka transaction as soon as its previous one has ended. Above 0: a partition
+            whose previous transaction republished two or more waits until this long after that
+            one began, so that a busy partition commits in larger batches (fewer Kafka
+            transactions for the broker) while a lone transaction still goes out at once.
         transaction_timeout_ms: the transactional producer's transaction.timeout.ms.
         payload_cache_bytes: budget of cached half payloads; evicted ones are re-read by offset.
         max_message_bytes: a committed message larger than this is quarantined, not republished.
@@ -130,6 +135,7 @@ class CoordinatorConfig:
     secrets: Secrets = field(default_factory=Secrets, repr=True)
     producer_liveness_s: float = 10.0
     commit_interval_ms: int = 20
+    commit_pace_ms: int = 0
     # librdkafka's default. Not 10 s any more: a new owner fences a dead one's transaction itself,
     # and 10 s was shorter than a broker failover (its 9 s session plus the election), so the broker
     # aborted live coordinators' transactions and they stopped (INVALID_TXN_STATE).
@@ -295,6 +301,7 @@ _ENV_SIMPLE = (
     "allowed_check_hosts",
     "producer_liveness_s",
     "commit_interval_ms",
+    "commit_pace_ms",
     "transaction_timeout_ms",
     "payload_cache_bytes",
     "max_message_bytes",

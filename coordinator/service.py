@@ -439,8 +439,10 @@ class Coordinator:
                 continue
             if cycle.in_flight:  # their ends start the next commits: look again within a millisecond
                 wait = 0.001
-            elif self.work.ready:
+            elif cycle.waiting():
                 wait = 0.0
+            elif self.work.ready:  # paced (commit_pace_ms), or held for per-key order until the tick
+                wait = min(max(cycle.pace_wait(), 0.001), max(next_tick - time.monotonic(), 0.001))
             else:  # librdkafka takes whole milliseconds: a poll under 1 ms returns at once
                 wait = min(max(next_tick - time.monotonic(), 0.001), 0.1)
             for msg in kafka.consume_available(self._client(), _BATCH, wait):

@@ -110,7 +110,7 @@ class FakeReader:
 
 
 class Parts:
-    def __init__(self, numbers: tuple[int, ...] = (0,)) -> None:
+    def __init__(self, numbers: tuple[int, ...] = (0,), *, pace_ms: int = 0) -> None:
         self.stats: Counter[str] = Counter()
         self.partitions = {n: PartitionState(n, self.stats) for n in numbers}
         self.positions: dict[tuple[str, int], int] = {}
@@ -120,7 +120,7 @@ class Parts:
         self.rewound: list[list[int]] = []
         self.watchdog = Watchdog(lambda _wedged: None)
         shared = Shared(
-            CoordinatorConfig(bootstrap="b:1"),
+            CoordinatorConfig(bootstrap="b:1", commit_pace_ms=pace_ms),
             TOPICS,
             self.stats,
             self.partitions,
@@ -319,3 +319,44 @@ def test_the_work_of_dropped_partitions_is_forgotten() -> None:
     work.unsaved |= {0, 1}
     work.keep_only({1})
     assert (work.ready, work.unsaved, work.busy()) == ({1}, {1}, {1})
+
+
+def test_with_a_pace_a_busy_partition_waits_and_a_lone_transaction_does_not() -> None:
+    parts = Parts(pace_ms=20)
+    now = [100.0]
+    parts.cycle.clock = lambda: now[0]
+    try:
+        parts.commit_tx("t1")
+        parts.cycle.start(everything=False)  # alone: no pace after it
+        parts.until(lambda: not parts.cycle.in_flight)
+        parts.commit_tx("t2")
+        parts.commit_tx("t3")
+        assert parts.cycle.waiting() == {0}
+        parts.cycle.start(everything=False)  # two: the partition's next commit waits for the pace
+        parts.until(lambda: not parts.cycle.in_flight)
+        parts.commit_tx("t4")
+
+        assert parts.cycle.waiting() == set()
+        assert parts.cycle.pace_wait() == pytest.approx(0.020)
+        parts.cycle.start(everything=False)
+        assert not parts.cycle.in_flight
+        now[0] += 0.020
+        assert parts.cycle.waiting() == {0}
+        parts.cycle.start(everything=False)
+        parts.until(lambda: not parts.cycle.in_flight)
+        assert parts.kafka.producers[0].committed == [["t1"], ["t2", "t3"], ["t4"]]
+        assert parts.cycle.waiting() == set()
+        assert parts.cycle.pace_wait() == 0.0
+    finally:
+        parts.cycle.close()
+
+
+def test_without_a_pace_a_busy_partition_commits_again_at_once(parts: Parts) -> None:
+    parts.commit_tx("t1")
+    parts.commit_tx("t2")
+    parts.cycle.start(everything=False)
+    parts.until(lambda: not parts.cycle.in_flight)
+    parts.commit_tx("t3")
+
+    assert parts.cycle.waiting() == {0}
+    assert parts.cycle.pace_wait() == 0.0
