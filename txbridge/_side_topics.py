@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -68,35 +67,15 @@ def _ends(
                 f"topic {topic} does not exist: run 'txbridge init' with the right --namespace"
             )
         numbers = sorted(meta.partitions) if partitions is None else partitions
-        return {number: _end_of(client, topic, number) for number in numbers}
+        out = {}
+        for number in numbers:
+            try:
+                out[number] = client.get_watermark_offsets(kafka.partition_at(topic, number), timeout=10)
+            except Exception as exc:
+                raise kafka.to_error(exc, f"reading the end of {topic}/{number}") from exc
+        return out
     finally:
         client.close()
-
-
-#: Answers of a partition whose leader is still being elected (a topic just created, a broker
-#: just restarted): asked again for up to _ELECTION_WAIT_S rather than failing the command.
-_ELECTING = frozenset(
-    {
-        kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
-        kafka.KafkaError.LEADER_NOT_AVAILABLE,
-        kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
-    }
-)
-_ELECTION_WAIT_S = 15.0
-
-
-def _end_of(client: Any, topic: str, number: int) -> tuple[int, int]:
-    give_up = time.monotonic() + _ELECTION_WAIT_S
-    while True:
-        try:
-            low, high = client.get_watermark_offsets(kafka.partition_at(topic, number), timeout=10)
-        except kafka.KafkaException as exc:
-            error = kafka.to_error(exc, f"reading the end of {topic}/{number}")
-            if error.code not in _ELECTING or time.monotonic() > give_up:
-                raise error from exc
-            time.sleep(0.5)
-        else:
-            return low, high
 
 
 def origin_of(headers: Mapping[str, bytes]) -> tuple[str, int | None]:
