@@ -6,7 +6,8 @@ a transaction whose local commit happened while its group was down is lost to it
 consumers until an operator notices. Here, when an instance of a group becomes live
 again (a heartbeat in ``<ns>_producers`` from an instance that was not live at the
 previous look), the coordinator asks that group about its expired transactions on
-the partitions it owns, oldest first, at most ``resume_expired_max`` per return:
+the partitions it owns, in the order their producers wrote them, at most
+``resume_expired_max`` per return:
 
 - COMMIT: the messages are published and a marker is written to ``<ns>_expired``, in
   one Kafka transaction, through the same exactly-once step as ``txbridge admin
@@ -16,8 +17,11 @@ the partitions it owns, oldest first, at most ``resume_expired_max`` per return:
 - ROLLBACK: a ROLLBACK marker, so it is not asked about again;
 - anything else: it stays expired, and is asked again the next time the group returns.
 
-They are resolved one at a time in expiry order, so same-key transactions among them
-keep their order; they go out after the same-key transactions published while they
+They are resolved one at a time in half order (partition, then the offset of their
+first half), so same-key transactions among them keep the producers' order, as every
+other republish does (DESIGN.md, per-key order). Expiry order is not that order: a
+transaction's expiry waits for its own back-checks, which end in whatever order the
+endpoints answer. They go out after the same-key transactions published while they
 were expired (those could not wait for a group that was down).
 
 The work runs on a thread of its own: a resolution takes a fencing round trip and a
@@ -127,11 +131,14 @@ class ExpiryResumer:
         from txbridge.admin import list_expired, resolve
 
         owned = self._owned()
-        expired = [
-            e
-            for e in list_expired(self._bootstrap, self._namespace, self._extra)
-            if e.group == back.group and e.resolved is None and e.partition in owned and e.messages
-        ]
+        expired = sorted(
+            (
+                e
+                for e in list_expired(self._bootstrap, self._namespace, self._extra)
+                if e.group == back.group and e.resolved is None and e.partition in owned and e.messages
+            ),
+            key=_half_order,
+        )
         if not expired:
             return
         batch = expired[: self._limit]
@@ -141,7 +148,7 @@ class ExpiryResumer:
             len(batch),
             len(expired),
         )
-        for entry in batch:  # one at a time, in expiry order: same-key ones keep their order
+        for entry in batch:  # one at a time, in half order: same-key ones keep their order
             self._events.put(Stat.EXPIRED_RECHECKED)
             job = CheckJob(entry.partition or 0, _request(entry), back.targets)
             result = self._checker.check_batch([job])[0]
@@ -163,6 +170,10 @@ class ExpiryResumer:
                 entry.group,
                 result.state,
             )
+
+
+def _half_order(entry: ExpiredTx) -> tuple[int, int]:
+    return (entry.partition or 0, entry.first_offset if entry.first_offset is not None else -1)
 
 
 def _request(entry: ExpiredTx) -> CheckRequest:

@@ -85,6 +85,7 @@ class ExpiredTx:
     reason: str = ""
     checks: int = 0
     partition: int | None = None  # its half/op partition (from txb.origin)
+    first_offset: int | None = None  # its first half's offset there: the producer's order
     messages: list[HalfMessage] = field(default_factory=list)
     resolved: Marker | None = None  # an admin's decision on it
 
@@ -110,13 +111,21 @@ def list_expired(bootstrap: str, namespace: str = DEFAULT_NAMESPACE, extra: Extr
         entry = found.setdefault(half.tx_id, ExpiredTx(half.tx_id, half.group))
         entry.reason = reason_of(headers)
         entry.checks = int(headers.get(H_CHECKS, b"0") or 0)
-        entry.partition = origin_of(headers)[1]
+        origin, entry.partition = origin_of(headers)
+        offset = _offset_in(origin)
+        if offset is not None and (entry.first_offset is None or offset < entry.first_offset):
+            entry.first_offset = offset
         if all(m.seq != half.seq for m in entry.messages):
             entry.messages.append(original(half))
     for entry in found.values():
         entry.messages.sort(key=lambda m: m.seq)
         entry.resolved = markers.get(entry.tx_id)
     return list(found.values())
+
+
+def _offset_in(origin: str) -> int | None:
+    tail = origin.rsplit("/", 1)[-1]
+    return int(tail) if tail.isdigit() else None
 
 
 def admin_decisions(
