@@ -71,12 +71,18 @@ def wait_for(
 def delete_namespaces(
     bootstrap: str, namespaces: Iterable[str], *, extra: Mapping[str, Any] | None = None
 ) -> None:
-    """Delete the internal topics of ``namespaces`` (what ``init_topics`` made) in one admin request.
+    """Delete the internal topics of ``namespaces`` (what ``init_topics`` made); see :func:`delete_topics`."""
+    names = [spec.name for namespace in namespaces for spec in internal_topics(namespace)]
+    delete_topics(bootstrap, names, extra=extra)
+
+
+def delete_topics(bootstrap: str, names: Iterable[str], *, extra: Mapping[str, Any] | None = None) -> None:
+    """Delete ``names`` in one admin request.
 
     It waits only until the controller has taken the deletion (milliseconds on KRaft, 15 s at most),
     not until the brokers have removed the files. A topic already gone is fine.
     """
-    names = [spec.name for namespace in namespaces for spec in internal_topics(namespace)]
+    names = list(names)
     if not names:
         return
     client = kafka.admin(bootstrap, extra)

@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException
 
 from coordinator.config import CoordinatorConfig, Secrets
+from tests.kafka_helpers import delete_namespaces, delete_topics
 from tests.secure.conftest import SecureKafka, running_coordinator, wait_granted, wait_readable
 from txbridge import Message, TransactionProducer, TxState
 from txbridge import kafka as txkafka
@@ -55,7 +56,7 @@ class Roles:
 
 
 @pytest.fixture(scope="module")
-def roles(secure_kafka: SecureKafka) -> Roles:
+def roles(secure_kafka: SecureKafka) -> Iterator[Roles]:
     kafka = secure_kafka
     namespace = f"txba{uuid.uuid4().hex[:10]}"
     topic, open_topic = f"orders-{uuid.uuid4().hex[:8]}", f"audit-{uuid.uuid4().hex[:8]}"
@@ -87,7 +88,9 @@ def roles(secure_kafka: SecureKafka) -> Roles:
     roles = Roles(kafka, namespace, topic, open_topic, coordinator_group, consumer_group, tuple(acls))
     t = Topics(namespace)
     wait_readable(kafka, roles.config("coordinator"), [t.half, t.op, t.state, t.producers, t.expired])
-    return roles
+    yield roles
+    delete_namespaces(kafka.bootstrap, [namespace], extra=kafka.config)
+    delete_topics(kafka.bootstrap, [topic, open_topic], extra=kafka.config)
 
 
 def _eventually(predicate: Callable[[], bool], timeout: float, what: str) -> None:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kafka_helpers import delete_namespaces
 from tests.secure.chaos import (
     OFFSETS_TOPIC,
     STALL_DUMP_S,
@@ -117,6 +118,8 @@ def test_brokers_killed_under_load_lose_duplicate_and_reorder_nothing(
     ids = transactional_ids(namespace, group_id, PARTITIONS)
     instances = ["c0", "c1"]
     create_led_by(secure_kafka, namespace, PARTITIONS, half_op_leader)
+    # The last thing the stack undoes: after the coordinators and producers have stopped.
+    stack.callback(delete_namespaces, secure_kafka.bootstrap, [namespace], extra=secure_kafka.config)
     topic = secure_topic(partitions=3)
     replicated = [names.half, names.op, names.state, names.producers, topic, TRANSACTION_LOG, OFFSETS_TOPIC]
     assert wait_until(lambda: set(leaders(admin, names.half).values()) == {half_op_leader}, 30)

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kafka_helpers import delete_namespaces
 from tests.secure.chaos import (
     OFFSETS_TOPIC,
     STALL_DUMP_S,
@@ -132,6 +133,8 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
     names = Topics(namespace)
     specs = internal_topics(namespace, PARTITIONS, 3)
     kafka.ensure_topics(secure_kafka.bootstrap, specs, extra=secure_kafka.config)
+    # The last thing the stack undoes: after every coordinator and producer has stopped.
+    stack.callback(delete_namespaces, secure_kafka.bootstrap, [namespace], extra=secure_kafka.config)
     topic = secure_topic(partitions=3)
     replicated = [names.half, names.op, names.state, names.producers, topic, TRANSACTION_LOG, OFFSETS_TOPIC]
 
@@ -165,7 +168,7 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
 
     instances = [f"c{i}" for i in range(COORDINATORS)]
     coordinators = [new_coordinator(i) for i in instances]
-    # Registered first, so it runs last: every coordinator the nemesis started.
+    # Registered before the watcher and producers, so it runs after them.
     stack.callback(lambda: [c.stop() for c in made])
     for coordinator in coordinators:
         coordinator.start()
