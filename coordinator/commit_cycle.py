@@ -196,11 +196,14 @@ class CommitCycle:
     def waiting(self) -> set[int]:
         """Partitions with a transaction ready to republish, no commit in flight and (with
         ``commit_pace_ms``) their pace over."""
-        out = self.work.ready - self.in_flight.keys()
-        if self._paced_until:
-            now = self.clock()
-            out = {n for n in out if self._paced_until.get(n, 0.0) <= now}
-        return out
+        return self.work.ready - self.in_flight.keys() - self._pacing()
+
+    def _pacing(self) -> set[int]:
+        """Partitions whose pace is not over yet."""
+        if not self._paced_until:
+            return set()
+        now = self.clock()
+        return {n for n, until in self._paced_until.items() if until > now}
 
     def pace_wait(self) -> float:
         """Seconds until a paced partition with a ready transaction may start its commit (0: none waits)."""
@@ -236,7 +239,10 @@ class CommitCycle:
         """
         if self.failures.fatal is not None or not self.partitions:
             return
-        busy = self.in_flight.keys()
+        # A paced partition skips the tick too: the tick comes every commit_interval_ms, so a pace
+        # it ignored would never be longer than the interval. Its offsets and verdicts wait for
+        # the pace, which is the bound on how long anything waits.
+        busy = self.in_flight.keys() | self._pacing()
         wanted = self._with_work() if everything else sorted(self.waiting() & set(self.partitions))
         numbers = [n for n in wanted if n not in busy]
         if not numbers:

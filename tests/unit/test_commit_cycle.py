@@ -340,6 +340,8 @@ def test_with_a_pace_a_busy_partition_waits_and_a_lone_transaction_does_not() ->
         assert parts.cycle.pace_wait() == pytest.approx(0.020)
         parts.cycle.start(everything=False)
         assert not parts.cycle.in_flight
+        parts.cycle.start(everything=True)  # the interval's tick waits for the pace as well
+        assert not parts.cycle.in_flight
         now[0] += 0.020
         assert parts.cycle.waiting() == {0}
         parts.cycle.start(everything=False)
