@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import logging
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from txbridge import kafka
-from txbridge.errors import KafkaOperationError, TxBridgeError
+from txbridge.errors import TxBridgeError
 from txbridge.kafka import Producer
 from txbridge.wire import H_CHECKS, H_ORIGIN, H_REASON, HalfMessage
 
 Extra = Mapping[str, Any] | None
 _ASIDE_HEADERS = frozenset({H_REASON, H_ORIGIN, H_CHECKS})
-logger = logging.getLogger(__name__)
 
 
 def _group() -> str:
@@ -57,45 +54,10 @@ def read_committed(
         consumer.close()
 
 
-#: Answers of a partition whose leader is being elected (a topic just created, a broker just
-#: restarted): the read is tried again, for up to _ELECTION_WAIT_S, with a new client, since
-#: the one that got the answer keeps asking the leader its metadata names.
-_ELECTING = frozenset(
-    {
-        kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
-        kafka.KafkaError.LEADER_NOT_AVAILABLE,
-        kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
-    }
-)
-_ELECTION_WAIT_S = 15.0
-
-
 def _ends(
     bootstrap: str, topic: str, partitions: list[int] | None, extra: Extra, *, open_included: bool
 ) -> dict[int, tuple[int, int]]:
     """``{partition: (low, end)}``: the high watermark when ``open_included``, else the last stable offset."""
-    give_up = time.monotonic() + _ELECTION_WAIT_S
-    while True:
-        try:
-            return _ends_once(
-                bootstrap, topic, partitions, extra, open_included=open_included, give_up=give_up
-            )
-        except KafkaOperationError as error:
-            if error.code not in _ELECTING or time.monotonic() + 0.5 >= give_up:
-                raise
-            logger.debug("%s; asking again with a new client", error)
-            time.sleep(0.5)
-
-
-def _ends_once(
-    bootstrap: str,
-    topic: str,
-    partitions: list[int] | None,
-    extra: Extra,
-    *,
-    open_included: bool,
-    give_up: float,
-) -> dict[int, tuple[int, int]]:
     isolation = "read_uncommitted" if open_included else "read_committed"
     client = kafka.consumer(bootstrap, _group(), extra, isolation_level=isolation)
     try:
@@ -107,9 +69,8 @@ def _ends_once(
         numbers = sorted(meta.partitions) if partitions is None else partitions
         out = {}
         for number in numbers:
-            timeout = min(10.0, max(1.0, give_up - time.monotonic()))
             try:
-                out[number] = client.get_watermark_offsets(kafka.partition_at(topic, number), timeout=timeout)
+                out[number] = client.get_watermark_offsets(kafka.partition_at(topic, number), timeout=10)
             except Exception as exc:
                 raise kafka.to_error(exc, f"reading the end of {topic}/{number}") from exc
         return out

@@ -108,6 +108,22 @@ def test_created_topics_are_listed_with_leaders_when_ensure_topics_returns(kafka
     }
 
 
+def test_created_topics_answer_offset_requests_when_ensure_topics_returns(kafka_bootstrap: str) -> None:
+    # What `txbridge admin` does right after `txbridge init`: one ListOffsets per partition, no retry.
+    names = [f"t-serving-{uuid.uuid4().hex[:8]}-{i}" for i in range(5)]
+    kafka.ensure_topics(kafka_bootstrap, [kafka.TopicSpec(n, 6) for n in names])
+    consumer = kafka.consumer(kafka_bootstrap, f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        ends = {
+            (n, p): consumer.get_watermark_offsets(kafka.partition_at(n, p), timeout=10)
+            for n in names
+            for p in range(6)
+        }
+    finally:
+        consumer.close()
+    assert set(ends.values()) == {(0, 0)}
+
+
 def test_native_transaction_visibility_and_markers(
     kafka_bootstrap: str, topic_factory: Callable[..., str]
 ) -> None:

@@ -17,13 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import ElectionType, KafkaError, KafkaException
+from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
     AclPermissionType,
     AdminClient,
     NewTopic,
+    OffsetSpec,
     ResourcePatternType,
     ResourceType,
 )
@@ -201,7 +202,10 @@ def ensure_topics(
                     outcome[name] = "exists"
                 else:
                     raise to_error(exc, f"creating topic {name}") from exc
-        _await_listed(client, {t.topic: t.num_partitions for t in new}, timeout)
+        created = {t.topic: t.num_partitions for t in new}
+        deadline = time.monotonic() + timeout
+        _await_listed(client, created, timeout)
+        _await_serving(client, created, deadline)
     return outcome
 
 
@@ -233,6 +237,46 @@ def _await_listed(client: AdminClient, partitions: Mapping[str, int], timeout: f
             )
             return
         time.sleep(0.05)
+
+
+#: What a partition's leader answers before it has taken the leadership the metadata already names.
+_NOT_SERVING_YET = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+
+
+def _await_serving(client: AdminClient, partitions: Mapping[str, int], deadline: float) -> None:
+    """Wait until each new partition's leader answers a ListOffsets request.
+
+    The metadata names a leader before that broker has become it: a ListOffsets or a fetch
+    sent then is answered NOT_LEADER_FOR_PARTITION, and clients that do not retry it fail
+    (seen under load: ``txbridge admin resolve`` right after ``txbridge init``). So the
+    topics are ready when this returns, for every client; nobody has to retry.
+    """
+    waiting = {TopicPartition(t, p): OffsetSpec.latest() for t, n in partitions.items() for p in range(n)}
+    while waiting:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            names = sorted({tp.topic for tp in waiting})
+            logger.warning("topics %s created but %d partition(s) not serving yet", names, len(waiting))
+            return
+        futures = client.list_offsets(dict(waiting), request_timeout=max(1.0, min(remaining, 10.0)))
+        for tp, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                if exc.args and exc.args[0].code() in _NOT_SERVING_YET:
+                    continue
+                # Not a leader still starting (a principal that may create but not describe,
+                # say): not this wait's to report; the topic's first real user will.
+                logger.debug("not waiting for %s/%d to serve: %s", tp.topic, tp.partition, exc)
+            waiting.pop(tp, None)
+        if waiting:
+            time.sleep(0.05)
 
 
 def delete_topics_with_prefix(
