@@ -121,7 +121,7 @@ def list_quarantine(
             markers.setdefault(marker.tx_id, marker)
             continue
         headers = header_dict(msg.headers())
-        origin, partition = origin_of(headers)
+        origin, partition, _offset = origin_of(headers)
         found = Quarantined("", reason=reason_of(headers), origin=origin, quarantined_ms=msg.timestamp()[1])
         try:
             half = decode_half(msg.value(), msg.headers())

@@ -8,7 +8,8 @@ from dataclasses import replace
 from typing import Any
 
 from txbridge import kafka
-from txbridge.errors import TxBridgeError
+from txbridge.consumer.dlq import parse_origin
+from txbridge.errors import TxBridgeError, WireFormatError
 from txbridge.kafka import Producer
 from txbridge.wire import H_CHECKS, H_ORIGIN, H_REASON, HalfMessage
 
@@ -78,11 +79,14 @@ def _ends(
         client.close()
 
 
-def origin_of(headers: Mapping[str, bytes]) -> tuple[str, int | None]:
-    """``txb.origin`` (``<topic>/<partition>/<offset>``) as text, and the partition it names."""
+def origin_of(headers: Mapping[str, bytes]) -> tuple[str, int | None, int | None]:
+    """``txb.origin`` (``<topic>/<partition>/<offset>``) as text, and the partition and offset it names."""
     origin = headers.get(H_ORIGIN, b"").decode("utf-8", "replace")
-    parts = origin.split("/")
-    return origin, int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+    try:
+        _topic, partition, offset = parse_origin(origin)
+    except WireFormatError:
+        return origin, None, None
+    return origin, partition, offset
 
 
 def reason_of(headers: Mapping[str, bytes]) -> str:

@@ -111,8 +111,7 @@ def list_expired(bootstrap: str, namespace: str = DEFAULT_NAMESPACE, extra: Extr
         entry = found.setdefault(half.tx_id, ExpiredTx(half.tx_id, half.group))
         entry.reason = reason_of(headers)
         entry.checks = int(headers.get(H_CHECKS, b"0") or 0)
-        origin, entry.partition = origin_of(headers)
-        offset = _offset_in(origin)
+        _origin, entry.partition, offset = origin_of(headers)
         if offset is not None and (entry.first_offset is None or offset < entry.first_offset):
             entry.first_offset = offset
         if all(m.seq != half.seq for m in entry.messages):
@@ -121,11 +120,6 @@ def list_expired(bootstrap: str, namespace: str = DEFAULT_NAMESPACE, extra: Extr
         entry.messages.sort(key=lambda m: m.seq)
         entry.resolved = markers.get(entry.tx_id)
     return list(found.values())
-
-
-def _offset_in(origin: str) -> int | None:
-    tail = origin.rsplit("/", 1)[-1]
-    return int(tail) if tail.isdigit() else None
 
 
 def admin_decisions(
