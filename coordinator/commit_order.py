@@ -56,8 +56,7 @@ class CommitOrder:
         for tx in self._decided.values():
             if tx.phase is not Phase.READY:
                 break
-            earlier = key_order.earliest_undecided(tx.order_key())
-            if earlier is not None and earlier < tx.first_offset():
+            if key_order.held_back(tx):
                 stats[Stat.HELD_FOR_KEY_ORDER] += 1
                 continue
             out.append(tx)

@@ -243,12 +243,15 @@ class PendingTx:
             return wanted <= (0 if h is None else 1)
         return all(seq in h for seq in range(wanted))
 
-    def order_key(self) -> bytes:
-        """The key that orders this transaction against others: its first message's key, else its id."""
-        first = self._first_half()
-        if first is not None and first.key is not None:
-            return first.key
-        return self.tx_id.encode()
+    def message_keys(self) -> frozenset[bytes]:
+        """The distinct message keys of the halves seen so far. Per-key order holds it against
+        every earlier transaction sharing any of them, not only its first message's key."""
+        h = self._halves
+        if h is None:
+            return frozenset()
+        if isinstance(h, HalfRef):
+            return frozenset(()) if h.key is None else frozenset((h.key,))
+        return frozenset(ref.key for ref in h.values() if ref.key is not None)
 
     def first_offset(self) -> int:
         """Offset of its earliest half record seen (its place in the producers' order)."""

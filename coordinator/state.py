@@ -39,7 +39,7 @@ boundary every few tens of milliseconds, so nothing done at a boundary scans the
 all. :class:`PartitionState` keeps indexes that the transitions update (a
 transaction tells its owning state when its phase, ``dirty`` or ``next_check_ms``
 changes): the dirty ones, the COMMITTED ones (and those without a ``wait_offset``),
-COMMITTED/READY in decision order, the undecided ones per order key, a heap of
+COMMITTED/READY in decision order, the undecided ones per message key, a heap of
 back-check times, and the bytes of cached payloads. Each boundary method costs
 what it returns, not what is pending.
 
@@ -180,7 +180,7 @@ class PartitionState:
         self._committed: dict[str, PendingTx] = {}  # phase COMMITTED
         self._awaiting_end: dict[str, PendingTx] = {}  # COMMITTED with no wait_offset yet
         self._order = CommitOrder()  # COMMITTED or READY, in decision order
-        self._key_order = KeyOrder()  # the undecided transactions per order key
+        self._key_order = KeyOrder()  # the undecided transactions per message key
         self._check_queue = CheckQueue(self.pending, self.CHECK_HEAP_SLACK)  # OPEN ones, by due time
 
     # ------------------------------------------------------------------ input
@@ -231,9 +231,6 @@ class PartitionState:
             self.stats[Stat.DUPLICATE_HALVES] += 1
             return tx
         msg = _intern_message(msg)
-        reindex = tx._phase in UNDECIDED and not new
-        if reindex:
-            self._key_order.remove(tx)
         tx._add_half(msg.seq, HalfRef(offset, size, msg.topic, msg.key, msg))
         tx.group = tx.group or msg.group
         tx.instance = tx.instance or msg.instance
@@ -244,8 +241,8 @@ class PartitionState:
             self._adopt(tx, arriving=True)  # indexes it by key, payload bytes, check time
         else:
             self.payload_bytes += size
-            if reindex:
-                self._key_order.add(tx)
+            if tx._phase in UNDECIDED:
+                self._key_order.add_key(tx, msg.key)
             tx.dirty = True
         self._promote(tx)
         return tx
@@ -350,8 +347,8 @@ class PartitionState:
         Decision order, stopping at the first COMMIT still waiting for halves (the wait
         is bounded by ``wait_offset``). Per key the order is the order the producers
         wrote the half records (their offsets on this partition), not the order the
-        decisions arrived: a READY transaction is held while an earlier transaction with
-        the same order key is still undecided or incomplete, so one resolved late by a
+        decisions arrived: a READY transaction is held while an earlier transaction sharing
+        any message key with it is still undecided or incomplete, so one resolved late by a
         back-check (its local commit came first) is not overtaken by a later one of the
         same key; those that go out together are sorted by half offset.
         """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -11,10 +12,10 @@ import pytest
 
 from coordinator.payloads import HalfReader
 from tests.coordinator.check_server import CheckServer
-from tests.coordinator.conftest import SECRET, Env, eventually
+from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge.wire import OpSource, TxState, decode_op
+from txbridge.wire import OpSource, TxState, decode_op, half_partition
 
 pytestmark = pytest.mark.integration
 
@@ -276,3 +277,35 @@ def test_restored_payloads_are_read_back_once_per_pass_not_once_per_request(
     per_partition = Counter(partition for partition, _offsets in reads)
     assert max(per_partition.values()) <= 2, reads
     assert sum(offsets[-1] - offsets[0] + 1 for _p, offsets in reads) <= 2 * count, reads
+
+
+def test_a_transaction_is_held_behind_an_earlier_undecided_one_sharing_a_key_past_their_first(
+    env: Env, check_server: CheckServer, topic_factory: Callable[..., str]
+) -> None:
+    """Per-key order counts every key of a transaction, not only its first message's: B, written
+    after A and committed at once, shares A's second key and waits until A's back-check."""
+    topic = topic_factory(1)
+    first_a = b"a-first"
+    part = env.producer.partition_of("", [Msg(topic, b"", key=first_a)])
+    first_b = next(  # another first key on A's half partition, so one coordinator orders both
+        k for k in (f"b-first-{i}".encode() for i in range(1000)) if half_partition(k, PARTITIONS) == part
+    )
+    released = threading.Event()
+    check_server.script = lambda _req: TxState.COMMIT if released.is_set() else TxState.UNKNOWN
+    env.producer.heartbeat(check_server.url)
+    handle = env.start(max_checks=1000)
+
+    a = env.producer.transaction(
+        [Msg(topic, b"A1", key=first_a), Msg(topic, b"A2", key=b"shared")], TxState.UNKNOWN
+    )
+    env.producer.transaction(
+        [Msg(topic, b"B1", key=first_b), Msg(topic, b"B2", key=b"shared")], TxState.COMMIT
+    )
+
+    assert eventually(lambda: handle.service.stats["held_for_key_order"] >= 1)
+    assert eventually(lambda: check_server.calls_for(a))  # A is being checked, B is decided
+    assert read_topic(env.bootstrap, topic) == []  # B waits for A
+    released.set()
+
+    seen = wait_for(env.bootstrap, topic, 4)
+    assert [s.value for s in seen] == [b"A1", b"A2", b"B1", b"B2"]

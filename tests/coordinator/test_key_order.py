@@ -62,3 +62,45 @@ def test_transactions_without_keys_order_by_their_own_id_and_never_block_each_ot
     state.on_half(HalfMessage("b", 0, "orders", b"v", group="g", instance="i"), 1, 10, 1001)
     state.on_op(commit("b"))
     assert publish(state) == ["b"]
+
+
+def halves(state: PartitionState, tx: str, keys: list[bytes], offset: int) -> int:
+    for seq, key in enumerate(keys):
+        state.on_half(
+            HalfMessage(tx, seq, "orders", b"v", key=key, group="g", instance="i"), offset, 10, 1000
+        )
+        offset += 1
+    return offset
+
+
+def test_every_key_of_a_transaction_orders_it_not_only_the_first() -> None:
+    """A producer's transactions of several keys each (the Spark sink's rows of a task),
+    decided by back-checks in reverse: each waits for every earlier one it shares a key with."""
+    state = PartitionState(0)
+    offset = halves(state, "t1", [b"k0", b"k1", b"k0"], 0)
+    offset = halves(state, "t2", [b"k1", b"k0", b"k1"], offset)
+    halves(state, "t3", [b"k2", b"k1"], offset)
+    state.on_op(commit("t3", OpSource.CHECK))
+    state.on_op(commit("t2", OpSource.CHECK))
+    state.set_end_offset(8)  # a check's COMMIT has no count: complete once the end is read
+
+    assert publish(state) == []  # t3 shares k1 with t2 and t1, t2 shares both keys with t1
+    state.on_op(commit("t1", OpSource.CHECK))
+    state.set_end_offset(8)
+    assert publish(state) == ["t1", "t2", "t3"]
+
+
+def test_a_key_that_arrives_in_a_later_half_holds_later_transactions_too() -> None:
+    state = PartitionState(0)
+    state.on_half(HalfMessage("early", 0, "orders", b"v", key=b"a", group="g", instance="i"), 0, 10, 1000)
+    state.on_half(half("late", b"b"), 1, 10, 1001)
+    state.on_op(commit("late"))
+    assert publish(state) == ["late"]  # nothing of "early" has key b yet
+
+    state.on_half(half("later", b"c"), 2, 10, 1002)
+    state.on_half(HalfMessage("early", 1, "orders", b"v", key=b"c", group="g", instance="i"), 3, 10, 1003)
+    state.on_op(commit("later"))
+    assert publish(state) == []  # "early" began before "later" and now has its key
+
+    state.on_op(OpRecord("early", TxState.ROLLBACK, OpSource.CHECK, None, "g", "i"))
+    assert publish(state) == ["later"]

@@ -38,11 +38,11 @@ def half(tx: str, seq: int, key: bytes | None, value: bytes = b"v" * 40) -> Half
 
 
 def scan_ready_in_order(state: PartitionState) -> list[PendingTx]:
-    undecided: dict[bytes, int] = {}
+    undecided: dict[bytes, int] = {}  # per message key, the earliest first offset of an undecided tx with it
     for tx in state.pending.values():
-        if tx.phase in (Phase.OPEN, Phase.COMMITTED) and tx.halves and tx.halves[min(tx.halves)].key:
-            key, offset = tx.order_key(), tx.first_offset()
-            undecided[key] = min(undecided.get(key, offset), offset)
+        if tx.phase in (Phase.OPEN, Phase.COMMITTED):
+            for key in {h.key for h in tx.halves.values() if h.key is not None}:
+                undecided[key] = min(undecided.get(key, tx.first_offset()), tx.first_offset())
     committed = sorted(
         (t for t in state.pending.values() if t.phase in (Phase.COMMITTED, Phase.READY)),
         key=lambda t: t.decided_seq,
@@ -51,8 +51,8 @@ def scan_ready_in_order(state: PartitionState) -> list[PendingTx]:
     for tx in committed:
         if tx.phase is not Phase.READY:
             break
-        earlier = undecided.get(tx.order_key())
-        if earlier is not None and earlier < tx.first_offset():
+        keys = {h.key for h in tx.halves.values() if h.key is not None}
+        if any(undecided.get(key, tx.first_offset()) < tx.first_offset() for key in keys):
             continue
         out.append(tx)
     out.sort(key=PendingTx.first_offset)
@@ -114,7 +114,8 @@ class Walk:
     def more_halves(self) -> None:  # a further half of some transaction, or a duplicate
         tx = self.pick()
         seq = self.rng.randrange(self.sizes.get(tx.tx_id, 2))
-        self.state.on_half(half(tx.tx_id, seq, b"a"), self.offset, 50, self.now)
+        key = self.rng.choice([b"a", b"b", b"c", None])  # a transaction may carry several keys
+        self.state.on_half(half(tx.tx_id, seq, key), self.offset, 50, self.now)
         self.offset += 1
 
     def commit(self) -> None:  # a producer COMMIT with its count, or a check COMMIT without
