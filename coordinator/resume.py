@@ -134,7 +134,9 @@ class ExpiryResumer:
         expired = sorted(
             (
                 e
-                for e in list_expired(self._bootstrap, self._namespace, self._extra)
+                # Open transactions included: the expiry counted before this return may still be
+                # committing (the coordinator counts it when it fills the Kafka transaction).
+                for e in list_expired(self._bootstrap, self._namespace, self._extra, wait_for_open=True)
                 if e.group == back.group and e.resolved is None and e.partition in owned and e.messages
             ),
             key=_half_order,

@@ -94,11 +94,18 @@ class ExpiredTx:
         return sorted({m.topic for m in self.messages})
 
 
-def list_expired(bootstrap: str, namespace: str = DEFAULT_NAMESPACE, extra: Extra = None) -> list[ExpiredTx]:
-    """Every transaction in ``<ns>_expired``, oldest first, with an admin's decision if any."""
+def list_expired(
+    bootstrap: str, namespace: str = DEFAULT_NAMESPACE, extra: Extra = None, *, wait_for_open: bool = False
+) -> list[ExpiredTx]:
+    """Every transaction in ``<ns>_expired``, oldest first, with an admin's decision if any.
+
+    With ``wait_for_open``, expiries whose coordinator's Kafka transaction is still open are
+    waited for and listed too (the expiry resumer: a group that returns while an expiry of
+    it is being committed must be asked about it); without, only what is committed now.
+    """
     found: dict[str, ExpiredTx] = {}
     markers: dict[str, Marker] = {}
-    for msg in read_committed(bootstrap, Topics(namespace).expired, extra=extra):
+    for msg in read_committed(bootstrap, Topics(namespace).expired, wait_for_open=wait_for_open, extra=extra):
         marker = decode_marker(msg.headers(), msg.value())
         if marker is not None:
             markers.setdefault(marker.tx_id, marker)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
 from click.testing import CliRunner
 
+from coordinator.republisher import copy_aside
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
+from txbridge import kafka
+from txbridge.admin import list_expired
 from txbridge.tools.cli.main import main
-from txbridge.wire import OpSource, TxState, decode_op
+from txbridge.wire import HalfMessage, OpSource, TxState, decode_op
 
 pytestmark = pytest.mark.integration
 
@@ -79,3 +83,27 @@ def test_admin_resolve_of_an_unknown_tx_says_so(env: Env) -> None:
     )
     assert result.exit_code == 2
     assert "is not in" in result.output
+
+
+def test_an_expiry_still_being_committed_is_listed_when_the_listing_waits_for_open_ones(env: Env) -> None:
+    """The expiry resumer lists with ``wait_for_open``: a group that returns while an expiry of
+    it is in the coordinator's still-open Kafka transaction is asked about it; the admin listing
+    shows only what is committed."""
+    producer = kafka.producer(env.bootstrap, {}, transactional_id=f"{env.namespace}-expiring")
+    kafka.init_transactions(producer, 30)
+    producer.begin_transaction()
+    half = HalfMessage("tx-expiring", 0, "orders", b"v", key=b"k", group="orders", instance="inst-1")
+    out = copy_aside(env.topics.expired, half, "no decision after 2 back-checks", f"{env.topics.half}/0/5", 2)
+    producer.produce(out.topic, key=out.key, value=out.value, headers=out.headers)
+    producer.flush(30)
+
+    assert [e.tx_id for e in list_expired(env.bootstrap, env.namespace)] == []  # not committed yet
+    timer = threading.Timer(1.5, lambda: producer.commit_transaction(30))
+    timer.start()
+    try:
+        listed = list_expired(env.bootstrap, env.namespace, wait_for_open=True)
+    finally:
+        timer.join()
+    assert [(e.tx_id, e.group, e.partition, e.first_offset) for e in listed] == [
+        ("tx-expiring", "orders", 0, 5)
+    ]

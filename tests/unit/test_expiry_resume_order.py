@@ -43,7 +43,11 @@ def _resume(monkeypatch: pytest.MonkeyPatch, listed: list[ExpiredTx], *, limit: 
         assert state is TxState.COMMIT
         resolved.append(tx_id)
 
-    monkeypatch.setattr(txbridge.admin, "list_expired", lambda *_args: list(listed))
+    def list_expired(*_args: Any, wait_for_open: bool = False) -> list[ExpiredTx]:
+        assert wait_for_open, "an expiry still being committed must be listed too"
+        return list(listed)
+
+    monkeypatch.setattr(txbridge.admin, "list_expired", list_expired)
     monkeypatch.setattr(txbridge.admin, "resolve", resolve)
     checker = _AlwaysCommit()
     resumer = ExpiryResumer(
