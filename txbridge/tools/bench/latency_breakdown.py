@@ -35,6 +35,10 @@ c2       commit returned -> received (the watcher's fetch)
 Native is split at ``commit_transaction``'s return: the call (n1) and the watcher (n2). Broker and
 CreateTime timestamps have millisecond resolution (``a`` can come out slightly negative). The
 first ``--warmup`` orders of each path are left out (metadata, first AddPartitionsToTxn).
+The variants ``native_late`` (native produces after the DB commit, as the coordinator
+produces after a decision, so n1 holds AddPartitionsToTxn and Produce besides EndTxn) and
+``native_two_partitions`` (a second record to a one-partition topic, as the coordinator's
+positions record) give native the coordinator's shape, so n1 can be set against c1c.
 Prints p50 / p99 / mean per part, the p50 ratios, the load average, and the coordinator's
 commits, group-consumer fetches per second and CPU per second.
 
@@ -87,6 +91,12 @@ class Knobs:
     commit_interval_ms: int = 20
     watch_wait_ms: int = 10  # the watchers' fetch.wait.max.ms (the demo's: 10)
     single_producer: bool = False  # op records on the half records' producer (before URGENT_LINGER_MS)
+    # Native transactions also write a small record to a second, one-partition topic, as the
+    # coordinator's carry its positions record to <ns>_state: n1 then spans two partitions as c1c does.
+    native_two_partitions: bool = False
+    # Native produces after the DB commit, as the coordinator produces after the decision: n1 then
+    # holds AddPartitionsToTxn and Produce as c1c does, not only EndTxn.
+    native_produce_late: bool = False
 
 
 _LIBRDKAFKA_QUEUE = {"queued.min.messages": 100_000, "fetch.queue.backoff.ms": 1_000}  # its defaults
@@ -108,6 +118,9 @@ VARIANTS: dict[str, Knobs] = {
     "interval100": Knobs(commit_interval_ms=100),
     "watch_wait1": Knobs(watch_wait_ms=1),
     "watch_wait100": Knobs(watch_wait_ms=100),
+    "native_two_partitions": Knobs(native_two_partitions=True),
+    "native_late": Knobs(native_produce_late=True),
+    "native_late_two_partitions": Knobs(native_produce_late=True, native_two_partitions=True),
 }
 
 
@@ -122,6 +135,7 @@ class Spec:
     orders: int
     rate: float
     knobs: Knobs
+    native_state_topic: str = ""  # with knobs.native_two_partitions
 
 
 # ---------------------------------------------------------------------------- coordinator child
@@ -368,17 +382,26 @@ def _native_main(spec: Spec, out: Any, go: Any) -> None:
     for order in range(spec.orders):
         _pace(go_at, order, spec.rate)
         producer.begin_transaction()
-        producer.produce(topic, key=f"customer-{order % CUSTOMERS}", value=_value(order))
+        if not spec.knobs.native_produce_late:
+            _native_produce(producer, spec, topic, order)
         db.execute("BEGIN IMMEDIATE")
         db.execute("INSERT INTO orders VALUES (?, ?)", (order, _value(order)))
         inserted = time.time()
         db.execute("COMMIT")
         committed = time.time()
+        if spec.knobs.native_produce_late:
+            _native_produce(producer, spec, topic, order)
         producer.commit_transaction(30)
         rows.append((order, "", inserted, committed, time.time()))
     producer.flush(30)
     db.close()
     out.put(rows)
+
+
+def _native_produce(producer: Any, spec: Spec, topic: str, order: int) -> None:
+    producer.produce(topic, key=f"customer-{order % CUSTOMERS}", value=_value(order))
+    if spec.native_state_topic:  # about the size of the coordinator's positions record
+        producer.produce(spec.native_state_topic, key=b"0", value=b"{" + b"0" * 60 + b"}", partition=0)
 
 
 # ---------------------------------------------------------------------------- watcher child
@@ -481,9 +504,14 @@ def run_once(
     namespace = f"__txb_breakdown_{run}"
     topics = {"txbridge": f"breakdown-{run}-txbridge", "native": f"breakdown-{run}-native"}
     init_topics(bootstrap, namespace, PARTITIONS)
-    kafka.ensure_topics(bootstrap, [kafka.TopicSpec(t, PARTITIONS) for t in topics.values()])
+    state_topic = f"breakdown-{run}-native-state" if knobs.native_two_partitions else ""
+    kafka.ensure_topics(
+        bootstrap,
+        [kafka.TopicSpec(t, PARTITIONS) for t in topics.values()]
+        + ([kafka.TopicSpec(state_topic, 1)] if state_topic else []),
+    )
     work = tempfile.mkdtemp(prefix=f"txbridge-breakdown-{run}-")
-    spec = Spec(bootstrap, namespace, topics, work, orders, rate, knobs)
+    spec = Spec(bootstrap, namespace, topics, work, orders, rate, knobs, native_state_topic=state_topic)
     os.environ.setdefault(_SECRET_ENV, os.urandom(16).hex())  # children inherit it; never on argv
     ctx = multiprocessing.get_context("spawn")
     coord_out, coord_ready, coord_stop = ctx.Queue(), ctx.Event(), ctx.Event()
