@@ -136,10 +136,10 @@ def _republish(
 @contextmanager
 def _running_floor(
     bootstrap: str, commit_gap_s: float, extra: Extra = None
-) -> Iterator[tuple[str, str, Watcher]]:
+) -> Iterator[tuple[str, str, Watcher, int | None]]:
     """Fresh half/op/real topics, a republisher and a watcher of ``real``, both running.
 
-    Yields ``(half, op, watcher)``; stops both and deletes the topics on exit.
+    Yields ``(half, op, watcher, republisher's pid)``; stops both and deletes the topics on exit.
     """
     from txbridge.tools.bench.txbridge_runs import Watcher
 
@@ -163,7 +163,7 @@ def _running_floor(
     try:
         if not ready.wait(60):
             raise RuntimeError("the floor's republisher did not start")
-        yield half, op, watcher
+        yield half, op, watcher, republisher.pid
     finally:
         stop.set()
         watcher.close()
@@ -189,15 +189,19 @@ def floor(
 
     ``extra``: the cluster's client settings (librdkafka names), for every client of the floor.
     """
-    with _running_floor(bootstrap, commit_gap_s=0.0, extra=extra) as (half, op, watcher):
+    with _running_floor(bootstrap, commit_gap_s=0.0, extra=extra) as (half, op, watcher, republisher):
+        # This process produces and reads (the watcher); with the republisher, the floor's
+        # clients, set against txbridge's producers, reader and coordinator.
+        clients = CpuMeter({"republisher": republisher, "producer_and_reader": os.getpid()})
         meter.start()
+        clients.start()
         started = time.time()
         seconds, cpu = produce_side(
             bootstrap, half, op, size=size, count=count, in_flight=in_flight, extra=extra
         )
         if not watcher.wait(count, timeout=120):
             raise RuntimeError(f"only {len(watcher.seen)} of {count} floor messages became visible")
-        used = meter.per_message(count)
+        used = {**meter.per_message(count), **clients.per_message(count)}
         elapsed = max(watcher.seen.values()) - started
     params: dict[str, object] = {"size": size, "count": count, "in_flight": in_flight}
     return (
@@ -264,7 +268,12 @@ def floor_latency(
         BenchError: some committed messages never became visible.
     """
     total = max(1, int(rate * duration_s))
-    with _running_floor(bootstrap, commit_gap_s=COORDINATOR_COMMIT_GAP_S, extra=extra) as (half, op, watcher):
+    with _running_floor(bootstrap, commit_gap_s=COORDINATOR_COMMIT_GAP_S, extra=extra) as (
+        half,
+        op,
+        watcher,
+        _,
+    ):
         committed = produce_open_loop(bootstrap, half, op, size=size, rate=rate, count=total, extra=extra)
         watcher.wait(total, timeout=60)
         seen = dict(watcher.seen)

@@ -241,7 +241,11 @@ def end_to_end(
             error = ready.get(timeout=120)
             if error:
                 raise BenchError(f"an end-to-end producer did not start: {error}")
+        # This process (the watcher's reader) and the producers' (each says its own, as it ends),
+        # set against the floor's clients.
+        clients = CpuMeter({"reader": os.getpid()})
         meter.start()
+        clients.start()
         started = time.time()
         go.set()
         for proc in procs:
@@ -251,7 +255,9 @@ def end_to_end(
             raise BenchError(f"{len(failed)} end-to-end producer processes failed (exit codes {failed})")
         if not watcher.wait(count, timeout=120):
             raise BenchError(f"only {len(watcher.seen)} of {count} committed messages became visible")
-        cpu = meter.per_message(count)
+        sending = sum(float(ready.get(timeout=30)) for _ in procs)
+        cpu = {**meter.per_message(count), **clients.per_message(count)}
+        cpu["producers_cpu_us_per_msg"] = sending / count * 1e6
         last = max(watcher.seen.values())
     finally:
         for proc in procs:
@@ -281,7 +287,8 @@ class _E2EShare:
 
 
 def _e2e_producer(share: _E2EShare, ready: Any, go: Any) -> None:
-    """A producer process: start, say so, wait for the go, send its share of transactions."""
+    """A producer process: start, say so, wait for the go, send its share of transactions, then
+    put the CPU seconds the sending took (all its threads: librdkafka's too) on ``ready``."""
 
     async def main() -> None:
         value = payload(share.size)
@@ -294,8 +301,10 @@ def _e2e_producer(share: _E2EShare, ready: Any, go: Any) -> None:
         try:
             ready.put("")
             await asyncio.to_thread(go.wait)
+            began = time.process_time()
             msgs = (Message(share.topic, value, key=str(i % 4096).encode()) for i in share.indexes)
             await _send_many(producer, msgs, share.in_flight, _always(TxState.COMMIT), {})
+            ready.put(time.process_time() - began)
         finally:
             await producer.close()
 
