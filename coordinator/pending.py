@@ -219,12 +219,6 @@ class PendingTx:
         h = self._halves
         return 0 if h is None else 1 if isinstance(h, HalfRef) else len(h)
 
-    def _first_half(self) -> HalfRef | None:
-        h = self._halves
-        if h is None or isinstance(h, HalfRef):
-            return h
-        return h[min(h)]
-
     def ordered_halves(self) -> list[HalfRef]:
         h = self._halves
         if h is None:
