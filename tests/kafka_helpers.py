@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,3 +92,13 @@ def delete_topics(bootstrap: str, names: Iterable[str], *, extra: Mapping[str, A
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise
+
+
+def eventually(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2) -> Any:
+    """Poll ``predicate`` until it returns something truthy (visibility waits, not performance)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)

@@ -9,7 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from tests.consumers.conftest import FAST_GROUP, Calls, end_offsets, wait_committed
-from tests.kafka_helpers import wait_for
+from tests.kafka_helpers import eventually, wait_for
+from txbridge import kafka
 from txbridge.consumer import ConsumedMessage, ConsumeOrderlyStatus, OrderlyConsumer, OrderlyContext
 from txbridge.errors import ConfigurationError
 from txbridge.ordered import OrderedMessage, OrderedProducer, select_partition
@@ -179,17 +180,27 @@ def test_malformed_subscription_fails_at_subscribe_time(expression: str) -> None
         OrderlyConsumer("localhost:1", "g", "t", lambda m, c: SUCCESS, subscription=expression)
 
 
+def _members_with_partitions(bootstrap: str, group: str) -> int:
+    admin = kafka.admin(bootstrap)  # held: its futures never complete once it is collected
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    return sum(1 for m in described.members if m.assignment and m.assignment.topic_partitions)
+
+
 def test_rebalance_to_a_second_member_skips_nothing_and_keeps_key_order(
     kafka_bootstrap: str, topic_factory: Callable[..., str], group_factory: Callable[[], str], calls: Calls
 ) -> None:
     topic = topic_factory(partitions=4)
     group = group_factory()
     keys = [f"key{i}" for i in range(8)]
-    with OrderedProducer(kafka_bootstrap) as producer:
-        for seq in range(40):
-            for key in keys:
-                producer.send(topic, f"{key}:{seq}".encode(), key=key.encode())
+    # Every partition carries keys, so whichever the second member gets, it has work.
+    assert {select_partition(OrderedMessage(topic, b"", key=k.encode()), 4) for k in keys} == {0, 1, 2, 3}
     members: dict[str, set[str]] = {"first": set(), "second": set()}
+
+    def send(seqs: range) -> None:
+        with OrderedProducer(kafka_bootstrap) as producer:
+            for seq in seqs:
+                for key in keys:
+                    producer.send(topic, f"{key}:{seq}".encode(), key=key.encode())
 
     def listener_of(name: str) -> Callable[[ConsumedMessage, OrderlyContext], ConsumeOrderlyStatus]:
         def listener(message: ConsumedMessage, _context: OrderlyContext) -> ConsumeOrderlyStatus:
@@ -200,17 +211,24 @@ def test_rebalance_to_a_second_member_skips_nothing_and_keeps_key_order(
 
         return listener
 
+    send(range(40))
     first = OrderlyConsumer(kafka_bootstrap, group, topic, listener_of("first"), extra_config=FAST_GROUP)
     second = OrderlyConsumer(kafka_bootstrap, group, topic, listener_of("second"), extra_config=FAST_GROUP)
     with first:
         calls.wait_until(lambda items: len(items) >= 60)
         with second:
-            done = calls.wait_until(lambda items: set(items) >= {(k, s) for k in keys for s in range(40)})
+            # The first member alone may finish the backlog before the group rebalances, so the
+            # rest is sent once both members hold partitions: the second then has work for sure.
+            assert eventually(lambda: _members_with_partitions(kafka_bootstrap, group) == 2, timeout=30), (
+                "the group never gave both members partitions"
+            )
+            send(range(40, 80))
+            done = calls.wait_until(lambda items: set(items) >= {(k, s) for k in keys for s in range(80)})
 
-    assert members["second"], "the second member never got a partition"
+    assert members["second"], "the second member never processed a message"
     for key in keys:
         firsts: list[int] = []
         for k, seq in done:
             if k == key and seq not in firsts:
                 firsts.append(seq)
-        assert firsts == list(range(40)), key  # nothing skipped, first-time processing in order
+        assert firsts == list(range(80)), key  # nothing skipped, first-time processing in order

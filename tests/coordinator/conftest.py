@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from coordinator.service import Coordinator
 from coordinator.state import PartitionState
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.wire_producer import WireProducer
+from tests.kafka_helpers import eventually  # noqa: F401  (the coordinator tests import it from here)
 from txbridge.wire import Topics
 
 SECRET = "test-secret-1"  # noqa: S105 - a test-only HMAC secret
@@ -113,13 +113,3 @@ def check_server() -> Iterator[CheckServer]:
     server = CheckServer(SECRET.encode()).start()
     yield server
     server.stop()
-
-
-def eventually(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2) -> Any:
-    """Poll ``predicate`` until it returns something truthy (visibility waits, not performance)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)
