@@ -1,8 +1,9 @@
 """Where txbridge's commit-to-visible time goes at light load, beside native Kafka transactions.
 
-``python -m txbridge.tools.bench.latency_breakdown [--orders 300] [--rate 20] [--repeats 3] [--variant NAME]``
+``python -m txbridge.tools.bench.latency_breakdown [--orders 300] [--rate 20] [--partitions 3]
+[--repeats 3] [--variant NAME]``
 
-Each run of a variant has its own namespace and topics (3 partitions, as the demo's) and
+Each run of a variant has its own namespace and topics (3 partitions, as the demo's; ``--partitions``) and
 four child processes, so no two of them share a GIL:
 
 - a coordinator (``coordinator.service.Coordinator``, instrumented by subclassing its public
@@ -136,6 +137,7 @@ class Spec:
     rate: float
     knobs: Knobs
     native_state_topic: str = ""  # with knobs.native_two_partitions
+    partitions: int = PARTITIONS  # of the namespace and of both real topics
 
 
 # ---------------------------------------------------------------------------- coordinator child
@@ -337,7 +339,7 @@ def _txbridge_main(spec: Spec, out: Any, go: Any) -> None:
         secret=os.environ[_SECRET_ENV],
         check=barrier.check,
         namespace=spec.namespace,
-        partitions=PARTITIONS,
+        partitions=spec.partitions,
         extra_config=dict(spec.knobs.sdk_extra),
     )
     rows: list[Row] = []
@@ -416,7 +418,7 @@ def _watch_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
             f"breakdown-watch-{uuid.uuid4().hex[:8]}",
             fetch_wait_max_ms=spec.knobs.watch_wait_ms,
         )
-        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in range(PARTITIONS)])
+        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in range(spec.partitions)])
         consumer.consume(1, 0.5)  # connects and fetches once before the first order
         assigned.set()
         try:
@@ -470,18 +472,18 @@ class RunResult:
     coordinator: dict[str, int]
 
 
-def _op_append_times(bootstrap: str, topic: str) -> dict[str, int]:
+def _op_append_times(bootstrap: str, topic: str, partitions: int) -> dict[str, int]:
     """tx id -> the op record's LogAppendTime (ms), read from the start to the end of ``topic``."""
     consumer = kafka.consumer(bootstrap, f"breakdown-ops-{uuid.uuid4().hex[:8]}")
     ends = {}
-    for p in range(PARTITIONS):
+    for p in range(partitions):
         _low, high = consumer.get_watermark_offsets(kafka.partition_at(topic, p), timeout=10)
         ends[p] = high
-    consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in range(PARTITIONS)])
+    consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in range(partitions)])
     appended: dict[str, int] = {}
     done = {p for p, end in ends.items() if end <= 0}
     deadline = time.monotonic() + 30
-    while len(done) < PARTITIONS and time.monotonic() < deadline:
+    while len(done) < partitions and time.monotonic() < deadline:
         for msg in kafka.consume_available(consumer, 1000, 0.2):
             if msg.error() is not None:
                 continue
@@ -495,7 +497,14 @@ def _op_append_times(bootstrap: str, topic: str) -> dict[str, int]:
 
 
 def run_once(
-    bootstrap: str, variant: str, knobs: Knobs, *, orders: int, rate: float, warmup: int
+    bootstrap: str,
+    variant: str,
+    knobs: Knobs,
+    *,
+    orders: int,
+    rate: float,
+    warmup: int,
+    partitions: int = PARTITIONS,
 ) -> RunResult:
     """One side-by-side run of ``variant``: its own namespace and topics, deleted afterwards."""
     from txbridge.topics import init_topics
@@ -503,15 +512,15 @@ def run_once(
     run = uuid.uuid4().hex[:8]
     namespace = f"__txb_breakdown_{run}"
     topics = {"txbridge": f"breakdown-{run}-txbridge", "native": f"breakdown-{run}-native"}
-    init_topics(bootstrap, namespace, PARTITIONS)
+    init_topics(bootstrap, namespace, partitions)
     state_topic = f"breakdown-{run}-native-state" if knobs.native_two_partitions else ""
     kafka.ensure_topics(
         bootstrap,
-        [kafka.TopicSpec(t, PARTITIONS) for t in topics.values()]
+        [kafka.TopicSpec(t, partitions) for t in topics.values()]
         + ([kafka.TopicSpec(state_topic, 1)] if state_topic else []),
     )
     work = tempfile.mkdtemp(prefix=f"txbridge-breakdown-{run}-")
-    spec = Spec(bootstrap, namespace, topics, work, orders, rate, knobs, native_state_topic=state_topic)
+    spec = Spec(bootstrap, namespace, topics, work, orders, rate, knobs, state_topic, partitions)
     os.environ.setdefault(_SECRET_ENV, os.urandom(16).hex())  # children inherit it; never on argv
     ctx = multiprocessing.get_context("spawn")
     coord_out, coord_ready, coord_stop = ctx.Queue(), ctx.Event(), ctx.Event()
@@ -551,7 +560,7 @@ def run_once(
         load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
         coord_stop.set()
         coordinator = _get(coord_out, procs, 60)
-        appended = _op_append_times(bootstrap, f"{namespace}_op")
+        appended = _op_append_times(bootstrap, f"{namespace}_op", partitions)
     finally:
         watch_stop.set()
         coord_stop.set()
@@ -818,6 +827,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--orders", type=int, default=300, help="orders per path and run")
     parser.add_argument("--rate", type=float, default=20.0, help="orders per second per path")
     parser.add_argument("--warmup", type=int, default=20, help="first orders of each run left out")
+    parser.add_argument(
+        "--partitions", type=int, default=PARTITIONS, help="of the namespace and both topics (bench: 12)"
+    )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument(
         "--variant", action="append", choices=sorted(VARIANTS), help="repeatable; default: all"
@@ -848,7 +860,13 @@ def main(argv: list[str] | None = None) -> None:
     for repeat in range(args.repeats):
         for name in names:
             result = run_once(
-                args.bootstrap, name, VARIANTS[name], orders=args.orders, rate=args.rate, warmup=args.warmup
+                args.bootstrap,
+                name,
+                VARIANTS[name],
+                orders=args.orders,
+                rate=args.rate,
+                warmup=args.warmup,
+                partitions=args.partitions,
             )
             result = replace(result, variant=f"{name} #{repeat + 1}")
             results.append(result)
