@@ -102,6 +102,18 @@ def test_rocketmq_beside_txbridge_with_the_same_load_and_the_ratios(
         assert ratios[f"txbridge / rocketmq commit-to-visible {percentile}"] == pytest.approx(
             same_rate["values"][f"{percentile}_ms"] / latency["values"][f"{percentile}_ms"], rel=0.01
         )
+    # A Kafka transaction begun after the decision, at the same rate: what txbridge cannot shed.
+    decided = figures["kafka txn after decision (RocketMQ's rate)"]
+    assert decided["values"]["rate_msgs_per_s"] == rate
+    assert decided["messages"] == int(rate * decided["seconds"])
+    assert 0 < decided["values"]["p50_ms"] <= decided["values"]["p99_ms"]
+    assert ratios["kafka txn after decision / rocketmq commit-to-visible p50"] == pytest.approx(
+        decided["values"]["p50_ms"] / latency["values"]["p50_ms"], rel=0.01
+    )
+    assert ratios["txbridge / kafka txn after decision p50"] == pytest.approx(
+        same_rate["values"]["p50_ms"] / decided["values"]["p50_ms"], rel=0.01
+    )
+    assert "kafka txn after decision" in done.stdout
     assert data["machine"]["rocketmq"] == jars.ROCKETMQ_VERSION
     assert data["skipped"] == {}
     # On someone else's RocketMQ the bench removes the topics it made.

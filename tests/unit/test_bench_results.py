@@ -114,3 +114,18 @@ def test_txbridge_latency_is_set_against_rocketmqs_at_rocketmqs_rate_p50_and_p99
     assert ratios(figures) == pytest.approx(
         {"txbridge / rocketmq commit-to-visible p50": 0.5, "txbridge / rocketmq commit-to-visible p99": 0.5}
     )
+
+
+def test_a_kafka_transaction_after_the_decision_is_set_against_both_at_rocketmqs_rate() -> None:
+    figures = [
+        latency("txbridge commit-to-visible (RocketMQ's rate)", 6.0),
+        latency("rocketmq commit-to-visible", 3.0),
+        latency("kafka txn after decision (RocketMQ's rate)", 4.0),
+    ]
+
+    got = ratios(figures)
+
+    assert got["kafka txn after decision / rocketmq commit-to-visible p50"] == pytest.approx(4.0 / 3.0)
+    assert got["txbridge / kafka txn after decision p50"] == pytest.approx(1.5)
+    # Without RocketMQ's figure only the ratio to txbridge is there.
+    assert set(ratios([figures[0], figures[2]])) == {"txbridge / kafka txn after decision p50"}

@@ -68,6 +68,17 @@ def ratios(figures: Sequence[Figure]) -> dict[str, float]:
                 out[f"txbridge / rocketmq commit-to-visible {percentile}"] = (
                     txbridge.values[f"{percentile}_ms"] / rmq.values[f"{percentile}_ms"]
                 )
+    # What stands between them: a Kafka transaction begun after the decision, at the same rate.
+    kafka_txn = by_name.get("kafka txn after decision (RocketMQ's rate)")
+    if kafka_txn is not None and kafka_txn.values.get("p50_ms", 0.0) > 0:
+        if rmq is not None and rmq.values.get("p50_ms", 0.0) > 0:
+            out["kafka txn after decision / rocketmq commit-to-visible p50"] = (
+                kafka_txn.values["p50_ms"] / rmq.values["p50_ms"]
+            )
+        if txbridge is not None:
+            out["txbridge / kafka txn after decision p50"] = (
+                txbridge.values["p50_ms"] / kafka_txn.values["p50_ms"]
+            )
     return out
 
 

@@ -205,6 +205,7 @@ def _rocketmq(run: StepRun) -> list[Figure]:
     # The real RocketMQ with txbridge's message size and in-flight count; its figures come first.
     from txbridge.tools.bench import rocketmq
     from txbridge.tools.bench import txbridge_runs as tb
+    from txbridge.tools.bench.kafka_native import after_decision_latency
 
     m = run.mode
 
@@ -213,9 +214,25 @@ def _rocketmq(run: StepRun) -> list[Figure]:
 
     rate = run.half_of_saturated()
     comparison = rocketmq.Comparison(run.size, run.in_flight, m.native_s, m.latency_s, rate)
-    return rocketmq.run(
+    figures = rocketmq.run(
         run.rocketmq, comparison, run.env.work, txbridge_latency=txbridge_latency, progress=run.progress
     )
+    # What a Kafka transaction alone costs after the decision, at the same rate: the part of
+    # txbridge's commit-to-visible no republisher over Kafka transactions can avoid.
+    same_rate = next(f.values["rate_msgs_per_s"] for f in figures if f.name == "rocketmq commit-to-visible")
+    run.progress(f"a Kafka transaction begun after the decision, at the same {same_rate:,.0f} msgs/s ...")
+    figures.append(
+        after_decision_latency(
+            run.bootstrap,
+            run.env.topic("decided"),
+            run.env.topic("decided-state", partitions=1),
+            size=run.size,
+            rate=same_rate,
+            duration_s=m.latency_s,
+            extra=run.extra,
+        )
+    )
+    return figures
 
 
 def _registry(*steps: Step) -> dict[str, Step]:
