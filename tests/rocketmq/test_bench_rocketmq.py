@@ -114,6 +114,11 @@ def test_rocketmq_beside_txbridge_with_the_same_load_and_the_ratios(
         same_rate["values"]["p50_ms"] / decided["values"]["p50_ms"], rel=0.01
     )
     assert "kafka txn after decision" in done.stdout
+    # What each costs per message at that rate: txbridge's coordinator and producer, the Kafka
+    # transaction's producer (this process runs both producers).
+    assert same_rate["values"]["coordinator_cpu_us_per_msg"] > 0
+    assert same_rate["values"]["producer_cpu_us_per_msg"] > 0
+    assert decided["values"]["producer_cpu_us_per_msg"] > 0
     assert data["machine"]["rocketmq"] == jars.ROCKETMQ_VERSION
     assert data["skipped"] == {}
     # On someone else's RocketMQ the bench removes the topics it made.

@@ -395,6 +395,7 @@ def after_decision_latency(
     rate: float,
     duration_s: float,
     extra: Mapping[str, Any] | None = None,
+    meter: CpuMeter = NO_METER,
 ) -> Figure:
     """A Kafka transaction begun after the decision, open loop at ``rate``: decision to visible.
 
@@ -403,7 +404,8 @@ def after_decision_latency(
     small record to the one-partition ``state_topic`` (as the coordinator writes its positions),
     ``commit_transaction``. The clock starts before the first produce and stops when a
     read_committed consumer sees the message. txbridge's commit-to-visible holds this and the op
-    record's trip to the coordinator.
+    record's trip to the coordinator. ``meter``'s processes' CPU over the open loop goes into the
+    figure, per message.
 
     Raises:
         BenchError: a producer failed, or some committed messages never became visible.
@@ -415,7 +417,9 @@ def after_decision_latency(
     watcher = Watcher(bootstrap, topic, extra).start()
     try:
         loop.start()
+        meter.start()
         loop.run(total, rate)
+        cpu = meter.per_message(total)
         watcher.wait(total, timeout=60)
         seen = dict(watcher.seen)
     finally:
@@ -429,6 +433,7 @@ def after_decision_latency(
         rate=rate,
         duration_s=duration_s,
     )
+    figure.values.update(cpu)
     figure.params["producers"] = AFTER_DECISION_PRODUCERS
     figure.params["clock_starts"] = "before the transaction's first produce"
     return figure

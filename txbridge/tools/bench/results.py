@@ -124,6 +124,7 @@ _UNITS = {
     "broker_cpu_us_per_msg": "broker CPU µs/msg",
     "coordinator_cpu_us_per_msg": "coordinator CPU µs/msg",
     "producers_cpu_us_per_msg": "producers' CPU µs/msg",
+    "producer_cpu_us_per_msg": "producer CPU µs/msg",
     "reader_cpu_us_per_msg": "reader CPU µs/msg",
     "republisher_cpu_us_per_msg": "republisher CPU µs/msg",
     "producer_and_reader_cpu_us_per_msg": "producer + reader CPU µs/msg",

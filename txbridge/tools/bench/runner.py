@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import uuid
 from pathlib import Path
@@ -80,14 +81,17 @@ class BenchRun:
             self._coordinator.start().wait_ready()
         return self._ns
 
-    def meter(self, *, coordinator: bool = False) -> CpuMeter:
-        """CPU of the local broker (when the run uses it) and, if asked, of the shared coordinator."""
+    def meter(self, *, coordinator: bool = False, producer: bool = False) -> CpuMeter:
+        """CPU of the local broker (when the run uses it) and, if asked, of the shared coordinator
+        and of this process (``producer``: for steps whose producers run here)."""
         from txbridge.tools.local.broker import LocalKafka
 
         status = LocalKafka.from_home().status()
         pids = {"broker": status.pid if status.running and status.bootstrap == self.bootstrap else None}
         if coordinator and self._coordinator is not None:
             pids["coordinator"] = self._coordinator.pid
+        if producer:
+            pids["producer"] = os.getpid()
         return CpuMeter(pids)
 
     def half_of_saturated(self) -> float:

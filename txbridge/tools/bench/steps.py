@@ -66,7 +66,7 @@ class StepRun(Protocol):
 
     def shared_namespace(self) -> str: ...
 
-    def meter(self, *, coordinator: bool = False) -> CpuMeter: ...
+    def meter(self, *, coordinator: bool = False, producer: bool = False) -> CpuMeter: ...
 
     def half_of_saturated(self) -> float: ...
 
@@ -210,7 +210,11 @@ def _rocketmq(run: StepRun) -> list[Figure]:
     m = run.mode
 
     def txbridge_latency(rate: float) -> Figure:
-        return tb.latency(run.env, run.shared_namespace(), size=run.size, rate=rate, duration_s=m.latency_s)
+        ns = run.shared_namespace()
+        # The broker, the coordinator and this process (the producer): what a lone transaction
+        # costs each at this rate, set against the Kafka transaction's alone below.
+        meter = run.meter(coordinator=True, producer=True)
+        return tb.latency(run.env, ns, size=run.size, rate=rate, duration_s=m.latency_s, meter=meter)
 
     rate = run.half_of_saturated()
     comparison = rocketmq.Comparison(run.size, run.in_flight, m.native_s, m.latency_s, rate)
@@ -230,6 +234,7 @@ def _rocketmq(run: StepRun) -> list[Figure]:
             rate=same_rate,
             duration_s=m.latency_s,
             extra=run.extra,
+            meter=run.meter(producer=True),
         )
     )
     return figures

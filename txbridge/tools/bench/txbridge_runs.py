@@ -311,8 +311,13 @@ def _e2e_producer(share: _E2EShare, ready: Any, go: Any) -> None:
     asyncio.run(main())
 
 
-def latency(env: Env, ns: str, *, size: int, rate: float, duration_s: float) -> Figure:
-    """Open-loop: a transaction starts every 1/rate s whatever the others do; commit-to-visible."""
+def latency(
+    env: Env, ns: str, *, size: int, rate: float, duration_s: float, meter: CpuMeter = NO_METER
+) -> Figure:
+    """Open-loop: a transaction starts every 1/rate s whatever the others do; commit-to-visible.
+
+    ``meter``'s processes' CPU over the open loop goes into the figure, per message.
+    """
     topic = env.topic("latency")
     value = payload(size)
     watcher = Watcher(env.bootstrap, topic, env.extra).start()
@@ -338,12 +343,14 @@ def latency(env: Env, ns: str, *, size: int, rate: float, duration_s: float) -> 
             await asyncio.gather(*tasks)
 
     try:
+        meter.start()
         asyncio.run(main())
+        cpu = meter.per_message(total)
         watcher.wait(total, timeout=60)
         seen = dict(watcher.seen)
     finally:
         watcher.close()
-    return latency_figure(
+    figure = latency_figure(
         "txbridge commit-to-visible",
         committed,
         seen,
@@ -352,6 +359,8 @@ def latency(env: Env, ns: str, *, size: int, rate: float, duration_s: float) -> 
         rate=rate,
         duration_s=duration_s,
     )
+    figure.values.update(cpu)
+    return figure
 
 
 def backcheck_drain(env: Env, *, size: int, count: int, concurrency: int) -> Figure:
