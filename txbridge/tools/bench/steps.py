@@ -205,7 +205,7 @@ def _rocketmq(run: StepRun) -> list[Figure]:
     # The real RocketMQ with txbridge's message size and in-flight count; its figures come first.
     from txbridge.tools.bench import rocketmq
     from txbridge.tools.bench import txbridge_runs as tb
-    from txbridge.tools.bench.kafka_native import after_decision_latency
+    from txbridge.tools.bench.after_decision import after_decision_latency
 
     m = run.mode
 
