@@ -10,8 +10,15 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from txbridge import kafka
-from txbridge.tools.bench.kafka_native import NO_METER, BenchError, CpuMeter, Figure, latency_figure, payload
+from txbridge.tools.bench.kafka_native import (
+    NO_METER,
+    BenchError,
+    CpuMeter,
+    Figure,
+    latency_figure,
+    payload,
+    started_at,
+)
 from txbridge.tools.bench.txbridge_runs import Watcher
 from txbridge.wire import H_TX
 
@@ -60,18 +67,10 @@ class _AfterDecision:
 
     def _worker(self, index: int) -> None:
         bootstrap, topic, state_topic, value, extra = self._args
-        try:
-            producer = kafka.producer(
-                bootstrap, extra, transactional_id=f"bench-decided-{self._run}-{index}", linger_ms=0
-            )
-            producer.init_transactions(30)
-        except BaseException as exc:
-            self.errors.append(exc)
-            self._ready.abort()
-            return
-        try:
-            self._ready.wait()
-        except threading.BrokenBarrierError:
+        producer = started_at(
+            self._ready, self.errors, bootstrap, extra, f"bench-decided-{self._run}-{index}"
+        )
+        if producer is None:
             return
         while (item := self._work.get()) is not None:
             tx = f"{self._run}-{item}"

@@ -135,6 +135,29 @@ def raw_produce(
     )
 
 
+def started_at(
+    ready: threading.Barrier,
+    errors: list[BaseException],
+    bootstrap: str,
+    extra: Mapping[str, Any] | None,
+    transactional_id: str,
+) -> Any:
+    """A transactional producer (no linger), initialised, released once every thread at ``ready``
+    is; None when it or another could not start (its error goes on ``errors``, ``ready`` breaks)."""
+    try:
+        producer = kafka.producer(bootstrap, extra, transactional_id=transactional_id, linger_ms=0)
+        producer.init_transactions(30)
+    except BaseException as exc:
+        errors.append(exc)
+        ready.abort()
+        return None
+    try:
+        ready.wait()
+    except threading.BrokenBarrierError:
+        return None
+    return producer
+
+
 class _NativeLoops:
     """``concurrency`` threads, each a transactional producer looping begin / produce / commit.
 
@@ -176,21 +199,10 @@ class _NativeLoops:
         self._stop_at = self.started + self._duration_s
 
     def _worker(self, index: int) -> None:
-        try:
-            producer = kafka.producer(
-                self._bootstrap,
-                self._extra,
-                transactional_id=f"bench-{uuid.uuid4().hex[:8]}-{index}",
-                linger_ms=0,
-            )
-            producer.init_transactions(30)
-        except BaseException as exc:
-            self.errors.append(exc)
-            self._ready.abort()
-            return
-        try:
-            self._ready.wait()
-        except threading.BrokenBarrierError:
+        producer = started_at(
+            self._ready, self.errors, self._bootstrap, self._extra, f"bench-{uuid.uuid4().hex[:8]}-{index}"
+        )
+        if producer is None:
             return
         try:
             while time.perf_counter() < self._stop_at:
