@@ -198,6 +198,16 @@ class CommitCycle:
         ``commit_pace_ms``) their pace over."""
         return self.work.ready - self.in_flight.keys() - self._pacing()
 
+    def behind_in_flight(self) -> set[int]:
+        """Partitions with a transaction ready to republish behind their commit in flight.
+
+        Only these need the loop to look again as soon as a commit ends. A commit with nothing
+        behind it is collected at the loop's next turn (a record, or the interval's tick), which
+        delays nothing anybody waits for; looking every millisecond for every commit in flight
+        kept the loop turning through each lone transaction's whole commit, for nothing.
+        """
+        return self.work.ready & self.in_flight.keys()
+
     def _pacing(self) -> set[int]:
         """Partitions whose pace is not over yet."""
         if not self._paced_until:

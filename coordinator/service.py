@@ -437,7 +437,7 @@ class Coordinator:
             if self.failures.clients is not None:
                 self._clients.rejoin()
                 continue
-            if cycle.in_flight:  # their ends start the next commits: look again within a millisecond
+            if cycle.behind_in_flight():  # their ends start the next commits: look within a millisecond
                 wait = 0.001
             elif cycle.waiting():
                 wait = 0.0

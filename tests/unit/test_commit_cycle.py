@@ -190,9 +190,11 @@ def test_what_becomes_ready_during_a_commit_goes_into_the_next(parts: Parts) -> 
     producer.hold = threading.Event()
     parts.commit_tx("t1")
     parts.cycle.start(everything=False)
+    assert parts.cycle.behind_in_flight() == set(), "nothing waits for the lone commit to end"
     parts.commit_tx("t2")
     parts.commit_tx("t3")
 
+    assert parts.cycle.behind_in_flight() == {0}, "the loop must look for the commit's end"
     assert parts.cycle.waiting() == set(), "a second commit of the partition while one is in flight"
     parts.cycle.start(everything=True)
     parts.cycle.collect()
