@@ -8,7 +8,7 @@ from txbridge.tools.bench.runner import BenchRun, Mode
 
 pytestmark = pytest.mark.integration
 
-TINY = Mode(raw_count=2_000, native_s=1.0, e2e_count=100, latency_s=1.0, checks=10, pending=10)
+TINY = Mode(raw_count=2_000, native_s=1.0, e2e_count=100, e2e_warmup=20, latency_s=1.0, checks=10, pending=10)
 
 
 def test_raw_native_and_floor_latency_steps_by_name(kafka_bootstrap: str) -> None:

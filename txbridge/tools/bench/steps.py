@@ -27,6 +27,8 @@ class Mode:
     raw_count: int
     native_s: float
     e2e_count: int
+    #: Transactions through txbridge (and the floor) before the counted run, as many: see :func:`_e2e`.
+    e2e_warmup: int
     latency_s: float
     checks: int
     pending: int
@@ -34,10 +36,22 @@ class Mode:
 
 MODES = {
     "quick": Mode(
-        raw_count=50_000, native_s=5.0, e2e_count=3_000, latency_s=5.0, checks=1_000, pending=10_000
+        raw_count=50_000,
+        native_s=5.0,
+        e2e_count=3_000,
+        e2e_warmup=3_000,
+        latency_s=5.0,
+        checks=1_000,
+        pending=10_000,
     ),
     "full": Mode(
-        raw_count=500_000, native_s=20.0, e2e_count=30_000, latency_s=20.0, checks=10_000, pending=100_000
+        raw_count=500_000,
+        native_s=20.0,
+        e2e_count=30_000,
+        e2e_warmup=30_000,
+        latency_s=20.0,
+        checks=10_000,
+        pending=100_000,
     ),
 }
 
@@ -118,6 +132,13 @@ def _e2e(run: StepRun) -> list[Figure]:
     from txbridge.tools.bench import txbridge_runs as tb
 
     ns = run.shared_namespace()  # starts the coordinator, whose CPU the meter reads
+    # A warm-up as long as the counted run and not counted, as RocketMQ's (rocketmq.py): the
+    # coordinator's first seconds (its clients joining, its producers' first transactions) and
+    # the broker's code for fetching, groups and transactions over many partitions, which the
+    # raw and native steps before do not warm (its CPU per message kept falling over the first
+    # 30,000 transactions: docs/results/2026-11-27-warm-up.md). The floor gets the same.
+    run.progress(f"warming up: {run.mode.e2e_warmup:,} transactions through txbridge, not counted ...")
+    tb.end_to_end(run.env, ns, size=run.size, count=run.mode.e2e_warmup, concurrency=run.in_flight)
     meter = run.meter(coordinator=True)
     figure = tb.end_to_end(
         run.env, ns, size=run.size, count=run.mode.e2e_count, concurrency=run.in_flight, meter=meter
@@ -130,6 +151,8 @@ def _floor(run: StepRun) -> list[Figure]:
     # Python implementation of the protocol reaches here (what the ratios are up against).
     from txbridge.tools.bench.floor import floor
 
+    run.progress(f"warming up: {run.mode.e2e_warmup:,} messages through the floor, not counted ...")
+    floor(run.bootstrap, size=run.size, count=run.mode.e2e_warmup, in_flight=run.in_flight, extra=run.extra)
     _producer_side, figure = floor(
         run.bootstrap,
         size=run.size,
