@@ -223,20 +223,23 @@ def produce_open_loop(
 ) -> dict[str, float]:
     """Half, its ack, then op, for one message every ``1/rate`` s whatever the others do.
 
-    Returns the wall time of each op's acknowledgement (the commit), by tx id.
+    Returns the wall time of each commit decision (its half acknowledged, its op not yet
+    produced), by tx id.
     """
     producer = kafka.producer(bootstrap, extra)
     value = payload(size)
     committed: dict[str, float] = {}
+    acked: list[None] = []  # one per op acknowledged
 
-    def op_acked(err: Any, msg: Any) -> None:
+    def op_acked(err: Any, _msg: Any) -> None:
         if err is not None:
             raise RuntimeError(f"op record failed: {err}")
-        committed[msg.key().decode()] = time.time()
+        acked.append(None)
 
     def half_acked(err: Any, msg: Any) -> None:
         if err is not None:
             raise RuntimeError(f"half record failed: {err}")
+        committed[msg.key().decode()] = time.time()  # the decision: the op goes out after it
         producer.produce(op, b"COMMIT", msg.key(), msg.partition(), op_acked)
 
     for topic in (half, op):  # their metadata, before the clock (txbridge's producer is started too)
@@ -250,10 +253,10 @@ def produce_open_loop(
         producer.produce(half, value, tx, i % PARTITIONS, half_acked, headers=[(H_TX, tx)])
         producer.poll(0)  # acknowledgements are served on time even when sends run late
     deadline = time.monotonic() + 60
-    while len(committed) < count and time.monotonic() < deadline:
+    while len(acked) < count and time.monotonic() < deadline:
         producer.poll(0.01)
-    if len(committed) < count:
-        raise RuntimeError(f"only {len(committed)} of {count} floor op records were acknowledged")
+    if len(acked) < count:
+        raise RuntimeError(f"only {len(acked)} of {count} floor op records were acknowledged")
     return committed
 
 
@@ -268,8 +271,9 @@ def floor_latency(
 ) -> Figure:
     """Open-loop commit-to-visible latency of the floor, comparable with txbridge's at the same rate.
 
-    The clock starts when the op record is acknowledged and stops when a read_committed
-    consumer sees the republished message. Each Kafka transaction starts ``commit_gap_s`` after
+    The clock starts at the decision (the half acknowledged, before the op record is produced,
+    as txbridge's starts when the local transaction returns COMMIT) and stops when a
+    read_committed consumer sees the republished message. Each Kafka transaction starts ``commit_gap_s`` after
     the previous commit ended (:data:`FLOOR_COMMIT_GAP_S`; 0: as soon as something is ready, as
     the coordinator's group commit does).
 

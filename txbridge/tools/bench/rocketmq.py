@@ -341,10 +341,16 @@ def _message(topic: str, body: bytes) -> Any:
 
 def _transaction(producer: Any, topic: str, body: bytes) -> str:
     """Begin, send the half message, commit: one RocketMQ transaction with no local work."""
+    return _decided_transaction(producer, topic, body)[0]
+
+
+def _decided_transaction(producer: Any, topic: str, body: bytes) -> tuple[str, float]:
+    """:func:`_transaction`, and the wall time of its decision (before ``commit()`` is called)."""
     transaction = producer.begin_transaction()
     receipt = producer.send(_message(topic, body), transaction)
+    decided = time.time()
     transaction.commit()
-    return str(receipt.message_id)
+    return str(receipt.message_id), decided
 
 
 def _plain_send(producer: Any, topic: str, body: bytes) -> str:
@@ -531,13 +537,14 @@ def _throughput_figure(
 def _latency(
     producer: Any, watcher: _Watcher, topic: str, *, body: bytes, rate: float, c: Comparison
 ) -> Figure:
-    """Open loop at ``rate``: commit() returned -> the SimpleConsumer received the message."""
+    """Open loop at ``rate``: the decision (before commit() is called, as txbridge's clock starts
+    when its local transaction returns COMMIT) -> the SimpleConsumer received the message."""
     total = max(1, int(rate * c.latency_s))
     committed: dict[str, float] = {}
 
     def one() -> None:
-        message_id = _transaction(producer, topic, body)
-        committed[message_id] = time.time()
+        message_id, decided = _decided_transaction(producer, topic, body)
+        committed[message_id] = decided
 
     with ThreadPoolExecutor(c.in_flight, thread_name_prefix="rocketmq-latency") as pool:
         started = time.time()
