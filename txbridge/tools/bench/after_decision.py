@@ -15,11 +15,10 @@ from txbridge.tools.bench.kafka_native import (
     BenchError,
     CpuMeter,
     Figure,
-    latency_figure,
     payload,
     started_at,
 )
-from txbridge.tools.bench.txbridge_runs import Watcher
+from txbridge.tools.bench.txbridge_runs import Watcher, watched_latency
 from txbridge.wire import H_TX
 
 #: Transactional producers of :func:`after_decision_latency`: enough that an open loop at a few
@@ -111,26 +110,22 @@ def after_decision_latency(
     """
     total = max(1, int(rate * duration_s))
     loop = _AfterDecision(bootstrap, topic, state_topic, payload(size), extra)
-    watcher = Watcher(bootstrap, topic, extra).start()
-    try:
-        loop.start()
-        meter.start()
+    loop.start()  # the producers wait for work: nothing is produced before the watcher reads
+
+    def drive() -> dict[str, float]:
         loop.run(total, rate)
-        cpu = meter.per_message(total)
-        watcher.wait(total, timeout=60)
-        seen = dict(watcher.seen)
-    finally:
-        watcher.close()
-    figure = latency_figure(
+        return loop.decided
+
+    figure = watched_latency(
         "kafka txn after decision (RocketMQ's rate)",
-        loop.decided,
-        seen,
-        expected=total,
+        Watcher(bootstrap, topic, extra).start(),
+        drive,
+        meter,
+        total=total,
         size=size,
         rate=rate,
         duration_s=duration_s,
     )
-    figure.values.update(cpu)
     figure.params["producers"] = AFTER_DECISION_PRODUCERS
     figure.params["clock_starts"] = "before the transaction's first produce"
     return figure

@@ -325,7 +325,6 @@ def latency(
     value = payload(size)
     watcher = Watcher(env.bootstrap, topic, env.extra).start()
     decided: dict[str, float] = {}
-    committed: dict[str, float] = {}
     total = max(1, int(rate * duration_s))
 
     def commit(txn: LocalTransaction, _arg: object) -> TxState:
@@ -337,35 +336,54 @@ def latency(
             loop_start = time.time()
             tasks = []
 
-            async def one(i: int) -> None:
-                result = await producer.send_in_transaction(
-                    Message(topic, value, key=str(i % 4096).encode()), commit
-                )
-                committed[result.tx_id] = decided[result.tx_id]
-
             for i in range(total):
                 delay = loop_start + i / rate - time.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(one(i)))
+                message = Message(topic, value, key=str(i % 4096).encode())
+                tasks.append(asyncio.create_task(producer.send_in_transaction(message, commit)))
             await asyncio.gather(*tasks)
 
+    def drive() -> dict[str, float]:
+        asyncio.run(main())
+        return decided
+
+    return watched_latency(
+        "txbridge commit-to-visible",
+        watcher,
+        drive,
+        meter,
+        total=total,
+        size=size,
+        rate=rate,
+        duration_s=duration_s,
+    )
+
+
+def watched_latency(
+    name: str,
+    watcher: Watcher,
+    drive: Callable[[], Mapping[str, float]],
+    meter: CpuMeter,
+    *,
+    total: int,
+    size: int,
+    rate: float,
+    duration_s: float,
+) -> Figure:
+    """An open loop's latency figure: ``drive`` sends ``total`` transactions and returns when each
+    was decided, by tx id; ``watcher`` (started, closed here) saw them; ``meter``'s CPU over the
+    drive goes into the figure, per message."""
     try:
         meter.start()
-        asyncio.run(main())
+        decided = drive()
         cpu = meter.per_message(total)
         watcher.wait(total, timeout=60)
         seen = dict(watcher.seen)
     finally:
         watcher.close()
     figure = latency_figure(
-        "txbridge commit-to-visible",
-        committed,
-        seen,
-        expected=total,
-        size=size,
-        rate=rate,
-        duration_s=duration_s,
+        name, dict(decided), seen, expected=total, size=size, rate=rate, duration_s=duration_s
     )
     figure.values.update(cpu)
     return figure
