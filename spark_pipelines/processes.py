@@ -14,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,34 @@ class PathResult:
     processes: int = 0
 
 
+class StartLine:
+    """Where the paths of a run begin together: once every path's first process is ready.
+
+    :attr:`at` is the wall time they were let go; the plan's paced schedule counts from it,
+    in every process of every path (a replacement after a crash too).
+    """
+
+    def __init__(self, paths: int) -> None:
+        self.at = 0.0
+        self._barrier = threading.Barrier(paths, action=self._mark)
+
+    def _mark(self) -> None:
+        self.at = time.time()
+
+    def wait(self, timeout: float) -> float:
+        """Wait for every path; return :attr:`at`.
+
+        Raises:
+            threading.BrokenBarrierError: a path failed before it was ready, or ``timeout``.
+        """
+        self._barrier.wait(timeout)
+        return self.at
+
+    def abort(self) -> None:
+        """Nobody waits for the caller's path any more (it failed, or is already past)."""
+        self._barrier.abort()
+
+
 class ProducerRunner:
     """Run one path's orders through producer processes, killing and replacing them at crash points.
 
@@ -61,7 +91,12 @@ class ProducerRunner:
         secret: the check secret (txbridge), passed in the environment.
         on_order: called with ``(path, index, outcome)`` after each order.
         client: the cluster's client settings, passed on the command line as the parent got them.
+        start_line: shared by the runners of a run: each path's first process begins its first
+            order once every path's first process is ready (started its producer). None: at once.
     """
+
+    #: Seconds a first process may take to become ready, and then to wait for the other paths'.
+    READY_TIMEOUT_S = 120.0
 
     def __init__(
         self,
@@ -72,8 +107,11 @@ class ProducerRunner:
         secret: str | None = None,
         on_order: Callable[[str, int, str], None] | None = None,
         client: ClientConfig | None = None,
+        start_line: StartLine | None = None,
     ) -> None:
         self.config = config
+        self._start_line = start_line
+        self._started_at = 0.0  # set when the first process goes
         self._client_args = client.cli_args() if client is not None else []
         self.path = path
         self.plan = plan
@@ -117,20 +155,44 @@ class ProducerRunner:
             PipelineError: a producer process died without being killed by the plan.
         """
         start = 0
-        while True:
-            # After a kill at the last order a process still starts: it has no order left, but
-            # it answers the back-checks of what the killed one left open.
-            proc = self._spawn(start)
-            start, done = self._follow(proc, start)
-            if done:
-                self._idle = proc
-                return self.result
+        try:
+            while True:
+                # After a kill at the last order a process still starts: it has no order left,
+                # but it answers the back-checks of what the killed one left open.
+                proc = self._spawn(start)
+                start, done = self._follow(proc, start)
+                if done:
+                    self._idle = proc
+                    return self.result
+        finally:
+            if self._start_line is not None:
+                self._start_line.abort()  # whatever happened, nobody waits for this path now
+
+    def _go(self, proc: subprocess.Popen[str]) -> None:
+        """Let a ready process begin: the first one once every path's first one is ready; each
+        is told when the run began, which its paced schedule counts from."""
+        line, self._start_line = self._start_line, None
+        if not self._started_at:
+            try:
+                self._started_at = line.wait(self.READY_TIMEOUT_S) if line is not None else time.time()
+            except threading.BrokenBarrierError:
+                proc.kill()  # it waits for its go: it must not run alone, nor outlive the run
+                proc.wait(30)
+                raise PipelineError(
+                    f"{self.path}: the other paths' producers did not start within "
+                    f"{self.READY_TIMEOUT_S:.0f}s (see their logs under {self._logs})"
+                ) from None
+        assert proc.stdin is not None
+        proc.stdin.write(f"go {self._started_at!r}\n")
+        proc.stdin.flush()
 
     def _follow(self, proc: subprocess.Popen[str], start: int) -> tuple[int, bool]:
         stdout: IO[str] = proc.stdout  # type: ignore[assignment]
         for line in stdout:
             message = json.loads(line)
-            if "order" in message:
+            if message.get("ready"):
+                self._go(proc)
+            elif "order" in message:
                 index = int(message["order"])
                 self.result.outcomes[index] = message["outcome"]
                 start = index + 1

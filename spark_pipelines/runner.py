@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from spark_pipelines.faults import FaultPlan
 from spark_pipelines.paths import CHECKED_PATHS, KAFKA_PATHS, PATHS, ROCKETMQ
-from spark_pipelines.processes import PathResult, ProducerRunner
+from spark_pipelines.processes import PathResult, ProducerRunner, StartLine
 from spark_pipelines.watcher import RocketMQWatcher, VisibilityWatcher
 from spark_pipelines.workload import RunConfig
 from txbridge import kafka
@@ -113,8 +113,12 @@ def run_workload(
         if on_order:
             on_order(path, index, outcome)
 
+    start_line = StartLine(len(paths))
     runners = {
-        p: ProducerRunner(config, p, plan, secret=secret, on_order=observe, client=client) for p in paths
+        p: ProducerRunner(
+            config, p, plan, secret=secret, on_order=observe, client=client, start_line=start_line
+        )
+        for p in paths
     }
     result = WorkloadResult()
     try:

@@ -1,7 +1,13 @@
 """A producer process of one path: ``python -m spark_pipelines.worker RUN_DIR PATH START``.
 
-It handles the plan's orders from index START and reports each on stdout as a
-JSON line (``{"order": i, "outcome": ...}``). At a planned crash point it says
+Once its path's producer has started it says ``{"ready": true}`` and waits for ``go T`` on
+stdin, T being the wall time the run began: the paths of a run begin together (a native
+producer's ``init_transactions`` on a freshly started broker can wait seconds for its
+transaction coordinator to load, and a path that began meanwhile would be measured alone on
+a broker still warming up). Then it handles the plan's orders from index START, order i not
+before T + i / rate when the run is paced (``RunConfig.rate``), so every path's order i meets
+the same moment of the run, and reports each on stdout as a JSON line
+(``{"order": i, "outcome": ...}``). At a planned crash point it says
 ``{"crash": i, "stage": ...}`` and waits to be SIGKILLed by the runner. After
 the last order it says ``{"done": true}`` and stays up (a txbridge producer
 answers back-checks) until its stdin closes. ``--command-config FILE`` and
@@ -35,6 +41,12 @@ def run(run_dir: Path, path_name: str, start: int, client: ClientConfig | None =
     plan = FaultPlan.from_json(config.plan_file.read_text())
     path = make_path(config, path_name, client=client)
     path.start()
+    _say(ready=True)
+    go = sys.stdin.readline().split()
+    if not go:  # the runner is gone
+        path.close()
+        return
+    began = float(go[1])
     current = start
 
     def crash(stage: str) -> NoReturn:
@@ -45,6 +57,10 @@ def run(run_dir: Path, path_name: str, start: int, client: ClientConfig | None =
     try:
         for order in plan.orders[start:]:
             current = order.index
+            if config.rate > 0:
+                early = began + order.index / config.rate - time.time()
+                if early > 0:
+                    time.sleep(early)
             outcome = path.handle(order, crash)
             _say(order=order.index, outcome=outcome)
         _say(done=True)

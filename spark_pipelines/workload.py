@@ -42,6 +42,9 @@ class RunConfig:
         partitions: partitions of each path's topic and of txbridge's internal topics.
         check_after: seconds before the first back-check of a txbridge transaction.
         rocketmq_endpoint: the RocketMQ proxy's gRPC address ("" when the run has no rocketmq path).
+        rate: orders per second of each path, paced from the moment the paths begin together
+            (0: each as fast as it can; the paths then drift apart, and their latencies are
+            measured at different moments of the run).
     """
 
     run_id: str
@@ -52,6 +55,7 @@ class RunConfig:
     check_after: float = 2.0
     topics: dict[str, str] = field(default_factory=dict)
     rocketmq_endpoint: str = ""
+    rate: float = 0.0
 
     @classmethod
     def create(

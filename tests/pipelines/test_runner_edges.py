@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from spark_pipelines.faults import Fault, FaultPlan
-from spark_pipelines.processes import coordinator_process
+from spark_pipelines.processes import PipelineError, coordinator_process
 from spark_pipelines.runner import prepare, run_workload
-from spark_pipelines.workload import RunConfig
+from spark_pipelines.workload import SECRET_ENV, RunConfig
 
 pytestmark = pytest.mark.integration
 
@@ -44,3 +44,21 @@ def test_a_producer_killed_at_the_last_order_is_still_checked_and_its_commit_pub
     assert result.paths["txbridge"].crashes == [(3, "after_db_commit")]
     assert result.unsettled == {"txbridge": 0}
     assert {o.order_id for o in config.store("txbridge").committed()} == {o.order_id for o in plan.orders}
+
+
+def test_a_path_whose_producer_cannot_start_fails_the_run_and_no_other_path_runs_alone(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The paths begin their first order together; a path that never gets ready (here txbridge,
+    # whose process has no check secret) must not leave native measured alone, nor hang the run.
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    plan = FaultPlan.generate(seed=5, orders=20, customers=2, kill_coordinator=False)
+    run_id = f"t{secrets.token_hex(4)}"
+    config = RunConfig.create(run_id, kafka_bootstrap, tmp_path / run_id)
+
+    with pytest.raises(PipelineError) as raised:
+        run_workload(config, plan, secret=None, paths=("txbridge", "native"), settle_timeout=10)
+
+    assert "txbridge" in str(raised.value)
+    assert config.store("native").committed() == []
+    assert config.store("txbridge").committed() == []

@@ -70,6 +70,13 @@ def _parse_paths(value: str) -> tuple[str, ...]:
 @bootstrap_option
 @client_options
 @click.option("--orders", default=600, show_default=True, help="Orders per path.")
+@click.option(
+    "--rate",
+    default=10.0,
+    show_default=True,
+    help="Orders per second of each path, paced from their common start (0: each as fast as it can, "
+    "which saturates a small machine and measures its queues rather than the paths).",
+)
 @click.option("--customers", default=20, show_default=True, help="Distinct customers (message keys).")
 @click.option("--seed", default=42, show_default=True, help="Seed of the fault plan (same seed, same plan).")
 @click.option(
@@ -134,6 +141,7 @@ def demo(
     bootstrap: str | None,
     client: ClientConfig,
     orders: int,
+    rate: float,
     customers: int,
     seed: int,
     local_fail_rate: float,
@@ -170,6 +178,7 @@ def demo(
         client=client,
         bootstrap=bootstrap,
         orders=orders,
+        rate=rate,
         customers=customers,
         seed=seed,
         rates=fault_rates(local_fail_rate, unknown_rate, crash_rate),
