@@ -391,6 +391,11 @@ def _compare_and_report(
     elif "txbridge" not in options.paths:
         sinks_skipped = "it writes through the txbridge path's coordinator, left out with --paths"
     info = _run_info(config, plan, result, options.paths, truth, sinks_skipped=sinks_skipped)
+    latency = None
+    if ("txbridge", "read_committed") in result.visibility:
+        latency = info["txbridge_latency"] = _txbridge_latency(
+            config, result, truth["txbridge"], options.client
+        )
     if sinks_skipped is None:
         from spark_pipelines.sink_compare import compare_sinks
 
@@ -413,7 +418,29 @@ def _compare_and_report(
     console.print(table(metrics))
     for line in sink_sentences(metrics):
         console.print(line)
+    if latency is not None:
+        from spark_pipelines.latency_split import sentences
+
+        console.print("txbridge's commit-to-visible p50 / p99 ms, by kind of order (docs/demo.md):")
+        for line in sentences(latency):
+            console.print(f"  {line}")
     return write_report(Path(config.run_dir), metrics, samples, info)
+
+
+def _txbridge_latency(
+    config: RunConfig, result: WorkloadResult, committed: Sequence[Any], client: ClientConfig
+) -> dict[str, Any]:
+    """txbridge's commit-to-visible time split at the op record and the republished record
+    (:mod:`spark_pipelines.latency_split`)."""
+    from spark_pipelines.latency_split import read_decisions, split
+    from spark_pipelines.watcher import load_republished
+    from txbridge.wire import Topics
+
+    republished = load_republished(result.visibility[("txbridge", "read_committed")])
+    decisions = read_decisions(
+        config.bootstrap, Topics(config.namespace).op, config.partitions, client.librdkafka()
+    )
+    return split(committed, republished, decisions)
 
 
 def _run_info(

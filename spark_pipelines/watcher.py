@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from spark_pipelines import schema
+from spark_pipelines.latency_split import Republished
 from txbridge import kafka
+from txbridge.wire import H_TX
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +43,10 @@ class VisibilityWatcher:
         self.topic = topic
         self.isolation = isolation
         self.first_seen: dict[str, int] = {}
+        #: order id -> the first record's CreateTime and txbridge tx id ("" for other paths'
+        #: records): with the op records' append times they split txbridge's latency
+        #: (:mod:`spark_pipelines.latency_split`)
+        self.first_record: dict[str, tuple[int, str]] = {}
         self.records = 0
         self.undecodable = 0
         self._stop = threading.Event()
@@ -88,7 +94,9 @@ class VisibilityWatcher:
                     except ValueError:
                         self.undecodable += 1
                         continue
-                    self.first_seen.setdefault(order_id, seen_ms)
+                    if order_id not in self.first_seen:
+                        self.first_seen[order_id] = seen_ms
+                        self.first_record[order_id] = (msg.timestamp()[1], _tx_id(msg))
         except BaseException as exc:  # surfaced by stop(); a dead watcher must not pass silently
             self._error = exc
         finally:
@@ -112,15 +120,34 @@ class VisibilityWatcher:
     def save(self, target: Path) -> Path:
         with target.open("w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["order_id", "first_seen_ms"])
-            writer.writerows(sorted(self.first_seen.items()))
+            writer.writerow(["order_id", "first_seen_ms", "created_ms", "tx_id"])
+            for order_id, seen_ms in sorted(self.first_seen.items()):
+                writer.writerow([order_id, seen_ms, *self.first_record[order_id]])
         return target
 
 
+def _tx_id(msg: Any) -> str:
+    for name, value in msg.headers() or ():
+        if name == H_TX and value:
+            return bytes(value).decode(errors="replace")
+    return ""
+
+
 def load_visibility(source: Path) -> dict[str, int]:
-    """Read a file written by :meth:`VisibilityWatcher.save`."""
+    """Read a file written by :meth:`VisibilityWatcher.save` (or :meth:`RocketMQWatcher.save`)."""
     with source.open(newline="") as handle:
         return {row["order_id"]: int(row["first_seen_ms"]) for row in csv.DictReader(handle)}
+
+
+def load_republished(source: Path) -> dict[str, Republished]:
+    """Order id -> what the watcher saw of its first record, from a :meth:`VisibilityWatcher.save`
+    file of the txbridge topic (records without a txbridge tx id are left out)."""
+    with source.open(newline="") as handle:
+        return {
+            row["order_id"]: Republished(int(row["first_seen_ms"]), int(row["created_ms"]), row["tx_id"])
+            for row in csv.DictReader(handle)
+            if row.get("tx_id")
+        }
 
 
 #: One record per message the RocketMQ watcher received, in the order received (Avro

@@ -185,6 +185,26 @@ def test_report_agrees_with_an_independent_count(four_paths: DemoRun, path: str,
     assert {k: reported[k] for k in expected} == expected
 
 
+def test_the_report_splits_txbridges_latency_by_kind_of_order(four_paths: DemoRun) -> None:
+    figures = four_paths.info["txbridge_latency"]
+    kinds = ("prompt", "held_by_key", "back_checked")
+
+    # Every committed txbridge order is in exactly one kind.
+    assert figures["unsplit"] == 0
+    committed = four_paths.metrics[("txbridge", "read_committed")]["committed"]
+    assert sum(figures[kind]["orders"] for kind in kinds) == committed
+    # Only a producer killed between its DB commit and its op record leaves the decision to a
+    # back-check; an UNKNOWN outcome is settled by the producer itself (its barrier's check).
+    assert figures["back_checked"]["orders"] == four_paths.plan.count(Fault.CRASH_AFTER_DB_COMMIT)
+    # Its op record comes from the coordinator once the killed producer's heartbeats have been
+    # silent for 2.5 intervals of 1 s (or after the check delay): seconds after the commit.
+    assert figures["back_checked"]["producer"]["p50"] >= 1000
+    report = (four_paths.run_dir / "report.md").read_text()
+    assert "## Where txbridge's commit-to-visible time went" in report
+    assert f"| prompt | {figures['prompt']['orders']} |" in report
+    assert "txbridge's commit-to-visible p50 / p99 ms, by kind of order" in four_paths.result.output
+
+
 def test_rocketmq_delivers_every_committed_order_and_no_rolled_back_one(four_paths: DemoRun) -> None:
     m = four_paths.metrics[("rocketmq", "read_committed")]
     plan = four_paths.plan
