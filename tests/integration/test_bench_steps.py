@@ -20,3 +20,18 @@ def test_raw_native_and_floor_latency_steps_by_name(kafka_bootstrap: str) -> Non
     assert figures[0].messages == 2_000
     assert figures[1].messages > 0
     assert figures[2].values["rate_msgs_per_s"] == 200.0  # half the 400/s assumed without an e2e figure
+
+
+def test_txbridges_latency_step_splits_each_transaction_at_its_op_record_and_its_republished_record(
+    kafka_bootstrap: str,
+) -> None:
+    with BenchRun(kafka_bootstrap, TINY, size=64, concurrency=2, in_flight=8) as run:
+        figure = run.step("latency")
+
+    values = figure.values
+    assert figure.messages == 200  # 1 s at half the 400/s assumed without an e2e figure
+    for part in ("decision to op appended", "op to republished", "republished to visible"):
+        # Broker timestamps have millisecond resolution: a part can be -1 ms, never more negative.
+        assert -1.0 <= values[f"p50 ms, {part}"] <= values[f"p99 ms, {part}"] <= values["max_ms"] + 1
+    # The coordinator's Kafka commit lies between its produce() and the record's visibility.
+    assert values["p50 ms, republished to visible"] > 0

@@ -72,6 +72,7 @@ from typing import Any, cast
 
 from txbridge import kafka
 from txbridge.tools.bench.kafka_native import percentile
+from txbridge.tools.bench.txbridge_runs import op_append_times
 from txbridge.wire import H_TX
 
 PARTITIONS = 3  # the demo's
@@ -472,30 +473,6 @@ class RunResult:
     coordinator: dict[str, int]
 
 
-def _op_append_times(bootstrap: str, topic: str, partitions: int) -> dict[str, int]:
-    """tx id -> the op record's LogAppendTime (ms), read from the start to the end of ``topic``."""
-    consumer = kafka.consumer(bootstrap, f"breakdown-ops-{uuid.uuid4().hex[:8]}")
-    ends = {}
-    for p in range(partitions):
-        _low, high = consumer.get_watermark_offsets(kafka.partition_at(topic, p), timeout=10)
-        ends[p] = high
-    consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in range(partitions)])
-    appended: dict[str, int] = {}
-    done = {p for p, end in ends.items() if end <= 0}
-    deadline = time.monotonic() + 30
-    while len(done) < partitions and time.monotonic() < deadline:
-        for msg in kafka.consume_available(consumer, 1000, 0.2):
-            if msg.error() is not None:
-                continue
-            stamp = kafka.append_time_ms(msg)
-            if stamp is not None and msg.key():
-                appended.setdefault(msg.key().decode(), stamp)
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                done.add(msg.partition())
-    consumer.close()
-    return appended
-
-
 def run_once(
     bootstrap: str,
     variant: str,
@@ -560,7 +537,8 @@ def run_once(
         load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
         coord_stop.set()
         coordinator = _get(coord_out, procs, 60)
-        appended = _op_append_times(bootstrap, f"{namespace}_op", partitions)
+        op_times = op_append_times(bootstrap, f"{namespace}_op", partitions)
+        appended = {tx: round(at * 1000) for tx, at in op_times.items()}
     finally:
         watch_stop.set()
         coord_stop.set()

@@ -4,6 +4,7 @@ coordinator memory and failover. Each runs against real coordinator processes.""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import multiprocessing
 import os
 import random
@@ -22,7 +23,15 @@ from txbridge.aio import AsyncTransactionProducer
 from txbridge.barrier import SqliteBarrier
 from txbridge.client_config import ClientConfig
 from txbridge.kafka import OFFSET_END, TopicPartition
-from txbridge.tools.bench.kafka_native import NO_METER, BenchError, CpuMeter, Figure, latency_figure, payload
+from txbridge.tools.bench.kafka_native import (
+    NO_METER,
+    BenchError,
+    CpuMeter,
+    Figure,
+    latency_figure,
+    payload,
+    percentile,
+)
 from txbridge.tools.local.broker import free_port
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import init_topics
@@ -120,6 +129,8 @@ class Watcher:
     def __init__(self, bootstrap: str, topic: str, extra: Mapping[str, Any] | None = None) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.seen: dict[str, float] = {}
+        #: tx id -> its record's CreateTime (s): the coordinator's produce(), for the split
+        self.created: dict[str, float] = {}
         self._queue: Any = ctx.Queue()
         self._stop = ctx.Event()
         self._ready = ctx.Event()
@@ -142,8 +153,10 @@ class Watcher:
             batch = self._queue.get()
             if batch is None:
                 return
-            for tx, seen in batch:
-                self.seen.setdefault(tx, seen)
+            for tx, seen, created in batch:
+                if tx not in self.seen:
+                    self.seen[tx] = seen
+                    self.created[tx] = created
 
     def wait(self, count: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -179,7 +192,7 @@ def _watch(
                     now = time.time()
                     tx = header_dict(msg.headers()).get(H_TX)
                     if tx:
-                        batch.append((tx.decode(), now))
+                        batch.append((tx.decode(), now, msg.timestamp()[1] / 1000))
             if batch:
                 out.put(batch)
     finally:
@@ -344,11 +357,14 @@ def latency(
                 tasks.append(asyncio.create_task(producer.send_in_transaction(message, commit)))
             await asyncio.gather(*tasks)
 
+    ops = Topics(ns).op
+    since = op_log_ends(env.bootstrap, ops, PARTITIONS, env.extra)
+
     def drive() -> dict[str, float]:
         asyncio.run(main())
         return decided
 
-    return watched_latency(
+    figure = watched_latency(
         "txbridge commit-to-visible",
         watcher,
         drive,
@@ -358,6 +374,81 @@ def latency(
         rate=rate,
         duration_s=duration_s,
     )
+    appended = op_append_times(env.bootstrap, ops, PARTITIONS, env.extra, since=since)
+    figure.values.update(latency_split(decided, appended, watcher.created, watcher.seen))
+    return figure
+
+
+#: The parts of txbridge's commit-to-visible, in order, as :func:`latency_split` names them.
+SPLIT_PARTS = ("decision to op appended", "op to republished", "republished to visible")
+
+
+def latency_split(
+    decided: Mapping[str, float],
+    appended: Mapping[str, float],
+    created: Mapping[str, float],
+    seen: Mapping[str, float],
+) -> dict[str, float]:
+    """p50 and p99 (ms) of each part of commit-to-visible, by tx id (wall times in s, one host
+    clock): the decision -> its op record's LogAppendTime -> the republished record's
+    CreateTime (the coordinator's ``produce()``) -> first seen by the read_committed watcher.
+    Broker timestamps have millisecond resolution, so a part can come out slightly negative."""
+    parts: list[list[float]] = [[], [], []]
+    for tx, at in decided.items():
+        if tx in appended and tx in created and tx in seen:
+            stamps = (at, appended[tx], created[tx], seen[tx])
+            for part, (start, end) in zip(parts, itertools.pairwise(stamps), strict=True):
+                part.append((end - start) * 1000)
+    out: dict[str, float] = {}
+    for name, values in zip(SPLIT_PARTS, parts, strict=True):
+        if values:
+            values.sort()
+            out[f"p50 ms, {name}"] = percentile(values, 50)
+            out[f"p99 ms, {name}"] = percentile(values, 99)
+    return out
+
+
+def op_log_ends(
+    bootstrap: str, topic: str, partitions: int, extra: Mapping[str, Any] | None = None
+) -> dict[int, int]:
+    """The end offset of each partition of ``topic`` now: where :func:`op_append_times` may start."""
+    consumer = kafka.consumer(bootstrap, f"bench-ops-{os.urandom(4).hex()}", extra)
+    try:
+        return {
+            p: consumer.get_watermark_offsets(kafka.partition_at(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def op_append_times(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    extra: Mapping[str, Any] | None = None,
+    *,
+    since: Mapping[int, int] | None = None,
+) -> dict[str, float]:
+    """tx id -> its first op record's LogAppendTime (s), read from ``since`` (default: the start)
+    to the end of ``topic`` (``<ns>_op``, which keeps LogAppendTime)."""
+    consumer = kafka.consumer(bootstrap, f"bench-ops-{os.urandom(4).hex()}", extra)
+    appended: dict[str, float] = {}
+    try:
+        start = dict(since or {})
+        ends = {
+            p: end
+            for p, end in op_log_ends(bootstrap, topic, partitions, extra).items()
+            if end > start.get(p, 0)
+        }
+        consumer.assign([kafka.partition_at(topic, p, start.get(p, kafka.FROM_START)) for p in ends])
+        for msg in kafka.read_to_end(consumer, topic, ends, timeout=60, what=f"reading {topic}"):
+            stamp, key = kafka.append_time_ms(msg), msg.key()
+            if stamp is not None and key:
+                appended.setdefault(key.decode(), stamp / 1000)
+    finally:
+        consumer.close()
+    return appended
 
 
 def watched_latency(
