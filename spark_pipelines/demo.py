@@ -367,7 +367,7 @@ def _compare_and_report(
 ) -> Path:
     """The Spark comparison of every path against its database; print the table, write the report."""
     from spark_pipelines.compare import compare
-    from spark_pipelines.report import sink_sentences, table, write_report
+    from spark_pipelines.report import summary_lines, table, write_report
     from spark_pipelines.session import build_session
     from spark_pipelines.watcher import load_visibility
 
@@ -391,11 +391,8 @@ def _compare_and_report(
     elif "txbridge" not in options.paths:
         sinks_skipped = "it writes through the txbridge path's coordinator, left out with --paths"
     info = _run_info(config, plan, result, options.paths, truth, sinks_skipped=sinks_skipped)
-    latency = None
     if ("txbridge", "read_committed") in result.visibility:
-        latency = info["txbridge_latency"] = _txbridge_latency(
-            config, result, truth["txbridge"], options.client
-        )
+        info["txbridge_latency"] = _txbridge_latency(config, result, truth["txbridge"], options.client)
     if sinks_skipped is None:
         from spark_pipelines.sink_compare import compare_sinks
 
@@ -416,14 +413,8 @@ def _compare_and_report(
         info["streaming_restarts"] = stream.starts - 1
         info["streaming_counts_equal_db"] = counts == per_customer
     console.print(table(metrics))
-    for line in sink_sentences(metrics):
+    for line in summary_lines(metrics, info):
         console.print(line)
-    if latency is not None:
-        from spark_pipelines.latency_split import sentences
-
-        console.print("txbridge's commit-to-visible p50 / p99 ms, by kind of order (docs/demo.md):")
-        for line in sentences(latency):
-            console.print(f"  {line}")
     return write_report(Path(config.run_dir), metrics, samples, info)
 
 

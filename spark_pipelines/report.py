@@ -225,6 +225,18 @@ def sink_sentences(metrics: Sequence[PathMetrics]) -> list[str]:
     return lines
 
 
+def summary_lines(metrics: Sequence[PathMetrics], info: Mapping[str, Any]) -> list[str]:
+    """What the terminal shows under the table: a sentence per Spark sink, then txbridge's
+    commit-to-visible split by kind of order."""
+    from spark_pipelines.latency_split import sentences
+
+    lines = sink_sentences(metrics)
+    if info.get("txbridge_latency"):
+        lines.append("txbridge's commit-to-visible p50 / p99 ms, by kind of order (docs/demo.md):")
+        lines += [f"  {line}" for line in sentences(info["txbridge_latency"])]
+    return lines
+
+
 def _sink_section(metrics: Sequence[PathMetrics], facts: Mapping[str, Any]) -> list[str]:
     """The report's section on the fifth comparison: the faults, then a sentence per sink."""
     lines = [

@@ -10,6 +10,7 @@ user gets when RocketMQ is not there or cannot start.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections.abc import Sequence
@@ -203,6 +204,14 @@ def test_the_report_splits_txbridges_latency_by_kind_of_order(four_paths: DemoRu
     assert "## Where txbridge's commit-to-visible time went" in report
     assert f"| prompt | {figures['prompt']['orders']} |" in report
     assert "txbridge's commit-to-visible p50 / p99 ms, by kind of order" in four_paths.result.output
+    # `txbridge report` prints the same split again from metrics.json.
+    again = CliRunner().invoke(main, ["report", str(four_paths.run_dir)], catch_exceptions=False)
+    assert again.exit_code == 0, again.output
+    prompt = re.search(
+        r"prompt \(decided by its producer, not held back\): \d+ orders, whole [\d /]+ ms", again.output
+    )
+    assert prompt is not None, again.output
+    assert prompt.group(0) in four_paths.result.output
 
 
 def test_rocketmq_delivers_every_committed_order_and_no_rolled_back_one(four_paths: DemoRun) -> None:

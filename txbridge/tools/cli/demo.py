@@ -211,7 +211,7 @@ def report(run_dir: Path) -> None:
     """Print a finished run's table again and re-write its report (from RUN_DIR/metrics.json)."""
     from rich.console import Console
 
-    from spark_pipelines.report import load_metrics, sink_sentences, table, write_report
+    from spark_pipelines.report import load_metrics, summary_lines, table, write_report
     from txbridge.errors import ConfigurationError
 
     try:
@@ -220,6 +220,6 @@ def report(run_dir: Path) -> None:
         raise ConfigurationError(f"{run_dir} has no metrics.json: pass a reports/<run-id> folder") from None
     console = Console(width=max(Console().width, 150))
     console.print(table(metrics))
-    for line in sink_sentences(metrics):
+    for line in summary_lines(metrics, info):
         console.print(line)
     click.echo(f"report: {write_report(run_dir, metrics, samples, info)}")
