@@ -186,6 +186,24 @@ def test_report_agrees_with_an_independent_count(four_paths: DemoRun, path: str,
     assert {k: reported[k] for k in expected} == expected
 
 
+@pytest.mark.parametrize("path", ["txbridge", "native", "plain", "rocketmq"])
+def test_every_path_handles_its_orders_at_the_paced_rate(four_paths: DemoRun, path: str) -> None:
+    # Order i is handled no earlier than i / rate after the paths' common start; unpaced, a path
+    # runs far ahead of that schedule. Slack: how late the path's first order was handled.
+    rate = four_paths.config.rate
+    assert rate == 10.0  # the demo's default
+    index = {o.order_id: o.index for o in four_paths.plan.orders}
+    store = four_paths.config.store(path)
+    try:
+        handled = sorted((index[o.order_id], o.committed_ms) for o in store.committed())
+    finally:
+        store.dispose()
+    first_index, first_ms = handled[0]
+    early = [i for i, ms in handled if ms < first_ms + (i - first_index) * 1000 / rate - 2000]
+    assert early == []
+    assert handled[-1][1] - first_ms >= (handled[-1][0] - first_index) * 1000 / rate - 2000
+
+
 def test_the_report_splits_txbridges_latency_by_kind_of_order(four_paths: DemoRun) -> None:
     figures = four_paths.info["txbridge_latency"]
     kinds = ("prompt", "held_by_key", "back_checked")
