@@ -154,6 +154,11 @@ def split(
     return out
 
 
+def quantiles_text(q: Mapping[str, float | None]) -> str:
+    """``p50 / p99`` of one part, in whole ms ("-" when no order had it)."""
+    return "-" if q["p50"] is None else f"{q['p50']:.0f} / {q['p99']:.0f}"
+
+
 def sentences(figures: Mapping[str, Any]) -> list[str]:
     """The split as the report prints it: one line per kind of order that occurred."""
     meaning = {
@@ -161,10 +166,7 @@ def sentences(figures: Mapping[str, Any]) -> list[str]:
         "held_by_key": "held for an earlier order of its customer",
         "back_checked": "decided by a back-check after its producer was killed",
     }
-
-    def ms(q: Mapping[str, float | None]) -> str:
-        return "-" if q["p50"] is None else f"{q['p50']:.0f} / {q['p99']:.0f}"
-
+    ms = quantiles_text
     lines = []
     for kind in KINDS:
         f = figures.get(kind) or {}

@@ -258,9 +258,7 @@ def _txbridge_latency_section(figures: Mapping[str, Any]) -> list[str]:
     """Where txbridge's commit-to-visible time went: one row per kind of order, split at the op
     record's append time and the republished record's CreateTime."""
     from spark_pipelines.latency_split import KINDS, PARTS
-
-    def ms(q: Mapping[str, float | None]) -> str:
-        return "-" if q["p50"] is None else f"{q['p50']:.0f} / {q['p99']:.0f}"
+    from spark_pipelines.latency_split import quantiles_text as ms
 
     lines = [
         "## Where txbridge's commit-to-visible time went",

@@ -27,7 +27,7 @@ from typing import Any
 from spark_pipelines import schema
 from spark_pipelines.latency_split import Republished
 from txbridge import kafka
-from txbridge.wire import H_TX
+from txbridge.wire import H_TX, header_dict
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,8 @@ class VisibilityWatcher:
                         continue
                     if order_id not in self.first_seen:
                         self.first_seen[order_id] = seen_ms
-                        self.first_record[order_id] = (msg.timestamp()[1], _tx_id(msg))
+                        tx_id = header_dict(msg.headers()).get(H_TX, b"").decode(errors="replace")
+                        self.first_record[order_id] = (msg.timestamp()[1], tx_id)
         except BaseException as exc:  # surfaced by stop(); a dead watcher must not pass silently
             self._error = exc
         finally:
@@ -124,13 +125,6 @@ class VisibilityWatcher:
             for order_id, seen_ms in sorted(self.first_seen.items()):
                 writer.writerow([order_id, seen_ms, *self.first_record[order_id]])
         return target
-
-
-def _tx_id(msg: Any) -> str:
-    for name, value in msg.headers() or ():
-        if name == H_TX and value:
-            return bytes(value).decode(errors="replace")
-    return ""
 
 
 def load_visibility(source: Path) -> dict[str, int]:

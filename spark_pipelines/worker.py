@@ -41,12 +41,6 @@ def run(run_dir: Path, path_name: str, start: int, client: ClientConfig | None =
     plan = FaultPlan.from_json(config.plan_file.read_text())
     path = make_path(config, path_name, client=client)
     path.start()
-    _say(ready=True)
-    go = sys.stdin.readline().split()
-    if not go:  # the runner is gone
-        path.close()
-        return
-    began = float(go[1])
     current = start
 
     def crash(stage: str) -> NoReturn:
@@ -55,6 +49,11 @@ def run(run_dir: Path, path_name: str, start: int, client: ClientConfig | None =
             time.sleep(60)
 
     try:
+        _say(ready=True)
+        go = sys.stdin.readline().split()
+        if not go:  # the runner is gone
+            return
+        began = float(go[1])
         for order in plan.orders[start:]:
             current = order.index
             if config.rate > 0:

@@ -414,12 +414,16 @@ def op_log_ends(
     """The end offset of each partition of ``topic`` now: where :func:`op_append_times` may start."""
     consumer = kafka.consumer(bootstrap, f"bench-ops-{os.urandom(4).hex()}", extra)
     try:
-        return {
-            p: consumer.get_watermark_offsets(kafka.partition_at(topic, p), timeout=10)[1]
-            for p in range(partitions)
-        }
+        return _log_ends(consumer, topic, partitions)
     finally:
         consumer.close()
+
+
+def _log_ends(consumer: kafka.Consumer, topic: str, partitions: int) -> dict[int, int]:
+    return {
+        p: consumer.get_watermark_offsets(kafka.partition_at(topic, p), timeout=10)[1]
+        for p in range(partitions)
+    }
 
 
 def op_append_times(
@@ -436,11 +440,7 @@ def op_append_times(
     appended: dict[str, float] = {}
     try:
         start = dict(since or {})
-        ends = {
-            p: end
-            for p, end in op_log_ends(bootstrap, topic, partitions, extra).items()
-            if end > start.get(p, 0)
-        }
+        ends = {p: end for p, end in _log_ends(consumer, topic, partitions).items() if end > start.get(p, 0)}
         consumer.assign([kafka.partition_at(topic, p, start.get(p, kafka.FROM_START)) for p in ends])
         for msg in kafka.read_to_end(consumer, topic, ends, timeout=60, what=f"reading {topic}"):
             stamp, key = kafka.append_time_ms(msg), msg.key()
