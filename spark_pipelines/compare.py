@@ -222,7 +222,7 @@ def _measure(
             .select((F.col("first_seen_ms") - F.col("committed_ms")).alias("latency_ms"))
         )
         latencies = sorted(int(r.latency_ms) for r in joined.collect())
-    p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
+    p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
     metrics = PathMetrics(
         path=path,
         isolation=isolation,
@@ -242,7 +242,7 @@ def _measure(
     return metrics, latencies
 
 
-def _percentile(sorted_values: Sequence[int], q: float) -> float | None:
+def percentile(sorted_values: Sequence[int], q: float) -> float | None:
     """Nearest-rank percentile (the smallest value with at least ``q`` of the samples at or below it)."""
     if not sorted_values:
         return None

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spark_pipelines.compare import percentile
 from spark_pipelines.store import CommittedOrder
 from txbridge import kafka
 
@@ -98,14 +99,9 @@ def read_decisions(
 
 
 def _quantiles(values: Sequence[int]) -> dict[str, float | None]:
+    # The report table's percentile, so a kind's whole p50 reads like the table's p50.
     ordered = sorted(values)
-    if not ordered:
-        return {"p50": None, "p99": None}
-
-    def at(q: float) -> float:
-        return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
-
-    return {"p50": at(0.5), "p99": at(0.99)}
+    return {"p50": percentile(ordered, 0.5), "p99": percentile(ordered, 0.99)}
 
 
 def split(

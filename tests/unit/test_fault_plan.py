@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_pipelines.compare import _percentile
+from spark_pipelines.compare import percentile
 from spark_pipelines.faults import Fault, FaultPlan, FaultRates
 from spark_pipelines.schema import OrderCreated, decode, encode
 
@@ -59,13 +59,13 @@ def test_coordinator_is_killed_mid_run_unless_disabled() -> None:
     assert FaultPlan.generate(1, 100, kill_coordinator=False).coordinator_kill_after is None
 
 
-def test_nearest_rank_percentile() -> None:
+def test_nearest_rankpercentile() -> None:
     values = list(range(1, 101))
 
-    assert _percentile(values, 0.5) == 50.0
-    assert _percentile(values, 0.99) == 99.0
-    assert _percentile([7], 0.99) == 7.0
-    assert _percentile([], 0.5) is None
+    assert percentile(values, 0.5) == 50.0
+    assert percentile(values, 0.99) == 99.0
+    assert percentile([7], 0.99) == 7.0
+    assert percentile([], 0.5) is None
 
 
 def test_avro_round_trip_and_foreign_bytes() -> None:

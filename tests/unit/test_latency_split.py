@@ -19,10 +19,10 @@ def test_each_order_is_split_at_its_op_record_and_its_republished_record() -> No
 
     prompt = figures["prompt"]
     assert prompt["orders"] == 2
-    assert prompt["whole"] == {"p50": 40.0, "p99": 40.0}  # nearest rank: the higher of two
-    assert prompt["producer"]["p50"] == 4.0
-    assert prompt["republish"]["p50"] == 6.0
-    assert prompt["visible"]["p50"] == 30.0
+    assert prompt["whole"] == {"p50": 20.0, "p99": 40.0}  # nearest rank, as the report table's
+    assert prompt["producer"]["p50"] == 3.0
+    assert prompt["republish"]["p50"] == 5.0
+    assert prompt["visible"]["p50"] == 12.0
     assert figures["held_by_key"]["orders"] == figures["back_checked"]["orders"] == 0
     assert figures["unsplit"] == 0
 
