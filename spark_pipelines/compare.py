@@ -15,12 +15,12 @@ receive time as the visibility time; the metrics are computed by the same code.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from spark_pipelines.percentiles import percentile
 from spark_pipelines.schema import ORDER_CREATED, ORDER_CREATED_JSON
 from spark_pipelines.store import CommittedOrder
 
@@ -240,14 +240,6 @@ def _measure(
     )
     logger.info("%s/%s: %s", path, isolation, metrics)
     return metrics, latencies
-
-
-def percentile(sorted_values: Sequence[int], q: float) -> float | None:
-    """Nearest-rank percentile (the smallest value with at least ``q`` of the samples at or below it)."""
-    if not sorted_values:
-        return None
-    rank = max(1, math.ceil(round(q * len(sorted_values), 9)))  # round: 0.99 * 100 is 99.00000000000001
-    return float(sorted_values[min(rank, len(sorted_values)) - 1])
 
 
 def compare(

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spark_pipelines.compare import percentile
+from spark_pipelines.percentiles import percentile
 from spark_pipelines.store import CommittedOrder
 from txbridge import kafka
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spark_pipelines.compare import percentile
 from spark_pipelines.faults import Fault, FaultPlan, FaultRates
+from spark_pipelines.percentiles import percentile
 from spark_pipelines.schema import OrderCreated, decode, encode
 
 
