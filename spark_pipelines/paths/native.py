@@ -8,9 +8,10 @@ is aborted, and that order is in the DB but not in Kafka: native's gap, which th
 report counts as lost.
 
 A lost commit result (``Fault.UNKNOWN``) is a real timeout: ``commit_transaction``
-is given 1 ms, and the retriable error that follows is retried as above. A
-restarted process reuses the transactional id, so ``init_transactions`` fences
-the killed one and aborts its open transaction.
+is given 1 ms, and the call is resumed as confluent-kafka documents for a retriable
+error (:meth:`NativePath._resume_commit`). A restarted process reuses the
+transactional id, so ``init_transactions`` fences the killed one and aborts its open
+transaction.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from spark_pipelines.paths import CrashPoint, LocalFailure, event_for, write_ord
 from spark_pipelines.schema import OrderCreated
 from spark_pipelines.store import OrderStore
 from txbridge import kafka
+from txbridge.kafka import KafkaError
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ class NativePath:
         self._producer = kafka.producer(
             self.bootstrap, self.extra, transactional_id=self.transactional_id, transaction_timeout_ms=60_000
         )
-        self._producer.init_transactions(_TIMEOUT_S)
+        kafka.init_transactions(self._producer, _TIMEOUT_S)
 
     def handle(self, order: PlannedOrder, crash: CrashPoint) -> str:
         producer = self._opened()
@@ -105,7 +107,7 @@ class NativePath:
         except kafka.KafkaException as exc:
             error = kafka.to_error(exc, "commit_transaction")
             if error.retriable:
-                producer.commit_transaction(_TIMEOUT_S)
+                self._resume_commit()
                 return "committed_after_retry"
             if not error.txn_requires_abort:
                 raise error from exc
@@ -114,6 +116,34 @@ class NativePath:
         logger.warning("%s after the DB commit: aborting; the order is not published", error)
         self._abort()
         return "aborted_after_db_commit"
+
+    def _resume_commit(self) -> None:
+        """Resume a commit whose call timed out; then a new producer under the same id.
+
+        librdkafka (2.16.0, and its master of 2026-11) hands each step of a transactional call
+        its answer through one slot. A step of the timed-out call that the client's thread runs
+        after the resumed call began answers one of the resumed call's steps, and the resumed
+        call's own answer is left over for the next step. Reproduced under CPU load, about one
+        1-ms commit in 700 (docs/results/2026-11-27-native-resume.md): the resumed call skips
+        EndTxn and fails with ``_STATE`` ("Operation not valid in state BeginCommit", which
+        killed a CI run); or it returns before its last step ran, and the producer's next
+        ``begin_transaction`` returns before the transaction has begun, so the produce is
+        refused. A ``_STATE`` failure leaves the transaction being committed and consumes the
+        extra answer: one more call commits it. The producer is replaced afterwards, so a
+        left-over answer cannot reach the next order (a fresh ``init_transactions`` finds the
+        transaction committed: nothing to abort).
+        """
+        producer = self._opened()
+        try:
+            producer.commit_transaction(_TIMEOUT_S)
+        except kafka.KafkaException as exc:
+            error = kafka.to_error(exc, "resuming commit_transaction")
+            if error.code != KafkaError._STATE:
+                raise error from exc
+            logger.info("%s: librdkafka's left-over answer; resuming the commit once more", error)
+            producer.commit_transaction(_TIMEOUT_S)
+        self.close()
+        self.start()
 
     def _abort(self) -> None:
         producer = self._opened()

@@ -120,3 +120,55 @@ def test_a_commit_that_must_abort_after_the_db_commit_leaves_that_order_unpublis
     seen = read_topic(kafka_bootstrap, topic)
     assert [schema.decode(s.value or b"").order_id for s in seen] == [o.order_id for o in orders[1:]]
     assert {o.order_id for o in path.store.committed()} == {o.order_id for o in orders}
+
+
+class _LeftOverAnswer:
+    """The real producer, but its first commit times out and the resumed one fails as librdkafka's does.
+
+    librdkafka's race (spark_pipelines.paths.native.NativePath._resume_commit): a step of the
+    timed-out call answers the resumed call, whose commit then fails with ``_STATE`` before it
+    sent EndTxn. The transaction stays open on the real producer, as it does in the race.
+    """
+
+    def __init__(self, real: kafka.Producer) -> None:
+        self._real = real
+        self.commits = 0
+        self.calls_after_commit: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if self.commits >= 3 and name != "flush":  # closing it flushes it
+            self.calls_after_commit.append(name)
+        return getattr(self._real, name)
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.commits += 1
+        if self.commits == 1:
+            timed_out = kafka.KafkaError(kafka.KafkaError._TIMED_OUT, "Timed out, call again", retriable=True)
+            raise kafka.KafkaException(timed_out)
+        if self.commits == 2:
+            state = kafka.KafkaError(kafka.KafkaError._STATE, "Operation not valid in state BeginCommit")
+            raise kafka.KafkaException(state)
+        self._real.commit_transaction(timeout)
+
+
+def test_a_lost_commit_result_is_resumed_past_librdkafkas_left_over_answer_and_publishes_once(
+    native: tuple[NativePath, str], kafka_bootstrap: str
+) -> None:
+    # CI died here: "Operation not valid in state BeginCommit" from the resumed commit.
+    path, topic = native
+    producer = _LeftOverAnswer(path._opened())
+    path._producer = producer  # type: ignore[assignment]
+    orders = _orders(3)
+    orders[0] = dataclasses.replace(orders[0], fault=Fault.UNKNOWN)
+
+    outcomes = [path.handle(order, _never) for order in orders]
+    path.close()
+
+    assert outcomes == ["committed_after_retry", "committed", "committed"]
+    assert producer.commits == 3
+    # The producer whose call timed out is not used again: an answer left over in it cannot
+    # reach the next order's calls.
+    assert producer.calls_after_commit == []
+    seen = read_topic(kafka_bootstrap, topic)
+    assert [schema.decode(s.value or b"").order_id for s in seen] == [o.order_id for o in orders]
+    assert {o.order_id for o in path.store.committed()} == {o.order_id for o in orders}
