@@ -38,6 +38,7 @@ from txbridge.kafka.admin import (
     check_reachable,
     delete_topics_with_prefix,
     ensure_topics,
+    lower_topic_setting,
 )
 from txbridge.kafka.clients import (
     FROM_START,
@@ -115,6 +116,7 @@ __all__ = [
     "init_transactions",
     "is_partition_eof",
     "librdkafka_refusal",
+    "lower_topic_setting",
     "opened",
     "partition_at",
     "producer",

@@ -23,6 +23,9 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     NewTopic,
     OffsetSpec,
     ResourcePatternType,
@@ -207,6 +210,43 @@ def ensure_topics(
         _await_listed(client, created, timeout)
         _await_serving(client, created, deadline)
     return outcome
+
+
+def lower_topic_setting(
+    bootstrap: str,
+    topics: Iterable[str],
+    name: str,
+    value: int,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    timeout: float = 10.0,
+) -> list[str]:
+    """Set the numeric topic setting ``name`` to ``value`` where it is larger; returns those topics.
+
+    Topics of ``topics`` that do not exist are left out. The setting is changed alone
+    (incremental alter), the topics' other settings stay.
+
+    Raises:
+        KafkaOperationError: the broker refused to describe or change a topic's settings.
+    """
+    topics = list(topics)
+    client = admin(bootstrap, extra)
+    existing = set(client.list_topics(timeout=timeout).topics)
+    resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in topics if topic in existing]
+    try:
+        described = client.describe_configs(resources) if resources else {}
+        larger = [
+            r.name
+            for r, future in described.items()
+            if int(future.result(timeout=timeout)[name].value) > value
+        ]
+        entry = [ConfigEntry(name, str(value), incremental_operation=AlterConfigOpType.SET)]
+        changes = [ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entry) for topic in larger]
+        for future in client.incremental_alter_configs(changes).values() if changes else ():
+            future.result(timeout=timeout)
+    except KafkaException as exc:
+        raise to_error(exc, f"lowering {name} of {', '.join(topics)}") from exc
+    return larger
 
 
 def _await_listed(client: AdminClient, partitions: Mapping[str, int], timeout: float) -> None:

@@ -21,8 +21,10 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from txbridge.errors import BrokerError, KafkaUnavailableError
 from txbridge.tools.local import jars
@@ -32,6 +34,21 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9092
 DEFAULT_CONTROLLER_PORT = 9093
+
+#: Segment size of ``__transaction_state`` and ``__consumer_offsets`` on the local brokers.
+#: Kafka's 100 MB default suits a broker whose internal topics see traffic from many clients;
+#: here the data directory lives across every test, demo and bench run of a checkout, and a
+#: segment is compacted only once rolled. After a day's runs, 919 MB of transaction records
+#: sat in ten never-rolled 95 MB segments, and each start replayed them all: for 3-6 s after
+#: ``txbridge kafka start`` returned, ``init_transactions`` waited ("coordinator load in
+#: progress"; docs/results/2026-11-27-internal-segments.md).
+INTERNAL_SEGMENT_BYTES = 8 * 1024 * 1024
+#: The broker settings that give newly created internal topics those segments.
+INTERNAL_SEGMENTS = {
+    "transaction.state.log.segment.bytes": str(INTERNAL_SEGMENT_BYTES),
+    "offsets.topic.segment.bytes": str(INTERNAL_SEGMENT_BYTES),
+}
+_INTERNAL_TOPICS = ("__transaction_state", "__consumer_offsets")
 
 
 #: Where Linux takes the local ports of outgoing connections when it cannot read its setting.
@@ -234,6 +251,7 @@ class LocalKafka:
             "transaction.state.log.num.partitions": "10",
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
+            **INTERNAL_SEGMENTS,
             "min.insync.replicas": "1",
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "true",
@@ -320,6 +338,7 @@ class LocalKafka:
         )
         logger.info("starting Kafka %s at %s (log %s)", jars.KAFKA_VERSION, self.bootstrap, self.log_file)
         self._wait_ready(timeout)
+        shrink_internal_segments(self.bootstrap)
         return self.status()
 
     def _wait_ready(self, timeout: float) -> None:
@@ -370,6 +389,27 @@ class LocalKafka:
             self._process.wait(timeout=5)
         self._pid_file.unlink(missing_ok=True)
         return True
+
+
+def shrink_internal_segments(bootstrap: str, extra: Mapping[str, Any] | None = None) -> list[str]:
+    """Give existing internal topics :data:`INTERNAL_SEGMENT_BYTES` segments; returns those changed.
+
+    The broker settings (:data:`INTERNAL_SEGMENTS`) apply when Kafka creates the topics: a data
+    directory made before them keeps 100 MB segments. Their next append rolls the segment, and
+    the cleaner compacts it. A broker that refuses is left as it is, with a warning: it works.
+    """
+    from txbridge import kafka
+
+    try:
+        changed = kafka.lower_topic_setting(
+            bootstrap, _INTERNAL_TOPICS, "segment.bytes", INTERNAL_SEGMENT_BYTES, extra=extra
+        )
+    except Exception as exc:
+        logger.warning("could not lower the segment size of %s: %s", ", ".join(_INTERNAL_TOPICS), exc)
+        return []
+    for topic in changed:
+        logger.info("%s: segment.bytes lowered to %d", topic, INTERNAL_SEGMENT_BYTES)
+    return changed
 
 
 def java_command(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from txbridge.errors import BrokerError
-from txbridge.tools.local.broker import java_command
+from txbridge.tools.local.broker import INTERNAL_SEGMENTS, java_command
 from txbridge.tools.local.cluster_layout import ClusterLayout, NodePorts, java_properties, write_private
 from txbridge.tools.local.cluster_users import ADMIN_USER, SCRAM_LOGIN, SCRAM_MECHANISM, USERS, ClusterUsers
 
@@ -82,6 +82,7 @@ class NodeSetup:
             "transaction.state.log.num.partitions": "10",
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": min_isr,
+            **INTERNAL_SEGMENTS,
             "group.initial.rebalance.delay.ms": "0",
             # Fewer threads than the defaults (3 network, 8 I/O): three nodes share 2 cores.
             "num.network.threads": "2",
