@@ -181,6 +181,7 @@ class CommitCycle:
         # partition -> its Kafka transaction being ended on a commit thread (one at a time per partition)
         self.in_flight: dict[int, Future[None]] = {}
         self._monitored: dict[int, list[TopicPartition]] = {}  # offsets to copy to the group at commit
+        self._with_expiries: set[int] = set()  # partitions whose last transaction filled carries expiries
         self._to_copy: dict[tuple[str, int], TopicPartition] = {}
         self._next_copy = 0.0
         self._ending: dict[int, str] = {}  # partition -> the commit thread ending its transaction
@@ -192,6 +193,14 @@ class CommitCycle:
         # partitions whose last transaction republished two or more are here)
         self._paced_until: dict[int, float] = {}
         self.clock: Callable[[], float] = time.monotonic
+
+    def expiries_in_flight(self) -> bool:
+        """Whether a transaction being ended carries expiries (copies to ``<ns>_expired``).
+
+        Their records reach ``<ns>_expired`` during the commit: a reader that takes the topic's
+        end before then (the expiry resumer's listing) does not see them.
+        """
+        return not self._with_expiries.isdisjoint(self.in_flight)
 
     def waiting(self) -> set[int]:
         """Partitions with a transaction ready to republish, no commit in flight and (with
@@ -274,16 +283,21 @@ class CommitCycle:
             return
         failed: dict[int, Exception] = {}
         for number in numbers:
+            expiring_here = [t for t in expiring if t.partition == number]
             try:
                 offsets = self._fill(
                     number,
                     ready[number],
-                    [t for t in expiring if t.partition == number],
+                    expiring_here,
                     [(t, r) for t, r in incomplete if t.partition == number],
                 )
             except Exception as exc:
                 failed[number] = exc
                 continue
+            if expiring_here:
+                self._with_expiries.add(number)
+            else:
+                self._with_expiries.discard(number)
             self.in_flight[number] = self._commits.submit(self._end, number)
             self._monitored[number] = offsets
             if self._pace_s and len(ready[number]) >= 2:

@@ -149,6 +149,16 @@ class Parts:
         self.work.ready.add(number)
         self.work.unsaved.add(number)
 
+    def expire_tx(self, tx: str, number: int = 0) -> None:
+        """A transaction's half with no decision, its back-checks exhausted: it goes to <ns>_expired."""
+        state = self.partitions[number]
+        offset = self._offsets[number]
+        half = HalfMessage(tx, 0, "orders", b"v", key=b"k", group="g", instance="i")
+        state.on_half(half, offset, 10, int(time.time() * 1000))
+        self._offsets[number] = offset + 1
+        self.positions[(TOPICS.half, number)] = offset + 1
+        self.work.expiring[tx] = state.pending[tx]
+
     def until(self, done: Callable[[], bool]) -> None:
         """Collect until ``done`` (the loop's part)."""
         give_up = time.monotonic() + 10
@@ -183,6 +193,35 @@ def test_a_ready_transaction_commits_at_once_and_its_positions_are_copied(parts:
     assert parts.work.ready == set()
     assert parts.work.unsaved == set()
     assert parts.kafka.copied == [[TopicPartition(TOPICS.half, 0, 1)]]
+
+
+def test_an_expiry_is_in_flight_until_the_transaction_carrying_it_ended(parts: Parts) -> None:
+    # The service looks for returning producer groups only when none is: the expiry resumer's
+    # listing of <ns>_expired must find it (coordinator/service.py, _look_around).
+    producer = parts.kafka.producers[0]
+    producer.hold = threading.Event()
+    parts.commit_tx("t1")
+    parts.cycle.start(everything=True)
+    assert parts.cycle.in_flight
+    assert not parts.cycle.expiries_in_flight(), "a commit without expiries holds nothing back"
+    producer.hold.set()
+    parts.until(lambda: not parts.cycle.in_flight)
+
+    producer.hold = threading.Event()
+    parts.expire_tx("t2")
+    parts.cycle.start(everything=True)
+    assert parts.cycle.expiries_in_flight()
+    assert parts.stats[Stat.RESOLVED_EXPIRED] == 1  # counted at the fill, before the commit
+    producer.hold.set()
+    parts.until(lambda: not parts.cycle.in_flight)
+    assert not parts.cycle.expiries_in_flight()
+
+    parts.commit_tx("t3")  # the partition's next transaction carries no expiry
+    producer.hold = threading.Event()
+    parts.cycle.start(everything=True)
+    assert not parts.cycle.expiries_in_flight()
+    producer.hold.set()
+    parts.until(lambda: not parts.cycle.in_flight)
 
 
 def test_what_becomes_ready_during_a_commit_goes_into_the_next(parts: Parts) -> None:
