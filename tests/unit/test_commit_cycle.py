@@ -135,15 +135,19 @@ class Parts:
         )
         self._offsets = dict.fromkeys(numbers, 0)
 
-    def commit_tx(self, tx: str, number: int = 0) -> None:
-        """A transaction's half and its producer's COMMIT, consumed."""
+    def half(self, tx: str, number: int = 0) -> PartitionState:
+        """A transaction's half record, consumed; returns its partition's state."""
         state = self.partitions[number]
         offset = self._offsets[number]
         half = HalfMessage(tx, 0, "orders", b"v", key=b"k", group="g", instance="i")
         state.on_half(half, offset, 10, int(time.time() * 1000))
         self._offsets[number] = offset + 1
         self.positions[(TOPICS.half, number)] = offset + 1
-        done = state.on_op(OpRecord(tx, TxState.COMMIT, OpSource.PRODUCER, count=1))
+        return state
+
+    def commit_tx(self, tx: str, number: int = 0) -> None:
+        """A transaction's half and its producer's COMMIT, consumed."""
+        done = self.half(tx, number).on_op(OpRecord(tx, TxState.COMMIT, OpSource.PRODUCER, count=1))
         assert done is not None
         assert done.phase is Phase.READY
         self.work.ready.add(number)
@@ -151,13 +155,7 @@ class Parts:
 
     def expire_tx(self, tx: str, number: int = 0) -> None:
         """A transaction's half with no decision, its back-checks exhausted: it goes to <ns>_expired."""
-        state = self.partitions[number]
-        offset = self._offsets[number]
-        half = HalfMessage(tx, 0, "orders", b"v", key=b"k", group="g", instance="i")
-        state.on_half(half, offset, 10, int(time.time() * 1000))
-        self._offsets[number] = offset + 1
-        self.positions[(TOPICS.half, number)] = offset + 1
-        self.work.expiring[tx] = state.pending[tx]
+        self.work.expiring[tx] = self.half(tx, number).pending[tx]
 
     def until(self, done: Callable[[], bool]) -> None:
         """Collect until ``done`` (the loop's part)."""
