@@ -6,7 +6,7 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test chaos soak setup lint bench clean
+.PHONY: demo test chaos soak setup system-packages lint bench clean
 
 # make chaos: the nemesis (tests/secure/test_nemesis.py) on the secured cluster, one run per seed:
 # CHAOS_SEEDS (comma-separated), else CHAOS_RUNS seeds drawn at random; CHAOS_SECONDS of faults
@@ -31,7 +31,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
-setup: $(STAMP)
+system-packages:
+	@scripts/system-packages.sh
+
+setup: $(STAMP) system-packages
 	$(BIN)/txbridge setup
 
 demo: setup
