@@ -109,6 +109,7 @@ class KafkaCommitClients:
         self._producers = producers
         self._consumer = consumer
         self._offsets: Consumer | None = None
+        self._highs: Consumer | None = None
 
     def writer(self, number: int) -> TransactionWriter:
         return self._producers.writer(number)
@@ -120,14 +121,30 @@ class KafkaCommitClients:
         self._producers.abandon(number)
 
     def half_end(self, number: int, timeout: float) -> int:
-        _low, high = self.offsets_client().get_watermark_offsets(
+        """The half partition's high watermark. Not the last stable offset: a transaction's
+        halves written in a Kafka transaction (``txbridge admin requeue``) may become readable
+        after its COMMIT does, when the op partition's marker lands first, and every half
+        acknowledged before the decision lies below the high watermark only."""
+        _low, high = self._high_watermarks().get_watermark_offsets(
             kafka.partition_at(self._topics.half, number), timeout=timeout
         )
         return int(high)
 
+    def _high_watermarks(self) -> Consumer:
+        """A read_uncommitted client: librdkafka asks for end offsets with the client's
+        isolation level, and read_committed answers the last stable offset."""
+        if self._highs is None:
+            self._highs = kafka.consumer(
+                self._config.bootstrap,
+                f"{self._config.group_id}-offsets",
+                self._config.extra_config,
+                isolation_level="read_uncommitted",
+            )
+        return self._highs
+
     def offsets_client(self) -> Consumer:
-        """The end-offset client. A client of its own: on the group consumer's connection a
-        request would queue behind a parked fetch every time."""
+        """A read_committed client of its own for the ownership invariant's last stable offsets
+        (on the group consumer's connection a request would queue behind a parked fetch)."""
         if self._offsets is None:
             self._offsets = kafka.consumer(
                 self._config.bootstrap, f"{self._config.group_id}-offsets", self._config.extra_config
@@ -135,9 +152,10 @@ class KafkaCommitClients:
         return self._offsets
 
     def renew_end_offsets(self) -> None:
-        old, self._offsets = self._offsets, None
-        if old is not None:
-            threading.Thread(target=old.close, name="txbridge-close", daemon=True).start()
+        for old in (self._offsets, self._highs):
+            if old is not None:
+                threading.Thread(target=old.close, name="txbridge-close", daemon=True).start()
+        self._offsets = self._highs = None
 
     def copy_to_group(self, offsets: list[TopicPartition]) -> None:
         self._consumer().commit(offsets=offsets, asynchronous=True)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from confluent_kafka import Producer
 
-from tests.coordinator.conftest import Env, RunningCoordinator, eventually
+from tests.coordinator.conftest import PARTITIONS, Env, RunningCoordinator, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge import kafka
@@ -165,3 +167,52 @@ def test_a_message_over_the_size_limit_is_quarantined_again_until_the_limit_is_r
     assert _admin(env, "requeue", tx_id).exit_code == 2
     assert eventually(lambda: _pending(env) == 0)
     assert len(read_topic(env.bootstrap, topic)) == 2
+
+
+def test_a_requeue_whose_commit_is_read_before_its_halves_is_published_once(
+    env: Env, unique_name: Callable[[str], str]
+) -> None:
+    """The requeue's halves and COMMIT are one Kafka transaction; here the op partition's marker
+    is readable first (an unrelated open transaction holds every half partition's last stable
+    offset below the halves). The COMMIT must wait for the halves, not be settled at the last
+    stable offset as an orphan."""
+    topic = unique_name("missing")
+    handle = env.start(extra_config=NO_AUTO_CREATE)
+    tx_id = env.producer.transaction(
+        [Msg(topic, b"one", key=b"k"), Msg(topic, b"two", key=b"k")], TxState.COMMIT
+    )
+    wait_for(env.bootstrap, env.topics.quarantine, 2)
+    _create(env, topic)
+    handle = _restart(env, handle, extra_config=NO_AUTO_CREATE)
+
+    holder = Producer({"bootstrap.servers": env.bootstrap, "transactional.id": unique_name("holder")})
+    holder.init_transactions(30)
+    holder.begin_transaction()
+    for partition in range(PARTITIONS):
+        holder.produce(env.topics.half, b"held", key=b"held", partition=partition)
+    holder.flush(30)
+    try:
+        new_tx = _requeued_as(_admin(env, "requeue", tx_id))
+        # The coordinator reads the COMMIT now; the halves stay unreadable until the holder ends.
+        assert eventually(lambda: _committed_seen(env, new_tx) or handle.service.stats["orphan_ops"] > 0)
+        time.sleep(3.0)  # several commit boundaries: the old end offset settled the COMMIT here
+        assert read_topic(env.bootstrap, topic) == []
+    finally:
+        holder.abort_transaction(30)
+
+    seen = wait_for(env.bootstrap, topic, 2)
+    assert [(s.key, s.value) for s in seen] == [(b"k", b"one"), (b"k", b"two")]
+    assert {s.headers["txb.tx"] for s in seen} == {new_tx.encode()}
+    assert eventually(lambda: _pending(env) == 0)
+    assert handle.service.stats["orphan_ops"] == 0
+    time.sleep(1.0)
+    assert len(read_topic(env.bootstrap, topic)) == 2
+
+
+def _committed_seen(env: Env, tx_id: str) -> bool:
+    """A coordinator holds ``tx_id`` decided (its COMMIT op was read)."""
+    return any(
+        tx_id in s.pending and s.pending[tx_id].decision is not None
+        for h in env.running
+        for s in h.service.partitions.values()
+    )
