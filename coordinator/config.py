@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from txbridge.client_config import COMMAND_CONFIG_ENV, ClientConfig
 from txbridge.errors import ConfigurationError
-from txbridge.wire import DEFAULT_NAMESPACE, default_coordinator_group
+from txbridge.wire import DEFAULT_NAMESPACE, default_coordinator_group, partition_transactional_id
 
 ENV_PREFIX = "TXBRIDGE_"
 
@@ -55,11 +55,6 @@ def _default_instance_id() -> str:
     coordinator, a static member, gets its partitions back at once. Several coordinators of
     one group on one host need an ``instance_id`` each."""
     return socket.gethostname()
-
-
-def partition_transactional_id(group_id: str, namespace: str, partition: int) -> str:
-    """See :meth:`CoordinatorConfig.partition_transactional_id`."""
-    return f"{group_id}-{namespace}-{partition}"
 
 
 @dataclass(frozen=True)
@@ -210,11 +205,13 @@ class CoordinatorConfig:
         It names the partition, not the process: every new owner of the partition, however
         its coordinator is named, re-initialises this id before it reads anything of the
         partition, and that aborts whatever an earlier owner left open and fences it
-        (docs/DESIGN.md, "Ownership"). The namespace is in it so that two namespaces sharing
-        one group id never fence each other; the ``<group_id>-`` prefix is what
+        (docs/DESIGN.md, "Ownership"). It names no group either: a coordinator of another
+        group on the same namespace (a mistyped ``--group-id``, an upgrade that renamed the
+        group) fences this one's owner like any successor, so one namespace partition has one
+        committer whatever the group. The ``<namespace>-partition-`` prefix is what
         ``txbridge acls`` grants.
         """
-        return partition_transactional_id(self.group_id, self.namespace, partition)
+        return partition_transactional_id(self.namespace, partition)
 
     def host_allowed(self, url: str) -> bool:
         """True when ``url`` is http(s) and its host is in ``allowed_check_hosts``."""

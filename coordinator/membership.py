@@ -26,6 +26,7 @@ import time
 
 from coordinator.config import CoordinatorConfig
 from txbridge import kafka
+from txbridge.errors import ConfigurationError
 from txbridge.kafka import TopicPartition
 from txbridge.wire import Topics
 
@@ -104,3 +105,57 @@ def wait_for_handed_over(
             )
             waited = True
         time.sleep(0.25)
+
+
+def refuse_another_group(
+    config: CoordinatorConfig, topics: Topics, session_timeout_s: float, stop: threading.Event
+) -> None:
+    """Before joining: refuse to start while a coordinator group other than this one's serves
+    the namespace (a member of it holds half or op partitions).
+
+    Exactly once needs one committer per namespace partition. The partitions' transactional ids
+    name the namespace, not the group, so a second group fences the first partition by partition
+    and publishes nothing twice; but the two would take the partitions from each other at every
+    commit. Changing a namespace's group is stopping the old one, then starting the new
+    (docs/coordinator.md): a stopped static member stays in its group until its session expires,
+    so another group is waited for that long before it counts as serving. Groups this principal
+    may not describe are not seen; fencing still holds for them.
+
+    Raises:
+        ConfigurationError: another group still serves the namespace.
+    """
+    deadline = time.monotonic() + session_timeout_s + 3.0
+    said = False
+    while not stop.is_set():
+        try:
+            serving = kafka.groups_consuming(
+                config.bootstrap,
+                [topics.half, topics.op],
+                extra=config.extra_config,
+                timeout=_DESCRIBE_TIMEOUT_S,
+            )
+        except Exception as exc:  # cannot tell: fencing keeps it exact, so start
+            logger.warning("could not list the consumer groups serving %s: %s", topics.half, exc)
+            return
+        others = sorted((g, m) for g, m in serving.items() if g != config.group_id)
+        if not others:
+            return
+        group, members = others[0]
+        if time.monotonic() > deadline:
+            raise ConfigurationError(
+                f"namespace {config.namespace} is served by coordinator group {group!r} "
+                f"(members {', '.join(members)}); this coordinator's group is {config.group_id!r}. "
+                f"Start it with --group-id {group}, or stop every coordinator of {group!r} first to move "
+                "the namespace to a new group (docs/coordinator.md, 'Changing a namespace's group')"
+            )
+        if not said:
+            logger.info(
+                "namespace %s is served by coordinator group %r (members %s): waiting up to %.0fs for "
+                "them to leave (a stopped coordinator's session expires) before refusing to start",
+                config.namespace,
+                group,
+                ", ".join(members),
+                session_timeout_s + 3.0,
+            )
+            said = True
+        time.sleep(0.5)

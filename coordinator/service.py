@@ -240,6 +240,8 @@ class Coordinator:
 
     def _start(self) -> None:
         cfg = self.config
+        # Before any thread or client of its own: one committer per namespace partition.
+        membership.refuse_another_group(cfg, self.topics, self._session_timeout_s(), self._stop)
         self._watchdog.start()
         extra = dict(cfg.extra_config)
         # The registry catches up in the loop: checks wait for it (BackChecks), publishing does not.

@@ -36,12 +36,17 @@ def default_coordinator_group(namespace: str) -> str:
     ``txbridge-coordinator`` for the default namespace, ``txbridge-coordinator.<namespace>``
     for any other: coordinators of two namespaces never share a group, so one host may run
     both under one instance id (a static member's ``group.instance.id`` is unique per group
-    only). The '.' keeps the ``txbridge-coordinator-`` prefix that ``txbridge acls`` grants
-    on the default group's transactional ids from covering another namespace's.
+    only).
     """
     if namespace == DEFAULT_NAMESPACE:
         return DEFAULT_COORDINATOR_GROUP
     return f"{DEFAULT_COORDINATOR_GROUP}.{namespace}"
+
+
+def partition_transactional_id(namespace: str, partition: int) -> str:
+    """The transactional.id under which partition ``partition`` of ``namespace`` is committed,
+    by whichever coordinator owns it, of whatever group (docs/DESIGN.md, "Ownership")."""
+    return f"{namespace}-partition-{partition}"
 
 
 # ---------------------------------------------------------------- headers of a half record

@@ -96,4 +96,4 @@ def test_the_group_defaults_to_the_namespaces_own(tmp_path: Path) -> None:
 def test_a_given_group_is_kept_whatever_the_namespace() -> None:
     config = CoordinatorConfig.from_mapping({"bootstrap": "b:1", "namespace": "ns1", "group_id": "mine"})
     assert config.group_id == "mine"
-    assert config.partition_transactional_id(4) == "mine-ns1-4"
+    assert config.partition_transactional_id(4) == "ns1-partition-4"

@@ -160,10 +160,9 @@ def test_the_partitions_dead_owner_is_aborted_before_the_next_owner_reads(
     owner.stop()
 
     # The name CoordinatorConfig.partition_transactional_id gives the partition (and the ACLs grant).
-    group = env.config().group_id
     dead = kafka.producer(
         env.bootstrap,
-        transactional_id=f"{group}-{env.namespace}-{partition}",
+        transactional_id=f"{env.namespace}-partition-{partition}",
         transaction_timeout_ms=DEAD_OWNER_TIMEOUT_MS,
     )
     dead.init_transactions(30)

@@ -7,11 +7,10 @@ import math
 
 import pytest
 
-from coordinator.config import partition_transactional_id
 from txbridge.tools.bench import steady_load
 from txbridge.tools.bench.node_kill import Kill, PathTimes, figure_values, lost_and_duplicated, stall
 from txbridge.tools.local import placement
-from txbridge.wire import default_coordinator_group
+from txbridge.wire import partition_transactional_id
 
 
 def test_the_stall_is_the_worst_commit_to_visible_of_what_committed_in_the_window() -> None:
@@ -114,10 +113,7 @@ def test_a_namespaces_transactional_ids_land_on_consecutive_partitions() -> None
     """They differ in their last character only: the nodekill step cannot put them all on one
     transaction coordinator when the transaction log's leaders go round the nodes."""
     namespace = "__txb_nodekill_x_0"
-    group = default_coordinator_group(namespace)
-    partitions = [
-        placement.partition_for(partition_transactional_id(group, namespace, p), 50) for p in range(6)
-    ]
+    partitions = [placement.partition_for(partition_transactional_id(namespace, p), 50) for p in range(6)]
 
     steps = {(b - a) % 50 for a, b in itertools.pairwise(partitions)}
     assert steps in ({1}, {49})

@@ -52,6 +52,7 @@ __all__ = [
     "check_reachable",
     "delete_topics_with_prefix",
     "ensure_topics",
+    "groups_consuming",
 ]
 
 logger = logging.getLogger(__name__)
@@ -341,3 +342,38 @@ def delete_topics_with_prefix(
             if not (exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
                 raise to_error(exc, f"deleting topic {name}") from exc
     return names
+
+
+def groups_consuming(
+    bootstrap: str, topics: Iterable[str], *, extra: Mapping[str, Any] | None = None, timeout: float = 10.0
+) -> dict[str, list[str]]:
+    """Consumer groups with a live member assigned a partition of any of ``topics``: group id ->
+    the client ids of those members. Only groups this principal may describe are seen.
+
+    Raises:
+        KafkaOperationError: the groups could not be listed.
+    """
+    wanted = set(topics)
+    client = admin(bootstrap, extra)
+    try:
+        listed = client.list_consumer_groups(request_timeout=timeout).result(timeout=timeout)
+    except KafkaException as exc:
+        raise to_error(exc, "listing consumer groups") from exc
+    ids = [g.group_id for g in listed.valid]
+    if not ids:
+        return {}
+    found: dict[str, list[str]] = {}
+    for group_id, future in client.describe_consumer_groups(ids, request_timeout=timeout).items():
+        try:
+            description = future.result(timeout=timeout)
+        except KafkaException as exc:  # gone meanwhile, or not ours to describe: not serving then
+            logger.debug("describing group %s: %s", group_id, exc)
+            continue
+        members = [
+            m.client_id
+            for m in description.members
+            if m.assignment is not None and any(tp.topic in wanted for tp in m.assignment.topic_partitions)
+        ]
+        if members:
+            found[group_id] = sorted(members)
+    return found

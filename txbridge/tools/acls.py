@@ -28,8 +28,8 @@ coordinator (``txbridge coordinator``)
     Consumes ``<ns>_half`` and ``<ns>_op`` in its consumer group ``<group_id>``
     (default :func:`~txbridge.wire.default_coordinator_group`: ``txbridge-coordinator``,
     or ``txbridge-coordinator.<ns>`` for another namespace) and commits those offsets
-    inside Kafka transactions with ``transactional.id`` ``<group_id>-<ns>-<partition>``
-    (one per half/op partition: a PREFIXED ACL). In them it
+    inside Kafka transactions with ``transactional.id`` ``<ns>-partition-<partition>``
+    (one per half/op partition, whatever the group: a PREFIXED ACL). In them it
     publishes committed messages to the real topics and writes ``<ns>_op``,
     ``<ns>_state``, ``<ns>_expired`` and ``<ns>_quarantine``. It restores
     ``<ns>_state``, reads ``<ns>_producers`` (the registry) and ``<ns>_expired``.
@@ -70,7 +70,7 @@ from txbridge.kafka import (
     ResourcePatternType,
     ResourceType,
 )
-from txbridge.wire import DEFAULT_NAMESPACE, Topics, default_coordinator_group
+from txbridge.wire import DEFAULT_NAMESPACE, Topics, default_coordinator_group, partition_transactional_id
 
 logger = logging.getLogger(__name__)
 
@@ -290,8 +290,17 @@ def _coordinator(
         acls += [
             Acl(p, GROUP, group, False, "Read", "the coordinators' group over half and op"),
             Acl(p, GROUP, f"{group}-offsets", False, "Describe", "a client that reads end offsets"),
-            Acl(p, TRANSACTIONAL_ID, f"{group}-", True, "Write", "one transactional.id per partition"),
         ]
+    acls.append(
+        Acl(
+            p,
+            TRANSACTIONAL_ID,
+            partition_transactional_id(namespace, 0)[:-1],
+            True,
+            "Write",
+            "one transactional.id per namespace partition, whatever the group",
+        )
+    )
     acls += [
         Acl(p, GROUP, prefix, True, "Describe", "helper clients' throwaway groups (random suffix)")
         for prefix in COORDINATOR_HELPER_GROUPS

@@ -56,7 +56,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from coordinator.config import partition_transactional_id
 from txbridge import kafka
 from txbridge.client_config import ClientConfig
 from txbridge.errors import TxBridgeError
@@ -68,7 +67,7 @@ from txbridge.tools.local import placement
 from txbridge.tools.local.cluster import LocalCluster
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import internal_topics
-from txbridge.wire import H_TX, Topics, default_coordinator_group, header_dict
+from txbridge.wire import H_TX, Topics, default_coordinator_group, header_dict, partition_transactional_id
 
 logger = logging.getLogger(__name__)
 
@@ -220,8 +219,8 @@ def _stop_cluster(cluster: LocalCluster) -> None:
         shutil.rmtree(cluster.home / f"node-{node_id}" / "data", ignore_errors=True)
 
 
-def _coordinator_ids(namespace: str, group: str) -> list[str]:
-    return [partition_transactional_id(group, namespace, p) for p in range(HALF_PARTITIONS)]
+def _coordinator_ids(namespace: str) -> list[str]:
+    return [partition_transactional_id(namespace, p) for p in range(HALF_PARTITIONS)]
 
 
 def _pick_layout(admin: Any, prefix: str, node_ids: Sequence[int], tries: int = 500) -> tuple[str, int, int]:
@@ -235,7 +234,7 @@ def _pick_layout(admin: Any, prefix: str, node_ids: Sequence[int], tries: int = 
     for k in range(tries):
         namespace = f"{prefix}{k}"
         group = default_coordinator_group(namespace)
-        hosts = Counter(log[placement.partition_for(i, len(log))] for i in _coordinator_ids(namespace, group))
+        hosts = Counter(log[placement.partition_for(i, len(log))] for i in _coordinator_ids(namespace))
         group_node = offsets[placement.partition_for(group, len(offsets))]
         for txn_node, leader in itertools.permutations(node_ids, 2):
             score = (hosts[txn_node], -hosts[leader], group_node not in (txn_node, leader))
@@ -269,7 +268,7 @@ def _lay_out(env: tb.Env, cluster: LocalCluster, admin: Any, topics: Sequence[st
     assignments = {names.half: led, names.op: led, **dict.fromkeys(topics, spread)}
     placement.create_topics(env.bootstrap, specs, assignments, extra=env.extra)
     native_id = _native_id(admin, f"bench-nodekill-native-{env.run_id}-", txn_node)
-    return _Layout(namespace, group, _coordinator_ids(namespace, group), leader, txn_node, native_id)
+    return _Layout(namespace, group, _coordinator_ids(namespace), leader, txn_node, native_id)
 
 
 def _roles(admin: Any, node: int, layout: _Layout, topic: str) -> dict[str, int]:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coordinator.config import partition_transactional_id
 from txbridge import kafka
 from txbridge.aio import AsyncTransactionProducer
 from txbridge.barrier import SqliteBarrier
@@ -36,7 +35,15 @@ from txbridge.tools.local.broker import free_port
 from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import init_topics
 from txbridge.transaction import LocalTransaction, Message
-from txbridge.wire import H_TX, Topics, TxState, default_coordinator_group, half_partition, header_dict
+from txbridge.wire import (
+    H_TX,
+    Topics,
+    TxState,
+    default_coordinator_group,
+    half_partition,
+    header_dict,
+    partition_transactional_id,
+)
 
 PARTITIONS = 12
 #: The failover steps kill at a random moment within this much after their first 2 s of load:
@@ -679,7 +686,7 @@ def _leave_a_transaction_open(env: Env, ns: str, topic: str, owned: set[int], ke
         members = reader.consumer_group_metadata()  # never joined: generation -1, as a dead member's
         for number in sorted(owned):
             producer = kafka.producer(
-                env.bootstrap, env.extra, transactional_id=partition_transactional_id(group, ns, number)
+                env.bootstrap, env.extra, transactional_id=partition_transactional_id(ns, number)
             )
             producers.append(producer)
             producer.init_transactions(30)
