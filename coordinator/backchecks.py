@@ -81,6 +81,7 @@ class BackChecks:
         self._started = time.monotonic()
         self._expedited: set[tuple[str, str]] = set()  # silent producer instances already expedited
         self._left: set[tuple[str, str]] = set()  # decisive instances that left, not expedited yet
+        self._awaiting: set[tuple[str, str, str | None]] = set()  # writers said to be waited for
 
     def registry_read(self) -> bool:
         """The producer registry was read to its end (or 10 s went by trying: checks go ahead)."""
@@ -95,15 +96,20 @@ class BackChecks:
         in_flight = self._checker.in_flight_txs
         # One request asks about up to check_batch_size transactions of one group and writer.
         batches: dict[tuple[str, tuple[str, ...]], list[tuple[int, PendingTx]]] = {}
-        targets: dict[tuple[str, str], tuple[str, ...]] = {}  # (group, writer) -> URLs, once per pass
+        # (group, writer, its check source) -> URLs, once per pass
+        targets: dict[tuple[str, str, str | None], tuple[str, ...]] = {}
         for number in caught_up:
             state = self.partitions[number]
             due = state.due_checks(self.policy, now, in_flight)
             self._expiring.update((t.tx_id, t) for t in due.expire)
             for tx in due.check:
-                writer = (tx.group, tx.instance)
+                writer = (tx.group, tx.instance, tx.check_source)
                 if writer not in targets:
-                    targets[writer] = tuple(self._registry.view.targets(tx.group, tx.instance, now))
+                    targets[writer] = tuple(self._registry.view.targets(*writer, now))
+                    if not targets[writer]:
+                        self._note_no_answerer(writer, now)
+                if not targets[writer]:
+                    self.stats[Stat.CHECKS_AWAITING_WRITER] += 1
                 batches.setdefault((tx.group, targets[writer]), []).append((number, tx))
         # Plan every request of the pass first, within each group's free request slots (the rest
         # wait for a later pass), so that evicted or restored payloads are re-read in one go: one
@@ -125,6 +131,22 @@ class BackChecks:
                 continue  # cannot happen while only this loop takes slots; asked at a later pass
             self.stats[Stat.CHECKS] += len(chunk)
             self.stats[Stat.CHECK_REQUESTS] += 1
+
+    def _note_no_answerer(self, writer: tuple[str, str, str | None], now: int) -> None:
+        """Say, once per writer, why its transactions are not asked although its group is live."""
+        group, instance, source = writer
+        if writer in self._awaiting or not self._registry.view.instances_of(group, now):
+            return  # said already, or the whole group is down (the checker says that)
+        self._awaiting.add(writer)
+        logger.warning(
+            "producer %s/%s is not live and no live instance of group %r answers for its check source "
+            "%r (a barrier on another database, or a check that answers for its own instance only): its "
+            "transactions wait for it (checks_awaiting_writer), and expire after max_unasked_s",
+            group,
+            instance,
+            group,
+            source,
+        )
 
     def _request(self, tx: PendingTx) -> CheckRequest:
         return CheckRequest(
@@ -175,7 +197,7 @@ class BackChecks:
     def observe_returns(self, resumer: ExpiryResumer) -> None:
         """Hand the resumer the live producer instances; count what it did since the last look."""
         view, now = self._registry.view, self._now_ms()
-        resumer.observe(view.live(now), lambda group: tuple(view.targets(group, "", now)))
+        resumer.observe(view.live(now), lambda group: view.instances_of(group, now))
         for name in resumer.events():
             self.stats[name] += 1
 

@@ -121,6 +121,8 @@ def encode_entry(tx: PendingTx) -> bytes:
         "next": tx.next_check_ms,
         "order": tx.decided_seq,
     }
+    if tx.check_source is not None:  # absent in entries of earlier versions: optional
+        body["check_source"] = tx.check_source
     if tx.unasked_since_ms is not None:  # absent in entries of earlier versions: optional
         body["unasked"] = tx.unasked_since_ms
         body["problem"] = tx.problem
@@ -160,6 +162,7 @@ def decode_entry(value: bytes) -> PendingTx:
             decided_seq=int(body.get("order", 0)),
             unasked_since_ms=body.get("unasked"),
             problem=str(body.get("problem", "")),
+            check_source=sys.intern(str(body["check_source"])) if body.get("check_source") else None,
         )
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise WireFormatError(f"state entry is not valid: {exc}") from None

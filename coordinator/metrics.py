@@ -77,6 +77,12 @@ class Stat(StrEnum):
         "by allowed_check_hosts or refusing the connection): "
         "not counted toward max_checks",
     )
+    CHECKS_AWAITING_WRITER = (
+        "checks_awaiting_writer",
+        "back-checks not sent because the writer is gone and no live instance of its group answers "
+        "for its check source (another database, or a check that answers for its own instance "
+        "only): the transaction waits for the writer, then expires after max_unasked_s",
+    )
     CHECKS_EXPEDITED = (
         "checks_expedited",
         "open transactions of a silent or departed writer checked before the check delay",

@@ -72,6 +72,7 @@ class PendingTx:
         "_owner",
         "_phase",
         "check_after_s",
+        "check_source",
         "checks",
         "count",
         "decided_seq",
@@ -108,6 +109,7 @@ class PendingTx:
         persisted: bool = False,
         unasked_since_ms: int | None = None,
         problem: str = "",
+        check_source: str | None = None,
     ) -> None:
         self.tx_id = tx_id
         self.partition = partition
@@ -119,6 +121,8 @@ class PendingTx:
                 self._add_half(seq, ref)
         self.group = group
         self.instance = instance
+        # The writer's check source, from its halves (txbridge.wire.can_answer): who may answer for it.
+        self.check_source = check_source
         self.first_append_ms = first_append_ms
         self.check_after_s = check_after_s
         self.decision_source = decision_source

@@ -17,7 +17,7 @@ from typing import Any
 from txbridge import kafka
 from txbridge.errors import WireFormatError
 from txbridge.kafka import Consumer
-from txbridge.wire import ProducerInstance, decode_producer
+from txbridge.wire import ProducerInstance, can_answer, decode_producer
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class Heartbeat:
     seen_ms: int  # broker append time (coordinator clock when the topic keeps CreateTime)
     interval_ms: int = 0  # the interval the instance said it beats at (0: not said)
     decisive: bool = False  # its check function is decisive
+    source: str | None = None  # the source of truth its check answers from (None: not said)
 
 
 class RegistryView:
@@ -42,6 +43,8 @@ class RegistryView:
     def __init__(self, liveness_s: float) -> None:
         self.liveness_ms = int(liveness_s * 1000)
         self._instances: dict[tuple[str, str], Heartbeat] = {}
+        #: The check source each instance said last, kept after it left: what its transactions need.
+        self._sources: dict[tuple[str, str], str | None] = {}
         #: Instances with a decisive check that left with a tombstone since the caller took them.
         self.left: set[tuple[str, str]] = set()
 
@@ -57,33 +60,53 @@ class RegistryView:
         current = self._instances.get((beat.group, beat.instance))
         if current is None or current.seen_ms <= seen_ms:
             self._instances[(beat.group, beat.instance)] = Heartbeat(
-                beat.url, seen_ms, int(beat.interval_s * 1000), beat.decisive
+                beat.url, seen_ms, int(beat.interval_s * 1000), beat.decisive, beat.source
             )
+            self._sources[(beat.group, beat.instance)] = beat.source
 
     def _silent(self, beat: Heartbeat, now_ms: int) -> bool:
         return beat.interval_ms > 0 and now_ms - beat.seen_ms > SILENT_INTERVALS * beat.interval_ms
 
-    def targets(self, group: str, instance: str, now_ms: int) -> list[str]:
-        """Check URLs to try: the originating instance first if live, then the group's other live
-        ones; silent instances (see :data:`SILENT_INTERVALS`) after all the others."""
+    def targets(self, group: str, instance: str, source: str | None, now_ms: int) -> list[str]:
+        """Check URLs to try about a transaction that ``instance`` wrote with check source
+        ``source``: the writer first if live, then the group's other live instances that can
+        answer for that source (:func:`txbridge.wire.can_answer`); silent instances (see
+        :data:`SILENT_INTERVALS`) after all the others. Empty while none can answer: the
+        transaction then waits for its writer (or one on its source of truth) to be live."""
         live = {
             inst: beat
             for (grp, inst), beat in self._instances.items()
-            if grp == group and now_ms - beat.seen_ms <= self.liveness_ms
+            if grp == group
+            and now_ms - beat.seen_ms <= self.liveness_ms
+            and can_answer(writer=instance, tx_source=source, instance=inst, instance_source=beat.source)
         }
         order = sorted(live, key=lambda inst: (self._silent(live[inst], now_ms), inst != instance, inst))
         return [live[inst].url for inst in order]
+
+    def instances_of(self, group: str, now_ms: int) -> tuple[tuple[str, str | None, str], ...]:
+        """``(instance, check source, URL)`` of the group's live instances, silent ones last."""
+        live = [
+            (self._silent(beat, now_ms), inst, beat)
+            for (grp, inst), beat in self._instances.items()
+            if grp == group and now_ms - beat.seen_ms <= self.liveness_ms
+        ]
+        return tuple(
+            (inst, beat.source, beat.url) for _silent, inst, beat in sorted(live, key=lambda x: x[:2])
+        )
 
     def silent(self, now_ms: int) -> set[tuple[str, str]]:
         """Instances not heard for :data:`SILENT_INTERVALS` of their heartbeat interval."""
         return {key for key, beat in self._instances.items() if self._silent(beat, now_ms)}
 
     def decisive_elsewhere(self, group: str, instance: str, now_ms: int) -> bool:
-        """Another instance of ``group`` is live, heard from lately, and its check is decisive."""
+        """Another instance of ``group`` is live, heard from lately, its check is decisive, and it
+        can answer for ``instance``'s transactions (the check source ``instance`` said last)."""
+        source = self._sources.get((group, instance))
         return any(
             grp == group
             and inst != instance
             and beat.decisive
+            and can_answer(writer=instance, tx_source=source, instance=inst, instance_source=beat.source)
             and now_ms - beat.seen_ms <= self.liveness_ms
             and not self._silent(beat, now_ms)
             for (grp, inst), beat in self._instances.items()

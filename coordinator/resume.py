@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator.checker import Checker, CheckJob
 from coordinator.metrics import Stat
 from txbridge.errors import TxBridgeError
-from txbridge.wire import CheckMessage, CheckRequest, TxState
+from txbridge.wire import CheckMessage, CheckRequest, TxState, can_answer
 
 if TYPE_CHECKING:
     from txbridge.admin import ExpiredTx
@@ -50,10 +50,23 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Return:
-    """A group with an instance that became live, and where to ask it."""
+    """A group with an instance that became live, and its live instances then:
+    ``(instance, check source, URL)``, the ones heard from lately first."""
 
     group: str
-    targets: tuple[str, ...]
+    instances: tuple[tuple[str, str | None, str], ...]
+
+    def targets(self, entry: ExpiredTx) -> tuple[str, ...]:
+        """Where to ask about ``entry``: its writer first, then the instances that can answer
+        for its check source (:func:`txbridge.wire.can_answer`); none when none can."""
+        writer = entry.messages[0].instance if entry.messages else ""
+        source = entry.messages[0].source if entry.messages else None
+        able = [
+            (inst != writer, url)
+            for inst, inst_source, url in self.instances
+            if can_answer(writer=writer, tx_source=source, instance=inst, instance_source=inst_source)
+        ]
+        return tuple(url for _later, url in sorted(able, key=lambda pair: pair[0]))
 
 
 class ExpiryResumer:
@@ -95,7 +108,9 @@ class ExpiryResumer:
             self._thread.join(30)
             self._thread = None
 
-    def observe(self, live: set[tuple[str, str]], targets: Callable[[str], tuple[str, ...]]) -> None:
+    def observe(
+        self, live: set[tuple[str, str]], instances: Callable[[str], tuple[tuple[str, str | None, str], ...]]
+    ) -> None:
         """The live (group, instance) pairs now; a group with one not live before is queued.
 
         The first call queues every live group: expiries left from before this coordinator
@@ -104,7 +119,7 @@ class ExpiryResumer:
         came_back = {group for group, instance in live - self._live}
         self._live = set(live)
         for group in sorted(came_back):
-            self._returns.put(Return(group, targets(group)))
+            self._returns.put(Return(group, instances(group)))
 
     def events(self) -> list[Stat]:
         """Counters of what happened since the last call (for the loop's stats)."""
@@ -152,7 +167,16 @@ class ExpiryResumer:
         )
         for entry in batch:  # one at a time, in half order: same-key ones keep their order
             self._events.put(Stat.EXPIRED_RECHECKED)
-            job = CheckJob(entry.partition or 0, _request(entry), back.targets)
+            targets = back.targets(entry)
+            if not targets:
+                logger.info(
+                    "expired tx %s: no live instance of group %r answers for its writer's source of truth; "
+                    "asked when one returns",
+                    entry.tx_id,
+                    entry.group,
+                )
+                continue
+            job = CheckJob(entry.partition or 0, _request(entry), targets)
             result = self._checker.check_batch([job])[0]
             if result.state is TxState.UNKNOWN:
                 logger.info("expired tx %s: still undecided (%s)", entry.tx_id, result.detail)

@@ -234,6 +234,8 @@ class PartitionState:
         tx._add_half(msg.seq, HalfRef(offset, size, msg.topic, msg.key, msg))
         tx.group = tx.group or msg.group
         tx.instance = tx.instance or msg.instance
+        if tx.check_source is None:
+            tx.check_source = msg.source
         if tx.first_append_ms is None:
             tx.first_append_ms = append_ms
             tx.check_after_s = msg.check_after_s

@@ -77,6 +77,8 @@ class ProducerSettings:
     heartbeat_interval_s: float = 1.0
     max_message_bytes: int = limits.DEFAULT_MAX_MESSAGE_BYTES
     settle_unknown: bool | None = None
+    #: as given (None: from the check function); once started, the source the halves say
+    check_source: str | None = None
     # Not in repr: it holds the client settings, sasl.password and ssl.key.password among them.
     extra_config: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -117,6 +119,13 @@ class ProducerSettings:
             options["instance_id"] = default_instance_id()
         if "/" in options["instance_id"]:
             raise ConfigurationError("instance_id must not contain '/'")
+        source = options.get("check_source")
+        if source is not None and (not isinstance(source, str) or not source.isprintable() or not source):
+            raise ConfigurationError(
+                f"check_source must be a non-empty printable name, got {source!r}: "
+                f"{wire.SOURCE_GROUP!r} when your check answers for every instance of the group, "
+                f"{wire.SOURCE_INSTANCE!r} when only for this instance, or the name of the database it reads"
+            )
         options["extra_config"] = dict(options.get("extra_config") or {})
         for name in ("value_serializer", "key_serializer"):
             if options.get(name) is None:
@@ -215,7 +224,11 @@ class TransactionFactory(Generic[H]):
         self.catalog = catalog
         self.max_message_bytes = settings.max_message_bytes
         self.encoder = RecordEncoder(
-            settings.group, settings.instance_id, settings.key_serializer, settings.value_serializer
+            settings.group,
+            settings.instance_id,
+            settings.key_serializer,
+            settings.value_serializer,
+            settings.check_source,
         )
         topics = settings.topics
         self.half_topic = topics.half

@@ -39,7 +39,7 @@ from txbridge.delivery import DeliveryPump
 from txbridge.errors import ConfigurationError, KafkaOperationError, TransactionStateError
 from txbridge.registry import Heartbeat
 from txbridge.serializers import Serializer
-from txbridge.transaction import LocalTransaction, Message, TransactionListener, is_decisive
+from txbridge.transaction import LocalTransaction, Message, TransactionListener, check_source, is_decisive
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,13 @@ class ProducerOptions(TypedDict, total=False):
             when the check is marked :func:`~txbridge.decisive` (the barrier's ``check`` is):
             an ordinary check asked too early could answer ROLLBACK for a commit still on its
             way, which is what the coordinator's check delay guards against.
+        check_source: the source of truth the check answers from, said in every half record and
+            heartbeat: a coordinator asks another instance about this one's transactions only
+            when that instance says the same source. Default: a barrier's check says its
+            database's identity; any other check answers for this instance only
+            (``"instance"``). ``"group"``: the check answers for every instance of the group
+            (one shared source of truth); any other name: the instances that say that name read
+            one source of truth. See :func:`txbridge.wire.can_answer`.
         client_config: the cluster's client settings (security), shared by every part: a
             :class:`~txbridge.client_config.ClientConfig` (e.g. ``ClientConfig.load("client.properties")``)
             or a dict of Java or librdkafka names.
@@ -108,6 +115,7 @@ class ProducerOptions(TypedDict, total=False):
     heartbeat_interval_s: float
     max_message_bytes: int
     settle_unknown: bool | None
+    check_source: str | None
     client_config: ClientConfig | Mapping[str, Any] | None
     extra_config: dict[str, Any] | None
 
@@ -214,6 +222,10 @@ class ProducerRuntime:
             try:
                 self.pump.start()
                 self._check_topics()
+                # The barrier's identity is read from its database here, once.
+                self.settings = settings = replace(
+                    self.settings, check_source=check_source(self.check, settings.check_source)
+                )
                 if settings.serve_checks:
                     self._server = CheckServer(self.check_app, settings.check_host, settings.check_port)
                     port = self._server.start()
@@ -226,6 +238,7 @@ class ProducerRuntime:
                     url=self.check_url,
                     interval_s=settings.heartbeat_interval_s,
                     decisive=is_decisive(self.check) or settings.settle_unknown is True,
+                    source=settings.check_source,
                 )
                 self._heartbeat.start()
             except BaseException:

@@ -21,6 +21,7 @@ import re
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +38,17 @@ COMMITTED = "committed"
 ROLLED_BACK = "rolled_back"
 _STATES = {COMMITTED: TxState.COMMIT, ROLLED_BACK: TxState.ROLLBACK}
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+#: The one row of a barrier's identity table.
+_IDENTITY_ROW = "barrier"
+
+
+def _identity_table(table: str) -> str:
+    """The table that holds the barrier's identity: its name, so it stays a plain identifier."""
+    return _table_name(f"{table[:54]}_identity")
+
+
+def _source(identity: str) -> str:
+    return f"db:{identity}"
 
 
 def _table_name(table: str) -> str:
@@ -92,6 +104,32 @@ class SqliteBarrier:
         self.timeout = timeout
         self._ready = False
         self._lock = threading.Lock()
+        self._identity: str | None = None
+
+    def source_identity(self) -> str:
+        """The identity of this barrier's database, made at its first use and kept in it (a
+        table beside the barrier's): every producer instance on the same database says the same
+        one, so a coordinator may ask any of them about the others' transactions, and only them.
+        """
+        if self._identity is None:
+            table = _identity_table(self.table)
+            conn = self._connect()
+            try:
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, identity TEXT NOT NULL)"
+                )
+                conn.execute(
+                    f"INSERT OR IGNORE INTO {table} (name, identity) VALUES (?, ?)",  # noqa: S608
+                    (_IDENTITY_ROW, uuid.uuid4().hex),
+                )
+                row = conn.execute(
+                    f"SELECT identity FROM {table} WHERE name = ?",  # noqa: S608
+                    (_IDENTITY_ROW,),
+                ).fetchone()
+            finally:
+                conn.close()
+            self._identity = _source(str(row[0]))
+        return self._identity
 
     def _connect(self) -> sqlite3.Connection:
         if callable(self._source):
@@ -202,8 +240,38 @@ class SqlAlchemyBarrier:
             Column("state", String(16), nullable=False),
             Column("ts_ms", BigInteger, nullable=False),
         )
+        self._identities = Table(
+            _identity_table(table),
+            self._metadata,
+            Column("name", String(16), primary_key=True),
+            Column("identity", String(64), nullable=False),
+        )
         self._ready = False
         self._lock = threading.Lock()
+        self._identity: str | None = None
+
+    def source_identity(self) -> str:
+        """See :meth:`SqliteBarrier.source_identity`."""
+        if self._identity is None:
+            from sqlalchemy import select
+            from sqlalchemy.exc import IntegrityError
+
+            self._ensure_table()
+            query = select(self._identities.c.identity).where(self._identities.c.name == _IDENTITY_ROW)
+            with self.engine.connect() as conn:
+                found = conn.execute(query).scalar()
+            if found is None:
+                try:
+                    with self.engine.begin() as conn:
+                        conn.execute(
+                            self._identities.insert().values(name=_IDENTITY_ROW, identity=uuid.uuid4().hex)
+                        )
+                except IntegrityError:
+                    pass  # another instance made it first: read it below
+                with self.engine.connect() as conn:
+                    found = conn.execute(query).scalar()
+            self._identity = _source(str(found))
+        return self._identity
 
     def _ensure_table(self) -> None:
         if not self._ready:

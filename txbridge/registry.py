@@ -29,6 +29,7 @@ class Heartbeat:
         url: the check URL to advertise.
         interval_s: seconds between heartbeats (said in each, so a coordinator notices a stop).
         decisive: the instance's check function is decisive (said in each heartbeat).
+        source: the source of truth its check answers from (:func:`txbridge.wire.can_answer`).
     """
 
     def __init__(
@@ -41,13 +42,14 @@ class Heartbeat:
         url: str,
         interval_s: float,
         decisive: bool = False,
+        source: str | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("heartbeat interval must be positive")
         self._pump = pump
         self.topic = topic
         self.record = ProducerInstance(
-            group=group, instance=instance, url=url, interval_s=interval_s, decisive=decisive
+            group=group, instance=instance, url=url, interval_s=interval_s, decisive=decisive, source=source
         )
         self.interval_s = interval_s
         self._stop = threading.Event()

@@ -215,12 +215,19 @@ class RecordEncoder:
         instance: this instance's id.
         key_serializer: turns message keys into bytes.
         value_serializer: turns message values into bytes.
+        source: the source of truth this instance's check answers from (:func:`check_source`).
     """
 
     def __init__(
-        self, group: str, instance: str, key_serializer: Serializer, value_serializer: Serializer
+        self,
+        group: str,
+        instance: str,
+        key_serializer: Serializer,
+        value_serializer: Serializer,
+        source: str | None = None,
     ) -> None:
         self.key_serializer = key_serializer
+        self._source = None if source is None else (wire.H_SOURCE, source.encode())
         self.value_serializer = value_serializer
         self._version = (wire.H_VERSION, str(wire.VERSION).encode())
         self._group = (wire.H_GROUP, group.encode())
@@ -266,6 +273,8 @@ class RecordEncoder:
                 headers.append((wire.H_CHECK_AFTER, repr(float(msg.check_after)).encode()))
             if value is None:
                 headers.append((wire.H_NULL, b"1"))
+            if self._source is not None:
+                headers.append(self._source)
             if msg.headers:
                 headers.extend(msg.header_pairs)
             records.append(HalfRecord(tx, value, headers, key))
@@ -318,3 +327,21 @@ def decisive(check: Any) -> Any:
 def is_decisive(check: Any) -> bool:
     """True when ``check`` was marked with :func:`decisive`."""
     return bool(getattr(check, "txbridge_decisive", False))
+
+
+def check_source(check: Any, declared: str | None = None) -> str:
+    """The source of truth ``check`` answers from, said in every half record and heartbeat so
+    that a coordinator asks another instance about a transaction only where its answer is true
+    (:func:`txbridge.wire.can_answer`).
+
+    ``declared`` (the producer's ``check_source``) wins. Otherwise a barrier's ``check`` says
+    its database's identity (every instance on one database answers for the others), and any
+    other check answers for its own instance only (:data:`~txbridge.wire.SOURCE_INSTANCE`).
+    Reading a barrier's identity is I/O: call it when the producer starts.
+    """
+    if declared is not None:
+        return declared
+    identity = getattr(getattr(check, "__self__", None), "source_identity", None)
+    if callable(identity):
+        return str(identity())
+    return wire.SOURCE_INSTANCE

@@ -61,11 +61,26 @@ H_INSTANCE = "txb.instance"
 H_TS = "txb.ts"
 H_CHECK_AFTER = "txb.check_after"
 H_NULL = "txb.null"  # present ("1") when the original value is null (a tombstone)
+#: The source of truth the writer's check answers from (:func:`can_answer`); absent on halves
+#: written before it existed.
+H_SOURCE = "txb.source"
 
 #: Protocol headers: stripped on republish, except ``txb.tx`` which the real
 #: topic keeps so consumers and audits can tie a message to its transaction.
 PROTOCOL_HEADERS = frozenset(
-    {H_VERSION, H_SEQ, H_TOPIC, H_PARTITION, H_KEY, H_GROUP, H_INSTANCE, H_TS, H_CHECK_AFTER, H_NULL}
+    {
+        H_VERSION,
+        H_SEQ,
+        H_TOPIC,
+        H_PARTITION,
+        H_KEY,
+        H_GROUP,
+        H_INSTANCE,
+        H_TS,
+        H_CHECK_AFTER,
+        H_NULL,
+        H_SOURCE,
+    }
 )
 REQUIRED_HALF_HEADERS = (H_VERSION, H_TX, H_SEQ, H_TOPIC, H_GROUP, H_INSTANCE)
 
@@ -287,6 +302,8 @@ class HalfMessage:
     timestamp_ms: int = 0
     check_after_s: float | None = None
     user_headers: tuple[tuple[str, bytes], ...] = ()
+    #: the writer's check source (:func:`can_answer`); None on halves written before sources
+    source: str | None = None
 
     def to_headers(self) -> Headers:
         headers: Headers = [
@@ -306,6 +323,8 @@ class HalfMessage:
             headers.append((H_CHECK_AFTER, repr(float(self.check_after_s)).encode()))
         if self.value is None:
             headers.append((H_NULL, b"1"))
+        if self.source is not None:
+            headers.append((H_SOURCE, self.source.encode()))
         headers.extend(self.user_headers)
         return headers
 
@@ -390,6 +409,7 @@ def decode_half(value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
         timestamp_ms=_int(ts, H_TS),
         check_after_s=check_after,
         user_headers=tuple(user),
+        source=sys.intern(_text(named, H_SOURCE)) if H_SOURCE in named else None,
     )
 
 
@@ -486,6 +506,9 @@ class ProducerInstance:
     interval_s: float = 0.0
     #: its check function is decisive (the barrier's): safe to ask early once the writer is gone
     decisive: bool = False
+    #: the source of truth its check answers from (:func:`can_answer`); None: said by an
+    #: instance from before sources, which answers only for its own and for unsourced halves
+    source: str | None = None
 
     def key(self) -> bytes:
         return f"{self.group}/{self.instance}".encode()
@@ -502,6 +525,8 @@ class ProducerInstance:
             body["interval"] = self.interval_s
         if self.decisive:
             body["decisive"] = True
+        if self.source is not None:
+            body["source"] = self.source
         return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -520,9 +545,31 @@ def decode_producer(value: bytes) -> ProducerInstance:
             timestamp_ms=int(body.get("ts", 0)),
             interval_s=float(body.get("interval", 0.0)),
             decisive=body.get("decisive") is True,
+            source=str(body["source"]) if body.get("source") is not None else None,
         )
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise WireFormatError(f"producer registry record is not valid: {exc}") from None
+
+
+#: A check source: only the writing instance itself can answer for its transactions.
+SOURCE_INSTANCE = "instance"
+#: A check source: every instance of the group answers from one source of truth for all of them.
+SOURCE_GROUP = "group"
+
+
+def can_answer(*, writer: str, tx_source: str | None, instance: str, instance_source: str | None) -> bool:
+    """Whether a back-check of a transaction written by instance ``writer`` with check source
+    ``tx_source`` may be answered by ``instance``, whose check source is ``instance_source``.
+
+    A check answer is decisive for the source of truth it reads, not for the group: a barrier
+    that has never seen a transaction rolls it back in its own database. So another instance
+    answers only from the same source (a barrier on the same database, whose identity both
+    say), or when it says it answers for the whole group (:data:`SOURCE_GROUP`). A half from
+    before sources (``tx_source`` None) is answered by any instance, as it was then.
+    """
+    if instance == writer or tx_source is None or instance_source == SOURCE_GROUP:
+        return True
+    return tx_source != SOURCE_INSTANCE and instance_source == tx_source
 
 
 # ---------------------------------------------------------------- back-check over HTTP

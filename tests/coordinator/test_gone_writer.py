@@ -28,12 +28,12 @@ def test_an_instance_unheard_for_two_and_a_half_intervals_is_silent_and_asked_la
 
     assert view.silent(3_400) == set()
     assert view.silent(3_600) == {("g", "a")}  # 2.6 s since a's beat at a 1 s interval
-    assert view.targets("g", "a", 3_600) == [
+    assert view.targets("g", "a", None, 3_600) == [
         "http://127.0.0.1/b",
         "http://127.0.0.1/old",
         "http://127.0.0.1/a",
     ]
-    assert view.targets("g", "a", 3_400)[0] == "http://127.0.0.1/a"  # the writer first while heard
+    assert view.targets("g", "a", None, 3_400)[0] == "http://127.0.0.1/a"  # the writer first while heard
     assert view.decisive_elsewhere("g", "a", 3_600)
     assert not view.decisive_elsewhere("g", "b", 3_600)  # a is silent, old is not decisive
 

@@ -17,10 +17,13 @@ def test_registry_prefers_the_writer_then_other_live_instances() -> None:
     view = RegistryView(liveness_s=10)
     for name, seen in (("a", 1_000), ("b", 5_000), ("c", 9_000)):
         view.apply(b"", ProducerInstance("orders", name, f"http://127.0.0.1/{name}").encode(), seen)
-    assert view.targets("orders", "b", 12_000) == ["http://127.0.0.1/b", "http://127.0.0.1/c"]  # a is stale
+    assert view.targets("orders", "b", None, 12_000) == [
+        "http://127.0.0.1/b",
+        "http://127.0.0.1/c",
+    ]  # a is stale
     view.apply(b"orders/b", None, 12_500)
-    assert view.targets("orders", "b", 12_000) == ["http://127.0.0.1/c"]
-    assert view.targets("payments", "b", 12_000) == []
+    assert view.targets("orders", "b", None, 12_000) == ["http://127.0.0.1/c"]
+    assert view.targets("payments", "b", None, 12_000) == []
     with pytest.raises(WireFormatError):
         view.apply(b"x", b"not json", 1)
 

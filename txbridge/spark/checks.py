@@ -87,6 +87,8 @@ class SinkChecks:
             advertised_url=advertised_url,
             instance_id=f"spark-checks-{uuid.uuid4().hex[:10]}",
             settle_unknown=False,
+            # The decisions topic is the one source of truth of every driver and task of the group.
+            check_source=wire.SOURCE_GROUP,
         )
         self.bootstrap = bootstrap
         self.group = group
