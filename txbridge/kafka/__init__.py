@@ -39,6 +39,7 @@ from txbridge.kafka.admin import (
     delete_topics_with_prefix,
     ensure_topics,
     lower_topic_setting,
+    stable_offsets,
 )
 from txbridge.kafka.clients import (
     FROM_START,
@@ -123,6 +124,7 @@ __all__ = [
     "producer_config",
     "read_to_end",
     "settings_for",
+    "stable_offsets",
     "to_error",
     "topic_partitions",
     "versions",
