@@ -112,9 +112,10 @@ class StableOffsets:
 
     A transaction left open on a ``<ns>_state`` partition (a hanging transaction the broker
     does not abort) holds its LSO: every read_committed reader of the partition, the next
-    owner's restore among them, waits behind it. Looked up on the scrape's thread, never in
-    the loop, at most every :data:`STATE_LOOK_INTERVAL_S`; a failed look serves nothing
-    (the series go stale rather than show old figures).
+    owner's restore among them, waits behind it. A scrape serves the last look and, at most
+    every :data:`STATE_LOOK_INTERVAL_S`, starts the next on a thread of its own: never in the
+    loop, and a slow or unreachable cluster never holds up the scrape. A failed look serves
+    nothing (the series go stale rather than show old figures).
     """
 
     def __init__(
@@ -127,14 +128,25 @@ class StableOffsets:
         self._since: dict[int, tuple[int, float]] = {}  # partition -> (its LSO, when first seen there)
         self._last: list[Gauge] = []
         self._next = 0.0
+        self._looking = False
 
     def gauges(self) -> list[Gauge]:
-        with self._lock:  # two scrapes at once: one look
-            now = self._clock()
-            if now >= self._next:
-                self._next = now + STATE_LOOK_INTERVAL_S
-                self._last = self._look(now)
+        """The last look's gauges; starts the next look when one is due."""
+        with self._lock:
+            if not self._looking and self._clock() >= self._next:
+                self._looking = True
+                threading.Thread(target=self._refresh, name="txbridge-state-offsets", daemon=True).start()
             return self._last
+
+    def _refresh(self) -> None:
+        gauges: list[Gauge] = []
+        try:
+            gauges = self._look(self._clock())
+        finally:  # _look catches what Kafka raises: this only keeps a bug from stopping the looks
+            with self._lock:
+                self._last = gauges
+                self._next = self._clock() + STATE_LOOK_INTERVAL_S
+                self._looking = False
 
     def _look(self, now: float) -> list[Gauge]:
         try:

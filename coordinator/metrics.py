@@ -244,22 +244,44 @@ def pending_by_age(
     Called on the scrape thread while the loop changes the states: each pending set is copied
     first (one C-level call, atomic under the GIL), so the walk never sees a dict change size.
     ``budget_s(check_after_s)`` is a transaction's check budget (:func:`check_budget_s`).
+    The append times are gathered by comprehensions and sorted, and the bands counted by
+    bisection: a Python step per transaction with a ``check_after`` of its own only (rare).
     """
-    ages = PendingAges()
-    budgets: dict[float | None, float] = {}
+    firsts: list[int] = []  # first half's append time of those on the coordinator's check delay
+    own: list[tuple[int, float]] = []  # (append time, check_after_s) of those with their own
     for state in list(states):
-        for tx in list(state.pending.values()):
-            appended = tx.first_append_ms
-            if appended is None:  # an op record with no half yet: its age is not known
-                continue
-            age = max(now_ms - appended, 0) / 1000
-            ages.oldest_s = max(ages.oldest_s, age)
-            ages.by_band[next(label for bound, label in AGE_BANDS if age < bound)] += 1
-            after = tx.check_after_s
-            if after not in budgets:
-                budgets[after] = budget_s(after)
-            if age > budgets[after]:
-                ages.past_budget += 1
+        txs = list(state.pending.values())
+        # An op record with no half yet has no append time: its age is not known.
+        firsts += [
+            t.first_append_ms for t in txs if t.first_append_ms is not None and t.check_after_s is None
+        ]
+        own += [
+            (t.first_append_ms, t.check_after_s)
+            for t in txs
+            if t.first_append_ms is not None and t.check_after_s is not None
+        ]
+    firsts.sort()
+    ages = PendingAges()
+    younger = 0  # of firsts, those younger than the band's lower bound
+    for bound, label in AGE_BANDS:
+        below = (
+            len(firsts)
+            if bound == float("inf")
+            else len(firsts) - bisect.bisect_right(firsts, now_ms - bound * 1000)
+        )
+        ages.by_band[label] = float(below - younger)
+        younger = below
+    if firsts:
+        ages.oldest_s = max(now_ms - firsts[0], 0) / 1000
+        ages.past_budget = bisect.bisect_left(firsts, now_ms - budget_s(None) * 1000)
+    budgets: dict[float, float] = {}
+    for appended, after in own:
+        age = max(now_ms - appended, 0) / 1000
+        ages.oldest_s = max(ages.oldest_s, age)
+        ages.by_band[next(label for bound, label in AGE_BANDS if age < bound)] += 1
+        if after not in budgets:
+            budgets[after] = budget_s(after)
+        ages.past_budget += age > budgets[after]
     return ages
 
 
