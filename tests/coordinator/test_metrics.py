@@ -9,8 +9,10 @@ is one this coordinator serves.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -18,12 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator import health
 from tests.coordinator.check_server import CheckServer
-from tests.coordinator.conftest import PARTITIONS, Env, eventually
+from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import wait_for
 from tests.unit.test_alerts import names_used
 from txbridge import kafka
 from txbridge.tools.local.broker import free_port
+from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration
@@ -121,6 +124,43 @@ def test_the_metrics_follow_what_the_coordinator_does(
     # Every metric the dashboard and the alert rules read is one this coordinator serves.
     served = {name for name, _ in scrape(port)}
     assert names_used() - served == set()
+
+
+def test_a_lost_session_and_the_rebalances_are_counted(env: Env, tmp_path: Path) -> None:
+    """A coordinator process frozen past its session (a stalled machine): resumed, it counts the
+    session lost, joins again and is ready, with one more assignment counted."""
+    port = free_port()
+    m = "txbridge_coordinator_"
+    process = CoordinatorProcess(
+        env.bootstrap,
+        env.namespace,
+        secret=SECRET,
+        log_path=tmp_path / "coordinator.log",
+        args=("--group-id", env.config().group_id, "--metrics-port", str(port)),
+    )
+    process.start()
+    try:
+        process.wait_ready()
+        before = eventually(lambda: scrape(port))
+        assert value(before, f"{m}sessions_lost_total") == 0.0
+        assert value(before, f"{m}ready") == 1.0
+
+        process.pause()
+        time.sleep(10)  # past the session timeout (6 s on one broker)
+        process.resume()
+
+        def joined_again() -> Samples | None:
+            samples = scrape(port)
+            lost = value(samples, f"{m}sessions_lost_total") >= 1
+            return samples if lost and value(samples, f"{m}ready") == 1.0 else None
+
+        after = eventually(joined_again, timeout=60)
+        assert after is not None, process.log_tail(20)
+        assert value(after, f"{m}sessions_lost_total") == 1.0
+        assert value(after, f"{m}rebalances_total") > value(before, f"{m}rebalances_total")
+    finally:
+        process.resume()
+        process.stop()
 
 
 def _by_partition(samples: Samples, name: str) -> dict[str, float]:
