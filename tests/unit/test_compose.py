@@ -383,11 +383,12 @@ def test_wait_for_kafka_gives_up_after_its_limit_with_the_last_answer() -> None:
 
 def _bind_mounts(service: Mapping[str, Any]) -> dict[str, Path]:
     """``{container path: host path}`` of a service's bind mounts (named volumes left out)."""
-    return {
-        target: path
-        for target, path in mounts(service).items()
-        if any(str(v).startswith(".") for v in service["volumes"] if str(v).split(":")[1] == target)
-    }
+    out = {}
+    for volume in service["volumes"]:
+        source, target, *_ = volume.split(":")
+        if source.startswith("."):
+            out[target] = (COMPOSE / source).resolve()
+    return out
 
 
 def test_prometheus_scrapes_every_coordinator_on_its_metrics_port_and_loads_the_alerts() -> None:
