@@ -232,6 +232,7 @@ class BackChecks:
                 self._expiring[tx.tx_id] = tx
             return
         if result.state is TxState.UNKNOWN:
+            self.stats[Stat.CHECKS_UNKNOWN] += 1
             logger.debug("check %d of tx %s: UNKNOWN (%s)", tx.checks + 1, tx.tx_id, result.detail)
             if scheduler.record_unknown(self.policy, tx, self._now_ms()):
                 self._expiring[tx.tx_id] = tx

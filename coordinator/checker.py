@@ -13,12 +13,14 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from coordinator.config import CoordinatorConfig
+from coordinator.metrics import Histogram
 from txbridge.wire import (
     SIGNATURE_HEADER,
     CheckBatch,
@@ -79,6 +81,10 @@ class Checker:
         self._single_only: set[str] = set()  # URLs that answered a batch with 400
         self._reported: set[tuple[str, str]] = set()  # (group, problem) already logged at ERROR
         self.in_flight_txs: set[str] = set()
+        #: Every back-check request's time, answered or failed (the checker's threads observe it).
+        self.latency = Histogram(
+            "check_request_seconds", "back-check HTTP requests: time to the answer or the failure"
+        )
 
     def start(self) -> None:
         workers = max(4, min(64, self._config.check_concurrency_per_group * 4))
@@ -290,7 +296,12 @@ class Checker:
     def _post(self, url: str, body: bytes, secret: bytes) -> httpx.Response:
         assert self._pool is not None, "Checker.start() first"
         headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(secret, body)}
-        return self._http().post(url, content=body, headers=headers)
+        client = self._http()
+        started = time.monotonic()
+        try:
+            return client.post(url, content=body, headers=headers)
+        finally:
+            self.latency.observe(time.monotonic() - started)
 
     def _http(self) -> httpx.Client:
         with self._client_lock:  # not self._lock: the loop's free_slots() must not wait for an import

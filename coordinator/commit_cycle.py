@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from coordinator import changelog
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
-from coordinator.metrics import Stat
+from coordinator.metrics import Histogram, Stat
 from coordinator.ownership import PartitionProducers
 from coordinator.payloads import evict_states
 from coordinator.shared import Shared
@@ -199,6 +199,11 @@ class CommitCycle:
         # partition -> its Kafka transaction being ended on a commit thread (one at a time per partition)
         self.in_flight: dict[int, Future[None]] = {}
         self._monitored: dict[int, list[TopicPartition]] = {}  # offsets to copy to the group at commit
+        self._decided: dict[int, list[int]] = {}  # the COMMITs' append times (ms) each commit publishes
+        self.visible = Histogram(
+            "commit_to_visible_seconds",
+            "from a COMMIT op record's append time to the commit of the Kafka transaction republishing it",
+        )
         self._with_expiries: set[int] = set()  # partitions whose last transaction filled carries expiries
         self._to_copy: dict[tuple[str, int], TopicPartition] = {}
         self._next_copy = 0.0
@@ -318,6 +323,7 @@ class CommitCycle:
                 self._with_expiries.discard(number)
             self.in_flight[number] = self._commits.submit(self._end, number)
             self._monitored[number] = offsets
+            self._decided[number] = [t.decided_ms for t in ready[number] if t.decided_ms is not None]
             if self._pace_s and len(ready[number]) >= 2:
                 self._paced_until[number] = self.clock() + self._pace_s
             else:
@@ -427,9 +433,13 @@ class CommitCycle:
                 continue
             del self.in_flight[number]
             error = future.exception()
+            decided = self._decided.pop(number, [])
             if error is None:
                 self.stats[Stat.KAFKA_TRANSACTIONS] += 1
                 self._copy_to_group(self._monitored.pop(number, []))
+                now_ms = time.time() * 1000
+                for ms in decided:  # the broker's clock against this host's: kept in step by NTP
+                    self.visible.observe(max(now_ms - ms, 0.0) / 1000)
             else:
                 failed[number] = error if isinstance(error, Exception) else RuntimeError(str(error))
         if failed:

@@ -6,7 +6,8 @@ again). ``/readyz`` (readiness) answers 200 once the coordinator serves its assi
 unless it owns nothing while partitions of its namespace are served by no member of its
 group: that is a misconfiguration (two namespaces' coordinators sharing a group and an
 instance id, say), and the coordinator says so in a WARNING that names what to set.
-``/metrics`` serves the Prometheus counters and gauges beside them.
+``/metrics`` serves the Prometheus counters and gauges beside them; :class:`StableOffsets`
+adds how far each ``<ns>_state`` partition's last stable offset is behind, and for how long.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from coordinator import membership
 from coordinator.config import CoordinatorConfig
+from coordinator.metrics import Gauge
 from txbridge import kafka
 
 logger = logging.getLogger(__name__)
@@ -28,6 +30,9 @@ logger = logging.getLogger(__name__)
 LIVENESS_S = 60.0
 #: How often a coordinator that owns nothing asks whether every partition is served.
 LOOK_INTERVAL_S = 10.0
+#: How often a scrape looks up the last stable offsets of ``<ns>_state`` (two ListOffsets
+#: requests per partition leader); scrapes in between serve the last look.
+STATE_LOOK_INTERVAL_S = 10.0
 
 
 class Health:
@@ -99,6 +104,79 @@ class Health:
             if tp.topic == self.half_topic
         }
         return sorted(set(topic.partitions) - served)
+
+
+class StableOffsets:
+    """How far each ``<ns>_state`` partition's last stable offset (LSO) is behind its high
+    watermark, and for how long it has not moved while behind.
+
+    A transaction left open on a ``<ns>_state`` partition (a hanging transaction the broker
+    does not abort) holds its LSO: every read_committed reader of the partition, the next
+    owner's restore among them, waits behind it. A scrape serves the last look and, at most
+    every :data:`STATE_LOOK_INTERVAL_S`, starts the next on a thread of its own: never in the
+    loop, and a slow or unreachable cluster never holds up the scrape. A failed look serves
+    nothing (the series go stale rather than show old figures).
+    """
+
+    def __init__(
+        self, config: CoordinatorConfig, topic: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.config, self.topic = config, topic
+        self._clock = clock
+        self._admin: kafka.AdminClient | None = None
+        self._lock = threading.Lock()
+        self._since: dict[int, tuple[int, float]] = {}  # partition -> (its LSO, when first seen there)
+        self._last: list[Gauge] = []
+        self._next = 0.0
+        self._looking = False
+
+    def gauges(self) -> list[Gauge]:
+        """The last look's gauges; starts the next look when one is due."""
+        with self._lock:
+            if not self._looking and self._clock() >= self._next:
+                self._looking = True
+                threading.Thread(target=self._refresh, name="txbridge-state-offsets", daemon=True).start()
+            return self._last
+
+    def _refresh(self) -> None:
+        gauges: list[Gauge] = []
+        try:
+            gauges = self._look(self._clock())
+        finally:  # _look catches what Kafka raises: this only keeps a bug from stopping the looks
+            with self._lock:
+                self._last = gauges
+                self._next = self._clock() + STATE_LOOK_INTERVAL_S
+                self._looking = False
+
+    def _look(self, now: float) -> list[Gauge]:
+        try:
+            if self._admin is None:
+                self._admin = kafka.admin(self.config.bootstrap, self.config.extra_config)
+            offsets = kafka.stable_offsets(self._admin, self.topic, timeout=5.0)
+        except Exception as exc:  # unknown for now: looked up again at a later scrape
+            logger.debug("the last stable offsets of %s: %s", self.topic, exc)
+            return []
+        lag, stuck = {}, {}
+        for partition, (stable, high) in sorted(offsets.items()):
+            seen = self._since.get(partition)
+            if seen is None or seen[0] != stable or stable >= high:
+                self._since[partition] = seen = (stable, now)
+            lag[str(partition)] = float(max(high - stable, 0))
+            stuck[str(partition)] = 0.0 if stable >= high else now - seen[1]
+        return [
+            Gauge(
+                "state_lso_lag",
+                f"offsets between the last stable offset and the high watermark of {self.topic}",
+                lag,
+                "partition",
+            ),
+            Gauge(
+                "state_lso_stuck_seconds",
+                f"seconds the last stable offset of {self.topic} has stayed behind, unmoved",
+                stuck,
+                "partition",
+            ),
+        ]
 
 
 def serve(port: int, health: Health, metrics: Callable[[], bytes]) -> ThreadingHTTPServer:

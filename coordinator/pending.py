@@ -75,6 +75,7 @@ class PendingTx:
         "check_source",
         "checks",
         "count",
+        "decided_ms",
         "decided_seq",
         "decision_source",
         "first_append_ms",
@@ -131,6 +132,9 @@ class PendingTx:
         self.checks = checks
         self._next_check_ms = next_check_ms
         self.decided_seq = decided_seq  # position in the partition's decision order
+        # The append time of its COMMIT op record, when this process read it (not restored):
+        # where the commit-to-visible histogram starts.
+        self.decided_ms: int | None = None
         self._dirty = dirty  # changed since its last <ns>_state entry
         self.persisted = persisted  # has a live <ns>_state entry (tombstone it when resolved)
         # Since when no back-check could be sent (no live instance, no secret, URL refused),

@@ -92,6 +92,7 @@ class Rebalancer:
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The group assigned ``partitions``: take back the kept ones, take over the others."""
         numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
+        self.stats[Stat.REBALANCES] += 1
         self._health.assigning(True)
         try:
             self._assign(consumer, partitions, numbers)

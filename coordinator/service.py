@@ -197,6 +197,7 @@ class Coordinator:
         self._rebalancer: Rebalancer | None = None  # made in _start, with the commit cycle
         self.running = threading.Event()  # set once partitions may be served (tests wait on it)
         self.health = health.Health(config, self.topics.half)
+        self._state_offsets = health.StableOffsets(config, self.topics.state)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -268,7 +269,13 @@ class Coordinator:
         if cfg.metrics_port is not None:
             from prometheus_client import generate_latest
 
-            registry = metrics.make_registry(self.stats, self._gauges)
+            registry = metrics.make_registry(
+                self.stats,
+                self._gauges,
+                labelled=self._more_gauges,
+                histograms=(self.cycle.visible, self._checker.latency),
+                info={"namespace": cfg.namespace, "group": cfg.group_id, "instance_id": cfg.instance_id},
+            )
             self._metrics_server = health.serve(
                 cfg.metrics_port, self.health, lambda: generate_latest(registry)
             )
@@ -531,6 +538,8 @@ class Coordinator:
                 self._quarantine(msg, str(exc))
                 return
             tx = state.on_op(op)
+            if tx is not None and tx.decided_ms is None:
+                tx.decided_ms = kafka.append_time_ms(msg)
             if tx is not None and tx.phase is Phase.READY:
                 self.work.ready.add(number)
 
@@ -613,6 +622,39 @@ class Coordinator:
             "unserved_partitions": float(len(self.health.unserved)),
             "ready": float(self.health.ready()),
         }
+
+    def _more_gauges(self) -> list[metrics.Gauge]:
+        """The pending transactions' ages (a walk over them, at scrape time) and ``<ns>_state``'s LSOs."""
+
+        def budget(check_after_s: float | None) -> float:
+            return metrics.check_budget_s(self.policy, self.config.check_timeout_s, check_after_s)
+
+        ages = metrics.pending_by_age(self.partitions.values(), _now_ms(), budget)
+        return [
+            metrics.Gauge(
+                "pending_transactions_by_age",
+                "pending transactions of the owned partitions by the age of their first half record",
+                ages.by_band,
+                "age",
+            ),
+            metrics.Gauge(
+                "oldest_pending_age_seconds",
+                "age of the oldest pending transaction of the owned partitions (0: none)",
+                {"": ages.oldest_s},
+            ),
+            metrics.Gauge(
+                "pending_past_check_budget",
+                "pending transactions older than their check budget (check_budget_seconds)",
+                {"": float(ages.past_budget)},
+            ),
+            metrics.Gauge(
+                "check_budget_seconds",
+                "the longest a transaction stays pending while every back-check answers UNKNOWN "
+                "(check_delay_s, the backoffs between max_checks answers, their check_timeout_s)",
+                {"": budget(None)},
+            ),
+            *self._state_offsets.gauges(),
+        ]
 
     def _log_counts(self) -> None:
         s = self.stats

@@ -30,6 +30,7 @@ import yaml
 
 from coordinator.config import _ENV_SIMPLE, ENV_PREFIX, CoordinatorConfig, read_toml
 from tests.unit.installs import absent_modules, run_without
+from tests.unit.test_alerts import promtool
 from txbridge.client_config import ClientConfig
 from txbridge.tools.cli.main import main
 from txbridge.tools.local.broker import free_port
@@ -375,3 +376,77 @@ def test_wait_for_kafka_gives_up_after_its_limit_with_the_last_answer() -> None:
     lines = result.stderr.strip().splitlines()
     assert lines[-1] == f"wait-for-kafka: no answer from Kafka at 127.0.0.1:{port} within 3s"
     assert f"no Kafka broker answers at 127.0.0.1:{port}" in lines[-2]
+
+
+# ------------------------------------------------------------------ prometheus and grafana
+
+
+def _bind_mounts(service: Mapping[str, Any]) -> dict[str, Path]:
+    """``{container path: host path}`` of a service's bind mounts (named volumes left out)."""
+    out = {}
+    for volume in service["volumes"]:
+        source, target, *_ = volume.split(":")
+        if source.startswith("."):
+            out[target] = (COMPOSE / source).resolve()
+    return out
+
+
+def test_prometheus_scrapes_every_coordinator_on_its_metrics_port_and_loads_the_alerts() -> None:
+    services = compose()["services"]
+    prometheus = services["prometheus"]
+    files = _bind_mounts(prometheus)
+    config_path = next(a.split("=", 1)[1] for a in prometheus["command"] if a.startswith("--config.file="))
+    config = yaml.safe_load(files[config_path].read_text())
+
+    assert all(path.is_file() for path in files.values()), files
+    (job,) = config["scrape_configs"]
+    (discovery,) = job["dns_sd_configs"]
+    # Compose's DNS answers the service name with every container of it (--scale).
+    assert discovery["names"] == ["coordinator"]
+    assert discovery["port"] == coordinator_config(services["coordinator"]).metrics_port
+    assert [files[path] for path in config["rule_files"]] == [COMPOSE / "prometheus" / "alerts.yml"]
+
+
+def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
+    prometheus = compose()["services"]["prometheus"]
+    files = _bind_mounts(prometheus)
+    config = yaml.safe_load((COMPOSE / "prometheus" / "prometheus.yml").read_text())
+    config["rule_files"] = [str(files[path]) for path in config["rule_files"]]  # as mounted
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+
+    result = subprocess.run(
+        [promtool(), "check", "config", str(tmp_path / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard() -> None:
+    services = compose()["services"]
+    grafana, prometheus = services["grafana"], services["prometheus"]
+    files = _bind_mounts(grafana)
+    provisioning = files["/etc/grafana/provisioning"]
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "txbridge.yml").read_text())["providers"]
+    dashboards = files[provider["options"]["path"]]
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+
+    published = {int(str(p).rpartition(":")[2]) for p in prometheus["ports"]}
+    assert source["url"] == f"http://prometheus:{published.pop()}"
+    assert grafana["depends_on"] == ["prometheus"]
+    assert (dashboards / "txbridge.json").is_file()
+    assert home.startswith(provider["options"]["path"] + "/")
+    assert (dashboards / home.rpartition("/")[2]).is_file()
+
+
+def test_the_monitoring_ports_listen_on_the_host_only_by_default() -> None:
+    services = compose()["services"]
+
+    for name in ("prometheus", "grafana"):
+        (mapping,) = services[name]["ports"]
+        assert str(mapping).startswith("127.0.0.1:"), name

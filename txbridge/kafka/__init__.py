@@ -40,6 +40,7 @@ from txbridge.kafka.admin import (
     ensure_topics,
     groups_consuming,
     lower_topic_setting,
+    stable_offsets,
 )
 from txbridge.kafka.clients import (
     FROM_START,
@@ -125,6 +126,7 @@ __all__ = [
     "producer_config",
     "read_to_end",
     "settings_for",
+    "stable_offsets",
     "to_error",
     "topic_partitions",
     "versions",

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ElectionType, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -33,7 +33,7 @@ from confluent_kafka.admin import (
 )
 
 from txbridge._secrets import MASK, is_secret
-from txbridge.errors import ConfigurationError, KafkaUnavailableError, TxBridgeError
+from txbridge.errors import ConfigurationError, KafkaOperationError, KafkaUnavailableError, TxBridgeError
 from txbridge.kafka.config import Config, client_config
 from txbridge.kafka.errors import to_error
 
@@ -53,6 +53,7 @@ __all__ = [
     "delete_topics_with_prefix",
     "ensure_topics",
     "groups_consuming",
+    "stable_offsets",
 ]
 
 logger = logging.getLogger(__name__)
@@ -318,6 +319,30 @@ def _await_serving(client: AdminClient, partitions: Mapping[str, int], deadline:
             waiting.pop(tp, None)
         if waiting:
             time.sleep(0.05)
+
+
+def stable_offsets(client: AdminClient, topic: str, *, timeout: float = 5.0) -> dict[int, tuple[int, int]]:
+    """``{partition: (last stable offset, high watermark)}`` of ``topic``'s partitions.
+
+    The last stable offset is where a read_committed reader stops: it stays behind the high
+    watermark while a transaction that wrote to the partition is open.
+
+    Raises:
+        KafkaOperationError: the topic is not there, or a partition's offsets did not come.
+    """
+    listed = client.list_topics(topic, timeout=timeout).topics.get(topic)
+    if listed is None or listed.error is not None:
+        raise KafkaOperationError(f"listing {topic}: {listed.error if listed else 'no such topic'}")
+    spec = {TopicPartition(topic, p): OffsetSpec.latest() for p in listed.partitions}
+    out: dict[int, list[int]] = {p: [0, 0] for p in listed.partitions}
+    for index, level in enumerate((IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)):
+        futures = client.list_offsets(spec, isolation_level=level, request_timeout=timeout)
+        for tp, future in futures.items():
+            try:
+                out[tp.partition][index] = future.result().offset
+            except KafkaException as exc:
+                raise to_error(exc, f"the end offsets of {topic}/{tp.partition}") from exc
+    return {p: (lso, high) for p, (lso, high) in out.items()}
 
 
 def delete_topics_with_prefix(
