@@ -100,7 +100,7 @@ def test_an_instance_on_another_database_is_never_asked_about_a_dead_writers_tra
     topic = topic_factory()
     group = group_factory()
     writer_db, other_db = tmp_path / "orders-a.db", tmp_path / "orders-b.db"
-    handle = env.start(check_delay_s=1.0)
+    handle = env.start(check_delay_s=1.0, producer_liveness_s=5.0)
     tx_id = _killed_producer(env, group, topic, writer_db, "after-local-commit")
 
     other = SqliteBarrier(str(other_db))
