@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from coordinator import membership
-from tests.coordinator.conftest import Env, eventually
+from tests.coordinator.conftest import SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic
 from txbridge.errors import ConfigurationError
+from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration
@@ -102,3 +104,23 @@ def test_moving_a_namespace_to_a_new_group_loses_and_repeats_nothing(
     # Per-key order across the move: the open ones were published in the order they began.
     order = [s.headers["txb.tx"].decode() for s in read_topic(env.bootstrap, topic) if s.key == b"o"]
     assert order == [tx for tx, _ in open_ones]
+
+
+def test_the_coordinator_command_exits_with_the_refusal(env: Env, tmp_path: Path) -> None:
+    env.start(group_id=f"first-{env.namespace}")
+    process = CoordinatorProcess(
+        env.bootstrap,
+        env.namespace,
+        secret=SECRET,
+        log_path=tmp_path / "second.log",
+        args=("--group-id", f"second-{env.namespace}"),
+    )
+    process.start()
+    try:
+        assert eventually(lambda: not process.alive(), timeout=60)
+    finally:
+        code = process.stop()
+    log = (tmp_path / "second.log").read_text()
+    assert code not in (0, None)
+    assert f"namespace {env.namespace} is served by coordinator group 'first-{env.namespace}'" in log
+    assert "Traceback" not in log

@@ -219,6 +219,8 @@ class Producers:
     rate: float
     #: Each local transaction's work, in ms (chaos_producer's --work-ms).
     work_ms: float = 0.0
+    #: One producer group for every process, each still on its own database (None: a group each).
+    group: str | None = None
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     #: The producers killed and not started again yet.
     down: set[int] = field(default_factory=set)
@@ -253,6 +255,8 @@ class Producers:
         cmd += ["--threads", str(self.threads), "--transactions", str(self.per_thread)]
         cmd += ["--rate", str(self.rate), "--work-ms", str(self.work_ms), "--stop-file", str(self.stop_file)]
         cmd += ["--db", str(self.db(index)), "--out", str(self.out(index))]
+        if self.group is not None:
+            cmd += ["--group", self.group]
         with self.log(index).open("ab") as log:  # a restart's lines follow the killed one's
             return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=log, stderr=log)
 

@@ -35,8 +35,10 @@ as long as something else does, e.g. a fault schedule), at most ``--transactions
 A process started again on the same ``--out`` and ``--db`` (after a SIGKILL) goes on where
 the last one stopped: each thread from the seq after the last one on record, under the same
 instance id, so it also answers the back-checks of the transactions its predecessor left.
-Each producer process is a group of its own (``chaos-<namespace>-<index>``): a decisive
-check may be asked of any live instance of the group, and each process has its own database.
+Each process has its own database. With ``--group`` several processes are instances of one
+group, each on its own database (the README's barrier on two hosts): a killed one's
+transactions must then wait for it, never be answered by another's barrier. Without it each
+process is a group of its own (``chaos-<namespace>-<index>``).
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=0.0, help="transactions per second per thread")
     parser.add_argument("--work-ms", type=float, default=0.0, help="each local transaction's work")
     parser.add_argument("--stop-file", help="stop sending once this file exists")
+    parser.add_argument("--group", help="the producer group (default: one of its own)")
     opts = parser.parse_args(argv)
     # The SDK's warnings (retries, failed writes) go to this process's log for the test to show.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     barrier = SqliteBarrier(opts.db)
     producer = TransactionProducer(
         opts.bootstrap,
-        f"chaos-{opts.namespace}-{opts.index}",
+        opts.group or f"chaos-{opts.namespace}-{opts.index}",
         secret=os.environ[SECRET_ENV],
         check=barrier.check,
         namespace=opts.namespace,

@@ -16,9 +16,15 @@ failing one can be replayed (``TXBRIDGE_CHAOS_SEEDS=<seed> TXBRIDGE_CHAOS_SECOND
   group gives its partitions to another; then SIGCONT: a zombie that must be fenced.
 - ``coordinator-term``: SIGTERM a coordinator (a clean stop); after ``hold``, start it again
   under the same or a new instance id.
+- ``coordinator-second-group``: an operator starts a coordinator of another group on the
+  namespace (a mistyped ``--group-id``, an upgrade that renamed the group). It must refuse to
+  start, naming the group that serves the namespace; one still running after ``hold`` seconds
+  (it found no serving group, say while the group rebalanced) is stopped then: the namespace's
+  transactional ids fence across groups, so nothing may be published twice either way.
 - ``producer-kill``: SIGKILL an SDK producer in the middle of its transactions; start it again
   after ``hold`` (same instance id and database: it answers the back-checks of what it left
-  in doubt).
+  in doubt). The producers are instances of one group, each on a database of its own: another
+  instance must never answer for the killed one's transactions.
 
 Faults fall in three lanes (nodes, coordinators, producers), each applied in order by a
 thread of its own, so faults of different lanes overlap (a coordinator renamed while a node
@@ -67,6 +73,8 @@ COORDINATOR_READY_S = 10.0
 COORDINATOR_STOP_S = 3.0
 #: A producer's start until it sends again.
 PRODUCER_BACK_S = 3.0
+#: A second group's coordinator: its start, the session timeout it waits out, then its refusal.
+SECOND_GROUP_REFUSAL_S = SESSION_TIMEOUT_S + 3.0 + COORDINATOR_READY_S
 
 #: Waiting longer than this for a node to stop or to be in sync, or for a coordinator to be
 #: ready, fails the run: the cluster or the coordinator did not recover.
@@ -79,6 +87,7 @@ class Fault(StrEnum):
     COORDINATOR_KILL = "coordinator-kill"
     COORDINATOR_PAUSE = "coordinator-pause"
     COORDINATOR_TERM = "coordinator-term"
+    COORDINATOR_SECOND_GROUP = "coordinator-second-group"
     PRODUCER_KILL = "producer-kill"
 
     @property
@@ -178,6 +187,10 @@ def draw_schedule(
         if fault is Fault.COORDINATOR_PAUSE:
             hold = rng.uniform(SESSION_TIMEOUT_S + 2.0, SESSION_TIMEOUT_S + 6.0)
             return _step(at, fault, target, hold, hold + COORDINATOR_READY_S)
+        if fault is Fault.COORDINATOR_SECOND_GROUP:
+            # Long enough for its refusal: it waits out a stopped member's session first.
+            hold = rng.uniform(SECOND_GROUP_REFUSAL_S, SECOND_GROUP_REFUSAL_S + 8.0)
+            return _step(at, fault, target, hold, hold + COORDINATOR_STOP_S)
         renamed = rng.random() < 0.5 if renamed is None else renamed
         hold = rng.uniform(0.1, 3.0)
         stop = COORDINATOR_STOP_S if fault is Fault.COORDINATOR_TERM else 0.0
@@ -196,6 +209,7 @@ def draw_schedule(
                 (Fault.COORDINATOR_KILL, renamed),
                 (Fault.COORDINATOR_PAUSE, None),
                 (Fault.COORDINATOR_TERM, not renamed),
+                (Fault.COORDINATOR_SECOND_GROUP, None),
             ],
             (3.0, 12.0),
         ),
@@ -280,6 +294,8 @@ class Nemesis:
             the nemesis replaces one restarted under a new instance id (it keeps the list current).
         instance_ids: each coordinator's instance id.
         new_coordinator: makes a coordinator process (not started) with a given instance id.
+        second_group: makes a coordinator process (not started, not supervised) of another
+            group on the same namespace, with a given instance id.
         producers: the producer processes.
         describe_node: what a node is to the run (leaderships, coordinators it hosts), said in
             the detail of a node's fault.
@@ -295,6 +311,7 @@ class Nemesis:
         coordinators: list[CoordinatorProcess],
         instance_ids: Sequence[str],
         new_coordinator: Callable[[str], CoordinatorProcess],
+        second_group: Callable[[str], CoordinatorProcess],
         producers: Producers,
         describe_node: Callable[[int], str] = str,
     ) -> None:
@@ -306,6 +323,7 @@ class Nemesis:
         #: Each coordinator's current instance id.
         self.instance_ids = list(instance_ids)
         self.new_coordinator = new_coordinator
+        self.second_group = second_group
         self.producers = producers
         self.describe_node = describe_node
         #: The steps applied so far.
@@ -375,6 +393,7 @@ class Nemesis:
             Fault.COORDINATOR_KILL: self._coordinator_restart,
             Fault.COORDINATOR_TERM: self._coordinator_restart,
             Fault.COORDINATOR_PAUSE: self._coordinator_pause,
+            Fault.COORDINATOR_SECOND_GROUP: self._second_group,
             Fault.PRODUCER_KILL: self._producer_kill,
         }[step.fault]
         return apply(step)
@@ -460,6 +479,23 @@ class Nemesis:
         time.sleep(1.0)  # a zombie that learns it was fenced may exit now (its supervision restarts it)
         alive = "still running" if coordinator.alive() and coordinator.pid == pid else "exited after SIGCONT"
         return f"{self.instance_ids[step.target]} (pid {pid}) SIGSTOP for {step.hold:.1f}s, SIGCONT: {alive}"
+
+    def _second_group(self, step: Step) -> str:
+        intruder = self.second_group(f"second-{len(self.applied)}")
+        started = time.monotonic()
+        intruder.start()
+        while intruder.alive() and time.monotonic() - started < step.hold:
+            time.sleep(0.5)
+        if intruder.alive():
+            intruder.stop(timeout=60)
+            return f"another group's coordinator ran {step.hold:.0f}s without refusing; stopped"
+        refusal = [
+            line for line in intruder.log_tail(40).splitlines() if "is served by coordinator group" in line
+        ]
+        said = (
+            refusal[-1].strip()[-160:] if refusal else "exited without the refusal: " + intruder.log_tail(3)
+        )
+        return f"another group's coordinator exited after {time.monotonic() - started:.1f}s: {said}"
 
     def _ready(self, coordinator: CoordinatorProcess, since: float) -> str:
         try:

@@ -22,8 +22,8 @@ Environment:
     TXBRIDGE_CHAOS_SEEDS: comma-separated seeds, one run each (default 20261133, a schedule
         with a coordinator renamed while a node is SIGKILLed, and others during the rolling
         restart).
-    TXBRIDGE_CHAOS_SECONDS: the schedule's length (default 160, times ``TXBRIDGE_SOAK_SCALE``;
-        below 160 not every fault fits). The load, about 4 transactions per second, lasts until
+    TXBRIDGE_CHAOS_SECONDS: the schedule's length (default 180, times ``TXBRIDGE_SOAK_SCALE``;
+        below 180 not every fault fits). The load, about 4 transactions per second, lasts until
         the last fault is over and ``STALL_TAIL_S`` more, however slowly the faults go (nodes
         restart 3 times slower on 2 cores shared with another cluster): about 750 transactions
         at 160 s on 2 cores of its own.
@@ -72,7 +72,7 @@ from txbridge.wire import Topics, half_partition
 
 SCALE = float(os.environ.get("TXBRIDGE_SOAK_SCALE", "1.0"))
 SEEDS = [int(s) for s in os.environ.get("TXBRIDGE_CHAOS_SEEDS", "20261133").split(",") if s.strip()]
-SECONDS = float(os.environ.get("TXBRIDGE_CHAOS_SECONDS", str(160 * SCALE)))
+SECONDS = float(os.environ.get("TXBRIDGE_CHAOS_SECONDS", str(180 * SCALE)))
 SUMMARY = os.environ.get("TXBRIDGE_CHAOS_SUMMARY")
 
 PRODUCERS = 2
@@ -166,6 +166,17 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
         )
         return made[-1]
 
+    def second_group(instance: str) -> CoordinatorProcess:
+        # Another group on the namespace, as a mistyped --group-id or a renaming upgrade makes.
+        return CoordinatorProcess(
+            secure_kafka.bootstrap,
+            namespace,
+            secret=SECRET,
+            log_path=tmp_path / f"coordinator-{instance}.log",
+            instance_id=instance,
+            args=tuple(f"{group_id}-second" if a == group_id else a for a in flags),
+        )
+
     instances = [f"c{i}" for i in range(COORDINATORS)]
     coordinators = [new_coordinator(i) for i in instances]
     # Registered before the watcher and producers, so it runs after them.
@@ -189,6 +200,7 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
         per_thread=round(SECONDS * RATE_PER_THREAD * 4),  # a cap: finish() ends the load
         rate=RATE_PER_THREAD,
         work_ms=WORK_MS,
+        group=f"chaos-{namespace}",  # instances of one group, each on a database of its own
     )
     stack.callback(producers.close)
     nemesis = Nemesis(
@@ -199,6 +211,7 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
         coordinators=coordinators,
         instance_ids=instances,
         new_coordinator=new_coordinator,
+        second_group=second_group,
         producers=producers,
         describe_node=functools.partial(
             roles, admin, half=names.half, topic=topic, group_id=group_id, ids=ids

@@ -16,17 +16,17 @@ NODES = [1, 2, 3]
 SEEDS = range(200)
 
 
-def _draw(seed: int, seconds: float = 160) -> Schedule:
+def _draw(seed: int, seconds: float = 180) -> Schedule:
     return draw_schedule(seed, seconds, nodes=NODES, coordinators=2, producers=2)
 
 
 def test_a_seed_draws_one_schedule() -> None:
     assert _draw(7) == _draw(7)
     assert _draw(7) != _draw(8)
-    assert _draw(7).replay == "TXBRIDGE_CHAOS_SEEDS=7 TXBRIDGE_CHAOS_SECONDS=160"
+    assert _draw(7).replay == "TXBRIDGE_CHAOS_SEEDS=7 TXBRIDGE_CHAOS_SECONDS=180"
 
 
-@pytest.mark.parametrize("seconds", [160, 600])
+@pytest.mark.parametrize("seconds", [180, 600])
 def test_every_fault_is_drawn_and_a_coordinator_comes_back_under_its_own_id_and_a_new_one(
     seconds: float,
 ) -> None:
@@ -77,7 +77,7 @@ def test_a_run_too_short_for_every_fault_is_refused() -> None:
 
 
 def test_more_seconds_draw_more_faults() -> None:
-    assert sum(_draw(3, 600).counts().values()) > sum(_draw(3, 160).counts().values())
+    assert sum(_draw(3, 600).counts().values()) > sum(_draw(3, 180).counts().values())
 
 
 # ------------------------------------------------------------------ a producer killed mid-run
