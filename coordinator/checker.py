@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from coordinator import tracing
 from coordinator.config import CoordinatorConfig
 from txbridge.wire import (
     SIGNATURE_HEADER,
@@ -79,6 +80,7 @@ class Checker:
         self._single_only: set[str] = set()  # URLs that answered a batch with 400
         self._reported: set[tuple[str, str]] = set()  # (group, problem) already logged at ERROR
         self.in_flight_txs: set[str] = set()
+        self._spans = tracing.spans_for(config.tracing)
 
     def start(self) -> None:
         workers = max(4, min(64, self._config.check_concurrency_per_group * 4))
@@ -131,7 +133,7 @@ class Checker:
 
     def _run(self, jobs: list[CheckJob]) -> None:
         try:
-            results = self.check_batch(jobs)
+            results = self._spans.checked(jobs, self.check_batch)
         except Exception as exc:  # a bug here must not lose the jobs: they become UNKNOWN
             logger.exception("back-check of %d transactions failed", len(jobs))
             results = [CheckResult(j, TxState.UNKNOWN, f"internal error: {type(exc).__name__}") for j in jobs]
