@@ -4,6 +4,8 @@ tests/integration/test_traces.py)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -230,3 +232,22 @@ def test_an_install_without_opentelemetry_traces_nothing_and_the_coordinator_say
 
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OpenTelemetry is not installed: pip install 'txbridge[coordinator,otel]'" in result.stdout
+
+
+def test_the_cost_benchmark_runs_each_mode_and_the_untraced_ones_keep_nothing() -> None:
+    small = ["--transactions", "20", "--hooks", "200", "--rounds", "1"]
+    result = subprocess.run(
+        [sys.executable, "-m", "txbridge.tools.bench.tracing_cost", *small],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    header, _rule, *rows = result.stdout.strip().splitlines()
+    table = [dict(zip(header.split(" | "), row.split(" | "), strict=True)) for row in rows]
+    assert [row["mode"] for row in table] == ["absent", "unset", "recording"]
+    absent, unset, recording = table
+    assert absent["otel_modules"] == "0"
+    assert absent["hooks_kept_bytes"] == unset["hooks_kept_bytes"] == "0"
+    assert int(recording["otel_modules"]) > int(unset["otel_modules"]) > 0
+    assert all(float(row["tx_us"]) > 0 for row in table)
