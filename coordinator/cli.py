@@ -144,8 +144,8 @@ def coordinator(
     if secrets:
         flags["secrets"] = parse_pairs(secrets, "--secret")
     config = CoordinatorConfig.load(flags=flags, env=os.environ, toml_path=config_path)
-    config = config.replace(bootstrap=_resolve_bootstrap(config.bootstrap or None, config.client_config))
     provider = install_provider(os.environ) if config.tracing else None
+    config = config.replace(bootstrap=_resolve_bootstrap(config.bootstrap or None, config.client_config))
     service = Coordinator(config, on_wedged=_end_wedged_process)
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -156,9 +156,11 @@ def coordinator(
     signal.signal(signal.SIGINT, on_signal)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: where a stalled coordinator waits.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    service.run()
-    if provider is not None:
-        provider.shutdown()  # exports the spans still batched
+    try:
+        service.run()
+    finally:
+        if provider is not None:
+            provider.shutdown()  # exports the spans still batched
     sys.exit(0)
 
 

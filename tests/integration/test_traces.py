@@ -4,6 +4,7 @@ its stdout kept apart), and txbridge's consumers (this process)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.consumers.conftest import FAST_GROUP
 from tests.kafka_helpers import eventually, read_topic, wait_for
 from tests.tracing_helpers import recording
-from txbridge import Message, TransactionProducer, TxState
+from txbridge import AsyncTransactionProducer, Message, TransactionProducer, TxState
 from txbridge.consumer import (
     ConcurrentConsumer,
     ConsumeConcurrentlyStatus,
@@ -270,7 +271,7 @@ def test_a_back_check_span_continues_the_producers_trace(traced: Traced) -> None
 UNTRACED = textwrap.dedent(
     """
     import json, sys
-    from txbridge import Message, TransactionProducer, TxState
+    from txbridge import AsyncTransactionProducer, Message, TransactionProducer, TxState
     bootstrap, namespace, topic = sys.argv[1:4]
     with TransactionProducer(bootstrap, "untraced", secret="s", namespace=namespace,
                              check=lambda txn: TxState.UNKNOWN) as producer:
@@ -310,3 +311,48 @@ def test_with_the_api_imported_but_no_provider_set_halves_carry_no_context(
     halves = read_topic(kafka_bootstrap, Topics(namespace).half, isolation="read_uncommitted")
     assert len(halves) == 1
     assert "traceparent" not in halves[0].headers
+
+
+def test_the_context_form_and_the_asyncio_producer_trace_their_transactions_too(
+    kafka_bootstrap: str,
+    namespace: str,
+    exporter: InMemorySpanExporter,
+    topic_factory: Callable[..., str],
+) -> None:
+    topic, tracer = topic_factory(), trace.get_tracer("the-application")
+
+    with _producer(kafka_bootstrap, namespace, "blocking") as producer, producer.transaction() as tx:
+        tx.send(Message(topic, b"a"))
+        with tracer.start_as_current_span("insert in the block"):
+            pass
+
+    async def send_async() -> Any:
+        async def execute(txn: Any, arg: Any) -> TxState:
+            with tracer.start_as_current_span("insert, async"):
+                return TxState.ROLLBACK
+
+        async with AsyncTransactionProducer(
+            kafka_bootstrap, "async", secret=SECRET, namespace=namespace, check=lambda txn: TxState.UNKNOWN
+        ) as producer:
+            return await producer.send_in_transaction(Message(topic, b"b"), execute)
+
+    rolled_back = asyncio.run(send_async())
+
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert tx.result is not None
+    assert tx.result.state is TxState.COMMIT
+    assert rolled_back.state is TxState.ROLLBACK
+    by_tx = {
+        s.attributes["txbridge.tx_id"]: s
+        for s in exporter.get_finished_spans()
+        if s.name == "txbridge transaction" and s.attributes is not None
+    }
+    assert by_tx.keys() == {tx.tx_id, rolled_back.tx_id}
+    for tx_id, child in ((tx.tx_id, "insert in the block"), (rolled_back.tx_id, "insert, async")):
+        parent = spans[child].parent
+        assert parent is not None
+        assert parent.span_id == by_tx[tx_id].context.span_id
+    halves = read_topic(kafka_bootstrap, Topics(namespace).half, isolation="read_uncommitted")
+    carried = {h.headers[H_TX].decode(): h.headers["traceparent"].decode().split("-")[2] for h in halves}
+    assert carried == {tx_id: _hex(span.context.span_id, 16) for tx_id, span in by_tx.items()}
+    assert trace.get_current_span() is trace.INVALID_SPAN  # every context the producers set was left
