@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from coordinator import tracing
 from coordinator.config import CoordinatorConfig
 from coordinator.metrics import Histogram
 from txbridge.wire import (
@@ -85,6 +86,7 @@ class Checker:
         self.latency = Histogram(
             "check_request_seconds", "back-check HTTP requests: time to the answer or the failure"
         )
+        self._spans = tracing.spans_for(config.tracing)
 
     def start(self) -> None:
         workers = max(4, min(64, self._config.check_concurrency_per_group * 4))
@@ -137,7 +139,7 @@ class Checker:
 
     def _run(self, jobs: list[CheckJob]) -> None:
         try:
-            results = self.check_batch(jobs)
+            results = self._spans.checked(jobs, self.check_batch)
         except Exception as exc:  # a bug here must not lose the jobs: they become UNKNOWN
             logger.exception("back-check of %d transactions failed", len(jobs))
             results = [CheckResult(j, TxState.UNKNOWN, f"internal error: {type(exc).__name__}") for j in jobs]

@@ -97,6 +97,12 @@ BOOTSTRAP_RESOLVER = "txbridge.resolve_bootstrap"
     help="Assert the state's invariants after every step (debugging; a pass over the pending set each time).",
 )
 @click.option(
+    "--tracing",
+    is_flag=True,
+    default=None,
+    help="OpenTelemetry spans of back-checks and republishes, exported as the OTEL_* variables say.",
+)
+@click.option(
     "--command-config",
     "command_config",
     envvar=COMMAND_CONFIG_ENV,
@@ -129,6 +135,7 @@ def coordinator(
     """
     from coordinator.config import CoordinatorConfig, parse_pairs
     from coordinator.service import Coordinator
+    from coordinator.tracing import install_provider
 
     logging.getLogger("coordinator").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
@@ -137,6 +144,7 @@ def coordinator(
     if secrets:
         flags["secrets"] = parse_pairs(secrets, "--secret")
     config = CoordinatorConfig.load(flags=flags, env=os.environ, toml_path=config_path)
+    provider = install_provider(os.environ) if config.tracing else None
     config = config.replace(bootstrap=_resolve_bootstrap(config.bootstrap or None, config.client_config))
     service = Coordinator(config, on_wedged=_end_wedged_process)
 
@@ -148,7 +156,11 @@ def coordinator(
     signal.signal(signal.SIGINT, on_signal)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: where a stalled coordinator waits.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    service.run()
+    try:
+        service.run()
+    finally:
+        if provider is not None:
+            provider.shutdown()  # exports the spans still batched
     sys.exit(0)
 
 

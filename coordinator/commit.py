@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from coordinator import changelog
+from coordinator import changelog, tracing
 from coordinator.metrics import Stat, Stats
 from coordinator.republisher import Batch, OutRecord, copy_aside, plan_republish
 from coordinator.state import PartitionState, PendingTx, Phase
@@ -32,6 +32,7 @@ class TransactionContent:
         state: the partition's state (shared with the service).
         stats: the service's counters.
         max_message_bytes: larger messages are quarantined instead of republished.
+        spans: the republish spans (:mod:`coordinator.tracing`).
     """
 
     def __init__(
@@ -41,8 +42,11 @@ class TransactionContent:
         state: PartitionState,
         stats: Stats,
         max_message_bytes: int,
+        *,
+        spans: tracing.NoSpans = tracing.NO_SPANS,
     ) -> None:
         self.writer = writer
+        self.spans = spans
         self.topics = topics
         self.state = state
         self.stats = stats
@@ -66,7 +70,9 @@ class TransactionContent:
             plan = self.writer.poisoned.pop(tx.tx_id, None) or plan_republish(
                 messages, self.max_message_bytes, self.writer.partitions_of
             )
-            refused = plan if isinstance(plan, str) else self.writer.republish(tx.tx_id, plan)
+            refused = (
+                plan if isinstance(plan, str) else self.spans.republish(self.writer, tx.tx_id, messages, plan)
+            )
             if refused is not None:
                 self._set_aside(tx, refused, self.topics.quarantine, Phase.QUARANTINED)
                 continue

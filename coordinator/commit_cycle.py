@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for_any
 from typing import Any, Protocol
 
-from coordinator import changelog
+from coordinator import changelog, tracing
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
 from coordinator.metrics import Histogram, Stat
@@ -212,6 +212,7 @@ class CommitCycle:
         self._pools = 0
         self._commits = ThreadPoolExecutor(COMMIT_THREADS, f"{THREAD_PREFIX}-0")
         self._pace_s = self.config.commit_pace_ms / 1000
+        self._spans = tracing.spans_for(self.config.tracing)
         # partition -> when its next ready-triggered commit may start (commit_pace_ms: only
         # partitions whose last transaction republished two or more are here)
         self._paced_until: dict[int, float] = {}
@@ -344,7 +345,9 @@ class CommitCycle:
         writer = self.kafka.writer(number)
         self.kafka.producer(number).begin_transaction()
         state = self.partitions[number]
-        content = TransactionContent(writer, self.topics, state, self.stats, self.config.max_message_bytes)
+        content = TransactionContent(
+            writer, self.topics, state, self.stats, self.config.max_message_bytes, spans=self._spans
+        )
         content.write(ready, expiring, incomplete, self.work.batch)
         half = self.topics.half
         position = self.positions.get((half, number))

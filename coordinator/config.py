@@ -111,6 +111,9 @@ class CoordinatorConfig:
         resume_expired_max: at most this many expired transactions asked about per return.
         check_invariants: assert the state's invariants after every step (tests, debugging;
             costs a pass over the pending transactions each time).
+        tracing: record OpenTelemetry spans of back-checks and republishes, continuing the
+            producers' traces (docs/tracing.md); needs opentelemetry-api, and the SDK under
+            ``python -m coordinator``, which configures it from the ``OTEL_*`` variables.
     """
 
     bootstrap: str = ""
@@ -147,6 +150,7 @@ class CoordinatorConfig:
     resume_expired: bool = True
     resume_expired_max: int = 100
     check_invariants: bool = False
+    tracing: bool = False
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -306,6 +310,7 @@ _ENV_SIMPLE = (
     "metrics_port",
     "log_interval_s",
     "check_invariants",
+    "tracing",
     "resume_expired",
     "resume_expired_max",
     "default_secret",

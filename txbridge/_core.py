@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
-from txbridge import limits, wire
+from txbridge import limits, tracing, wire
 from txbridge.errors import (
     ConfigurationError,
     MessageTooLargeError,
@@ -239,7 +239,13 @@ class TransactionFactory(Generic[H]):
     def open(self, order_key: bytes | None = None) -> OpenTransaction[H]:
         return OpenTransaction(self, order_key)
 
-    def admit(self, tx: bytes, messages: Sequence[Message], halves: Sequence[HalfRecord]) -> None:
+    def admit(
+        self,
+        tx: bytes,
+        messages: Sequence[Message],
+        halves: Sequence[HalfRecord],
+        trace_headers: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
         """Refuse what the coordinator would quarantine once committed (the rules of its republisher).
 
         Raises:
@@ -247,8 +253,12 @@ class TransactionFactory(Generic[H]):
             MessageTooLargeError: a message is above ``max_message_bytes`` as republished.
         """
         catalog, limit = self.catalog, self.max_message_bytes
+        # The trace headers are republished with the message (see RecordEncoder.halves).
+        traced = sum(len(name) + len(raw) for name, raw in trace_headers)
         for msg, half in zip(messages, halves, strict=True):
             size = limits.republished_size(tx, half.message_key, half.value, msg.header_pairs)
+            if traced and not tracing.has_traceparent(msg.header_pairs):
+                size += traced
             if size > limit:
                 raise MessageTooLargeError(
                     f"a message to {msg.topic!r} is {size} bytes as the coordinator republishes it "
@@ -296,6 +306,7 @@ class OpenTransaction(Generic[H]):
         "lifecycle",
         "messages",
         "partition",
+        "trace",
         "tx_id",
     )
 
@@ -308,6 +319,8 @@ class OpenTransaction(Generic[H]):
         self.half_error: BaseException | None = None
         self._order_key = order_key
         self._pending: list[H] = []
+        #: The transaction's span (None unless the application records traces: txbridge.tracing).
+        self.trace = tracing.begin_transaction(self.tx_id, factory.settings.group)
 
     @property
     def settings(self) -> ProducerSettings:
@@ -338,8 +351,15 @@ class OpenTransaction(Generic[H]):
         if not self.lifecycle.can(TxPhase.SENDING):
             raise TransactionStateError(f"transaction {self.tx_id} is {self.phase}: no more messages")
         factory = self._factory
-        halves = factory.encoder.halves(self.tx_id, messages, len(self.messages))
-        factory.admit(halves[0].key, messages, halves)
+        trace_headers = self.trace.headers if self.trace is not None else ()
+        try:
+            halves = factory.encoder.halves(self.tx_id, messages, len(self.messages), trace_headers)
+            factory.admit(halves[0].key, messages, halves, trace_headers)
+        except Exception as exc:
+            if self.trace is not None and not self.messages:  # nothing written: no op record will end it
+                self.trace.fail(exc)
+                self.trace = None
+            raise
         partition = self.partition
         if partition is None:
             order_key = self._order_key or halves[0].message_key or halves[0].key
@@ -363,6 +383,10 @@ class OpenTransaction(Generic[H]):
             self.half_error = self.half_error or failures[0]
         elif self.lifecycle.phase is TxPhase.SENDING and not self._pending:
             self.lifecycle.advance(TxPhase.PREPARED)
+        else:
+            return
+        if self.trace is not None:
+            self.trace.halves_acknowledged(failures)
 
     def decide(self, state: TxState, *, reason: str = "") -> H | None:
         """Move to the final phase and write the op record (COMMIT/ROLLBACK; nothing for UNKNOWN
@@ -437,7 +461,10 @@ def op_outcome(
             state,
             op_failures[0],
         )
-    return tx.result(state, error, op_failures)
+    result = tx.result(state, error, op_failures)
+    if tx.trace is not None:
+        tx.trace.end(state, result.error, messages=len(tx.messages), op_acknowledged=result.op_acknowledged)
+    return result
 
 
 def local_failure(txn: LocalTransaction, exc: Exception) -> tuple[TxState, BaseException]:
@@ -473,6 +500,8 @@ class TransactionBlock(Generic[H]):
         self._tx = tx
         self._outcome = TxState.COMMIT
         self.result: TransactionResult | None = None
+        # Entered and left with the block: the transaction's span is current inside it.
+        self._traced = tracing.current(tx.trace)
 
     @property
     def tx_id(self) -> str:

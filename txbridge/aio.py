@@ -27,6 +27,7 @@ from functools import partial
 from types import TracebackType
 from typing import Any, Unpack
 
+from txbridge import tracing
 from txbridge._core import (
     SETTLED_REASON,
     OpenTransaction,
@@ -243,7 +244,8 @@ class AsyncTransactionProducer(ProducerSurface):
         if tx.half_error is not None:
             state, error, reason = half_failure(tx)
             return await self._finish(bridge, tx, state, error, reason=reason)
-        state, error = await _run_local(run, tx.local_view(), arg)
+        with tracing.current(tx.trace):  # the application's spans in the local transaction are its children
+            state, error = await _run_local(run, tx.local_view(), arg)
         return await self._finish(bridge, tx, state, error)
 
     def transaction(self, order_key: Any = None) -> AsyncTransaction:
@@ -318,6 +320,7 @@ class AsyncTransaction(TransactionBlock[_Ack]):
         self._settled(await self._bridge.wait(self._tx.take_pending()))
 
     async def __aenter__(self) -> AsyncTransaction:
+        self._traced.__enter__()
         return self
 
     async def __aexit__(
@@ -326,5 +329,6 @@ class AsyncTransaction(TransactionBlock[_Ack]):
         self._tx.settle(await self._bridge.wait(self._tx.take_pending()))
         state, error, reason, to_raise = self._exit_decision(exc)
         self.result = await self._producer._finish(self._bridge, self._tx, state, error, reason=reason)
+        self._traced.__exit__(exc_type, exc, tb)
         if to_raise is not None:
             raise to_raise from None

@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Unpack
 
+from txbridge import tracing
 from txbridge._core import (
     SETTLED_REASON,
     OpenTransaction,
@@ -138,7 +139,8 @@ class TransactionProducer(ProducerSurface):
         tx.settle(wait_all(tx.take_pending(), runtime.ack_timeout_s))
         if tx.half_error is not None:
             return self._rollback_after_half_failure(tx)
-        state, error = run_local(run, tx.local_view(), arg)
+        with tracing.current(tx.trace):  # the application's spans in the local transaction are its children
+            state, error = run_local(run, tx.local_view(), arg)
         return self._finish(tx, state, error)
 
     def transaction(self, order_key: Any = None) -> Transaction:
@@ -229,6 +231,7 @@ class Transaction(TransactionBlock[Future[Delivered]]):
         self._settled(wait_all(self._tx.take_pending(), self._runtime.ack_timeout_s))
 
     def __enter__(self) -> Transaction:
+        self._traced.__enter__()
         return self
 
     def __exit__(
@@ -238,5 +241,6 @@ class Transaction(TransactionBlock[Future[Delivered]]):
         self._tx.settle(wait_all(self._tx.take_pending(), self._runtime.ack_timeout_s))
         state, error, reason, to_raise = self._exit_decision(exc)
         self.result = self._producer._finish(self._tx, state, error, reason=reason)
+        self._traced.__exit__(exc_type, exc, tb)
         if to_raise is not None:
             raise to_raise from None

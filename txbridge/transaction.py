@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 from txbridge import wire
 from txbridge.errors import SerializationError, TransactionStateError
 from txbridge.serializers import Serializer
+from txbridge.tracing import has_traceparent
 from txbridge.wire import TxState
 
 HeadersArg = Sequence[tuple[str, bytes]] | Mapping[str, bytes]
@@ -239,8 +240,17 @@ class RecordEncoder:
             for state in (TxState.COMMIT, TxState.ROLLBACK)
         }
 
-    def halves(self, tx_id: str, messages: Sequence[Message], first_seq: int) -> list[HalfRecord]:
+    def halves(
+        self,
+        tx_id: str,
+        messages: Sequence[Message],
+        first_seq: int,
+        trace_headers: Sequence[tuple[str, bytes]] = (),
+    ) -> list[HalfRecord]:
         """The half records of ``messages``, numbered from ``first_seq``.
+
+        ``trace_headers`` (``traceparent``, ``tracestate``: the transaction's span) go into every
+        record whose message does not carry a ``traceparent`` of its own.
 
         Raises:
             SerializationError: a key or value cannot be serialized (nothing is written then).
@@ -277,6 +287,8 @@ class RecordEncoder:
                 headers.append(self._source)
             if msg.headers:
                 headers.extend(msg.header_pairs)
+            if trace_headers and not has_traceparent(msg.header_pairs):
+                headers.extend(trace_headers)
             records.append(HalfRecord(tx, value, headers, key))
         return records
 

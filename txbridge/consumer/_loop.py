@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, Self, TypedDict, TypeVar
 
-from txbridge import kafka
+from txbridge import kafka, tracing
 from txbridge.client_config import ClientConfig
 from txbridge.consumer.dlq import Forwarder
 from txbridge.consumer.model import ConcurrentContext, ConsumedMessage, OrderlyContext
@@ -47,7 +47,10 @@ def call_listener(
     error never stops the consumer.
     """
     try:
-        status = listener(message, context)
+        with tracing.processing(
+            message.topic, message.partition, message.offset, message.headers, context.attempt
+        ):
+            status = listener(message, context)
     except Exception:
         logger.warning(
             "listener raised on %s/%d@%d (attempt %d); %s",
