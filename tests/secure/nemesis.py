@@ -493,7 +493,9 @@ class Nemesis:
             line for line in intruder.log_tail(40).splitlines() if "is served by coordinator group" in line
         ]
         said = (
-            refusal[-1].strip()[-160:] if refusal else "exited without the refusal: " + intruder.log_tail(3)
+            refusal[-1][refusal[-1].index("namespace") :][:160]
+            if refusal
+            else "exited without the refusal: " + intruder.log_tail(3)
         )
         return f"another group's coordinator exited after {time.monotonic() - started:.1f}s: {said}"
 
