@@ -1,4 +1,4 @@
-"""Issue 18: many partitions, many producer groups, many pending transactions.
+"""Many partitions, many producer groups, many pending transactions.
 
 Per N pending (undecided) transactions, against a real broker and real coordinator processes:
 

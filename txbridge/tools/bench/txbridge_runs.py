@@ -47,7 +47,7 @@ from txbridge.wire import (
 
 PARTITIONS = 12
 #: The failover steps kill at a random moment within this much after their first 2 s of load:
-#: at least one heartbeat interval of the coordinators (0.5 s; 2 s before 2026-11-24), so the
+#: at least one heartbeat interval of the coordinators (0.5 s), so the
 #: kill falls anywhere in their heartbeat cycle, on which the takeover depends.
 KILL_SPREAD_S = 2.0
 
