@@ -96,7 +96,7 @@ class Env:
         return topic
 
     def delete_topics(self) -> list[str]:
-        """Delete every topic this run created (a full run leaves ~1 GB and ~150 partitions)."""
+        """Delete every topic this run created (a full run's are many partitions and much data)."""
         return [
             name
             for prefix in self.topic_prefixes
