@@ -33,7 +33,7 @@ from txbridge.wire import (
 )
 
 if TYPE_CHECKING:
-    import httpx  # imported at the first check: it and what it pulls in (rich, click) cost a restart ~0.15 s
+    import httpx  # imported at the first check: it and what it pulls in (rich, click) slow a restart
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class Checker:
         workers = max(4, min(64, self._config.check_concurrency_per_group * 4))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="txbridge-check")
         # httpx is imported beside the start-up (which mostly waits for Kafka), neither in its way
-        # nor at the first check: made there, it delayed the demo's first check by ~1 s.
+        # nor at the first check, which would wait for it.
         self._pool.submit(self._http)
 
     def free_slots(self, group: str) -> int:

@@ -134,9 +134,9 @@ class CoordinatorConfig:
     producer_liveness_s: float = 10.0
     commit_interval_ms: int = 20
     commit_pace_ms: int = 0
-    # librdkafka's default. Not 10 s any more: a new owner fences a dead one's transaction itself,
-    # and 10 s was shorter than a broker failover (its 9 s session plus the election), so the broker
-    # aborted live coordinators' transactions and they stopped (INVALID_TXN_STATE).
+    # librdkafka's default. A new owner fences a dead one's transaction itself, and a timeout
+    # shorter than a broker failover (its 9 s session plus the election) would let the broker
+    # abort live coordinators' transactions, which then stop (INVALID_TXN_STATE).
     transaction_timeout_ms: int = 60_000
     payload_cache_bytes: int = 64 * 1024 * 1024
     max_message_bytes: int = 1024 * 1024

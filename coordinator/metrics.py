@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     # Imported where used: a coordinator without a metrics port never needs them, and they
-    # cost every restart ~30 ms of start-up (more on a busy host).
+    # would slow every restart.
     from prometheus_client import CollectorRegistry
 
 logger = logging.getLogger(__name__)

@@ -142,7 +142,7 @@ class ExpiryResumer:
 
     def _resume(self, back: Return) -> None:
         # Imported here: txbridge.admin is the CLI's, which loads the bench, which imports this
-        # package (the package cycle issue 15 removes by moving the shared parts below both).
+        # package; importing it at the top would close that cycle.
         from txbridge.admin import list_expired, resolve
 
         owned = self._owned()

@@ -66,8 +66,8 @@ class CheckPolicy:
 
         Most often its group is restarting: the killed instance's URL refuses and its
         replacement registers within a second or two, and the transactions behind it in key
-        order wait for this retry (a flat ``backoff_s`` held them 5 s). A group that stays
-        unreachable is tried every ``backoff_s``, as before.
+        order wait for this retry, which a flat ``backoff_s`` would hold back. A group that
+        stays unreachable is tried every ``backoff_s``.
         """
         return int(min(max(waited_ms, 500), self.backoff_s * 1000))
 

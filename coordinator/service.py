@@ -64,20 +64,12 @@ _SCHEDULE_INTERVAL_S = 0.05  # how often due back-checks are looked for
 _RETURNS_INTERVAL_S = 0.5  # how often producers that came back or went silent are looked for
 #: The half/op consumer's fetches follow the load. The broker answers a fetch at the first
 #: record (``fetch.min.bytes`` 1), or after FETCH_WAIT_MS when there is none, so an idle
-#: coordinator fetches ~200 times a second; and while the loop has not yet taken what the last
+#: coordinator fetches every FETCH_WAIT_MS; and while the loop has not yet taken what the last
 #: fetch brought (QUEUED_MIN_MESSAGES or more records waiting), librdkafka fetches again only
-#: after FETCH_QUEUE_BACKOFF_MS. At light load each record is fetched on arrival; under load
-#: fetches come every 5 ms with whatever accumulated, as with the 5 ms / 64 KiB fetches this
-#: replaces (issue 16), which made every op record at light load wait out the rest of the 5 ms.
-#: Side by side on 2 cores:
-#: - 20 orders/s (txbridge/tools/bench/latency_breakdown.py, 2 runs each): op append -> the loop
-#:   has the op, p50 3.5-3.6 ms -> 1.0 ms; txbridge / native p50 from the local commit 3.9-4.1x
-#:   -> 2.2x (``fetch.min.bytes`` 1 alone: the same);
-#: - ``bench --quick --only e2e --only latency``, 3 pairs alternated, the old settings given with
-#:   -X: saturated 4,009-4,664 -> 4,276-5,690 msgs/s (within the noise); p50 commit-to-visible
-#:   at half that rate 31.1-35.0 -> 23.1-28.1 ms. ``fetch.min.bytes`` 1 alone cost 10-30% of the
-#:   throughput (3,538-4,631 msgs/s beside 4,790-5,434; broker CPU 164-277 µs a message beside
-#:   153-170).
+#: after FETCH_QUEUE_BACKOFF_MS. At light load each record is fetched on arrival, so an op record
+#: never waits out a fetch interval; under load fetches come every FETCH_QUEUE_BACKOFF_MS with
+#: whatever accumulated, which keeps the throughput of batched fetches (``fetch.min.bytes`` 1
+#: alone costs throughput; the measurements: docs/results/settings.md).
 #: ``extra_config`` overrides all three.
 FETCH_WAIT_MS = 5
 FETCH_MIN_BYTES = 1
@@ -107,10 +99,9 @@ SESSION_TIMEOUT_MS = 6_000
 REPLICATED_SESSION_TIMEOUT_MS = 12_000
 #: A survivor hears of a dead member's expired session only in its next heartbeat's answer, so
 #: a takeover takes (session timeout - time since the dead one's last heartbeat) + up to one
-#: interval: 4-8 s at 2 s, 5.5-6.5 s at 0.5 s (the bench's failover step with the kill's
-#: moment drawn at random, 2026-11-24: 4.34-5.97 s against 5.61-6.30 s in 5 pairs). The
-#: members of one rebalance heartbeat in step, so the bench's old fixed kill moment saw 5 s
-#: or, when the survivor's heartbeat came just before the expiry, 7 s (CHANGELOG.md).
+#: interval: with the 6 s session, 4-8 s at a 2 s interval, 5.5-6.5 s at 0.5 s. The members of
+#: one rebalance heartbeat in step, so a kill at a fixed moment after a rebalance always lands
+#: at the same point of their cycle (the measurements: docs/results/settings.md).
 HEARTBEAT_INTERVAL_MS = 500
 #: The consumer may sit in one rebalance callback for as long (librdkafka otherwise leaves the
 #: group when poll() is not called for max.poll.interval.ms, 5 minutes by default).

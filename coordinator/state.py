@@ -199,8 +199,8 @@ class PartitionState:
         Every consumed record moves it, whatever it holds: a record that is quarantined or
         ignored, and (from the consumer's position) control records and aborted records too.
         A COMMIT without a count waits for this to reach its ``wait_offset``; counting only
-        the half records that decoded left it waiting forever when the partition's last
-        record was malformed (issue 13).
+        the half records that decoded would leave it waiting forever when the partition's
+        last record is malformed.
         """
         self.half_position = max(self.half_position, position)
 

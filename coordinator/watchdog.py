@@ -3,8 +3,8 @@
 librdkafka's calls take a timeout, but not every path honours it. The one seen here:
 ``send_offsets_to_transaction`` waits forever when the broker that is the group's
 coordinator dies and drops out of the client's metadata (confluentinc/librdkafka#5511,
-since librdkafka 2.9, unfixed in 2.16): the broker-chaos test caught both coordinators
-silent for minutes after such a kill, deaf to SIGTERM. Heartbeats go on from librdkafka's
+since librdkafka 2.9, unfixed in 2.16): after such a kill a coordinator can stay silent
+for minutes, deaf to SIGTERM. Heartbeats go on from librdkafka's
 own threads, so the group keeps the stuck instance's partitions and nothing of them is
 published.
 

@@ -4,7 +4,7 @@
 # venv with no extras, and the installed distributions (less pip and setuptools) and the size of
 # site-packages are printed.
 #   scripts/wheel-closure.sh [COMMIT] [WORKDIR]    e.g. scripts/wheel-closure.sh HEAD~3 /tmp/closure
-# Needs python3.11 and the package index (the README's install section quotes its figures).
+# Needs python3.11 and the package index (docs/install.md quotes its figures).
 set -eu
 commit=${1:-HEAD}
 work=${2:-$(mktemp -d)}

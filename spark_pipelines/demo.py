@@ -158,7 +158,7 @@ def run_demo(options: DemoOptions, *, resolve_kafka: Callable[[], str], console:
     run_id = new_run_id()
     running = _Running()
     if "rocketmq" in options.paths:
-        # Started first: RocketMQ's cold start (11-34 s) overlaps Kafka's and Spark's.
+        # Started first: RocketMQ's cold start, the slowest, overlaps Kafka's and Spark's.
         running.setup = rocketmq_setup(
             f"orders-{run_id}-rocketmq",
             f"watcher-{run_id}",

@@ -54,7 +54,7 @@ ROCKETMQ_DEFAULTS: dict[str, int] = {
 SKIP_HINT = "skip RocketMQ with --paths txbridge,native,plain"
 _ADDRESS = re.compile(r"^(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{1,5})$")
 _SETTING = re.compile(r"^\s*(?P<key>transaction\w+)\s*=\s*(?P<value>-?\d+)\s*$", re.MULTILINE)
-# Cold start is 11-34 s on 2 shared cores; a loaded machine takes minutes.
+# A cold start takes tens of seconds on shared cores, and minutes on a loaded machine.
 START_TIMEOUT_S = 240.0
 
 

@@ -267,9 +267,9 @@ class RocketMQWatcher:
             consumer.shutdown()
 
     def _receive(self, consumer: Any) -> list[Any]:
-        """One receive. A refused one fails within ~0.1 s; one still open after a second is a
+        """One receive. A refused one fails at once; one still open after a second is a
         long poll the proxy accepted, which returns any message that arrives meanwhile: the
-        watcher counts as started then, not when an empty poll ends (about 5 s)."""
+        watcher counts as started then, not when an empty poll ends (seconds later)."""
         future = consumer.receive_async(32, self.invisible_s)
         if not self._ready.is_set():
             try:

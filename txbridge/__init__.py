@@ -2,7 +2,7 @@
 
 The public names load on first use (PEP 562): the coordinator, the CLI and the tools import
 ``txbridge.errors`` or ``txbridge.wire`` without paying for the producers, the check server
-and the barrier (a coordinator restart started 0.2 s sooner idle, more on a busy machine).
+and the barrier, which would slow every coordinator restart.
 """
 
 from __future__ import annotations

@@ -25,17 +25,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MESSAGE_TIMEOUT_MS = 30_000
 #: linger.ms of the second producer that writes the ``urgent_topics`` (the op records). An op
-#: record is a single write its caller waits for, and nothing is published before it: with linger
-#: 5 it reached the broker 5-5.5 ms after the local commit, at 20 orders/s commit-to-visible p50
-#: 12.8-17.5 ms instead of 7.6-11.8 (txbridge/tools/bench/latency_breakdown.py). Half records and
-#: heartbeats keep linger 5: linger 0 for every record took 14-62% of `txbridge bench --quick`'s
-#: end-to-end throughput (3 pairs, 2 loaded cores) and 0.38-0.53 produce requests per transaction
-#: at saturation (0.18-0.31 with one producer, 0.29-0.36 with this one).
-#: The price at saturation, measured 2026-11-23 (`txbridge bench --only e2e`, 4 interleaved runs
-#: per value on one broker, load 2.5-4.7): linger 0 3,010-4,593 msgs/s (median 3,713), linger 1
-#: 4,189-5,574 (4,777; ahead in all 4 pairs), linger 5 3,597-4,544 (4,252); at 20 orders/s
-#: (latency_breakdown, 2 runs each) commit-to-visible p50 8.9-9.3 / 10.5-10.7 / 14.7-14.8 ms.
-#: Kept at 0: the latency targets are at light load; linger 1 is the candidate if throughput counts.
+#: record is a single write its caller waits for, and nothing is published before it, so its
+#: linger is added whole to every transaction's commit-to-visible. Half records and heartbeats
+#: keep linger 5: batching them saves produce requests and end-to-end throughput. 0 favours
+#: latency at light load; linger 1 is the candidate if saturated throughput counts more
+#: (the measurements: docs/results/settings.md).
 URGENT_LINGER_MS = 0
 
 

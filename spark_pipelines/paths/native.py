@@ -120,13 +120,13 @@ class NativePath:
     def _resume_commit(self) -> None:
         """Resume a commit whose call timed out; then a new producer under the same id.
 
-        librdkafka (2.16.0, and its master of 2026-11) hands each step of a transactional call
+        librdkafka (2.16.0, and its master branch) hands each step of a transactional call
         its answer through one slot. A step of the timed-out call that the client's thread runs
         after the resumed call began answers one of the resumed call's steps, and the resumed
-        call's own answer is left over for the next step. Reproduced under CPU load, about one
-        1-ms commit in 700 (docs/results/2026-11-27-native-resume.md): the resumed call skips
-        EndTxn and fails with ``_STATE`` ("Operation not valid in state BeginCommit", which
-        killed a CI run); or it returns before its last step ran, and the producer's next
+        call's own answer is left over for the next step. Reproduced under CPU load
+        (docs/results/2026-11-27-native-resume.md): the resumed call skips EndTxn and fails
+        with ``_STATE`` ("Operation not valid in state BeginCommit"); or it returns before
+        its last step ran, and the producer's next
         ``begin_transaction`` returns before the transaction has begun, so the produce is
         refused. A ``_STATE`` failure leaves the transaction being committed and consumes the
         extra answer: one more call commits it. The producer is replaced afterwards, so a

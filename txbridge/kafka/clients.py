@@ -69,7 +69,7 @@ def init_transactions(client: Producer, timeout: float) -> None:
 
     librdkafka asks for the transaction coordinator as soon as it is called; with no
     broker connection up yet it retries 500 ms later, so a cold ``init_transactions``
-    took 0.5 s here, and the warm-up and the call together 0.1-0.2 s. A coordinator's
+    waits out that retry, and a connection made first spares it. A coordinator's
     restart and a takeover's fencing both wait for it.
     """
     client.list_topics(timeout=timeout)
@@ -117,8 +117,8 @@ def versions() -> dict[str, str]:
 OFFSET_BEGINNING = -2
 OFFSET_END = -1
 #: Where to assign a partition to read it all: offset 0, not OFFSET_BEGINNING. librdkafka
-#: resolves a logical offset with a ListOffsets round that took ~500 ms here (12 empty
-#: partitions: 527 ms to their ends from OFFSET_BEGINNING, 12 ms from 0); a partition whose
+#: resolves a logical offset with a ListOffsets round first, which offset 0 skips
+#: (docs/results/settings.md); a partition whose
 #: start was deleted answers OFFSET_OUT_OF_RANGE and resets to its earliest offset
 #: (``auto.offset.reset=earliest``, the default of :func:`consumer`).
 FROM_START = 0

@@ -103,8 +103,8 @@ def settings_for(role: Role, settings: Mapping[str, Any]) -> Config:
 
 #: retry.backoff.ms of transactional producers. A transaction that starts while the broker
 #: still writes the previous one's markers gets CONCURRENT_TRANSACTIONS; librdkafka retries
-#: after retry.backoff.ms, 100 ms by default. With 10: p50 / p99 commit-to-visible at
-#: 2,500 msgs/s 24-33 / 85-111 ms instead of 36-102 / 259-346 ms (2 cores, Kafka 4.1.1).
+#: after retry.backoff.ms, 100 ms by default, which under load adds a whole retry to many
+#: transactions' commit-to-visible (docs/results/settings.md).
 TRANSACTIONAL_RETRY_BACKOFF_MS = 10
 
 #: partitioner of every producer: murmur2 of the key, the partition Kafka's Java producer picks, so

@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 PARTITIONS = 12
 #: The floor's republisher holds each Kafka transaction back this long after the previous
-#: commit ended, gathering what arrives meanwhile. The coordinator no longer does (group
+#: commit ended, gathering what arrives meanwhile. The coordinator holds none (group
 #: commit), but at half load this is the better floor, a lower p50 than no gap
 #: (docs/results/2026-11-27-lone-transaction.md).
 FLOOR_COMMIT_GAP_S = 0.005

@@ -112,8 +112,8 @@ VARIANTS: dict[str, Knobs] = {
     "coord_linger0": Knobs(coord_linger_ms=0),
     "fetch_wait1": Knobs(fetch_wait_ms=1),
     "fetch_wait2": Knobs(fetch_wait_ms=2),
-    # The coordinator's fetches before they followed the load: 5 ms or 64 KiB; and the first record
-    # alone (librdkafka's queue settings at their defaults).
+    # Fetches at a fixed interval, 5 ms or 64 KiB, where the coordinator's follow the load; and
+    # the first record alone (librdkafka's queue settings at their defaults).
     "fetch_5ms_64k": Knobs(coord_extra={**_LIBRDKAFKA_QUEUE, "fetch.min.bytes": 64 * 1024}),
     "fetch_first_record": Knobs(coord_extra=_LIBRDKAFKA_QUEUE),
     "interval50": Knobs(commit_interval_ms=50),

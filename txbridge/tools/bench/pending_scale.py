@@ -1,4 +1,4 @@
-"""Issue 18: many partitions, many producer groups, many pending transactions.
+"""Many partitions, many producer groups, many pending transactions.
 
 Per N pending (undecided) transactions, against a real broker and real coordinator processes:
 
@@ -15,8 +15,8 @@ Per N pending (undecided) transactions, against a real broker and real coordinat
   UNKNOWN to everything (backoff 1 h: each is asked once), from the first to the last.
 
 Run: ``python -m txbridge.tools.bench.pending_scale --sizes 2500,5000,10000,20000``. ``--tree DIR``
-runs the coordinators from another checkout (a ``git worktree`` of an older commit), so a
-fix and what it replaced are measured side by side in one run.
+runs the coordinators from another checkout (a ``git worktree`` of another commit), so two
+versions of the coordinator are measured side by side in one run.
 """
 
 from __future__ import annotations

@@ -32,6 +32,33 @@ def machine() -> dict[str, Any]:
     }
 
 
+def commit() -> str | None:
+    """The checkout's short commit, with ``-dirty`` when tracked files differ from it; None
+    outside a git checkout (an installed wheel)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[3]
+    if not (root / ".git").exists():  # not a checkout of txbridge, whatever repository holds it
+        return None
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"],
+            capture_output=True,
+            check=False,  # 1: the work tree differs from HEAD
+            timeout=10,
+        ).returncode
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty == 1 else head
+
+
 def _version(distribution: str) -> str | None:
     from importlib import metadata
 
@@ -96,6 +123,7 @@ def write_json(
     data = {
         "date": stamp,
         "mode": mode,
+        "commit": commit(),
         "bootstrap": bootstrap,
         "machine": machine(),
         "figures": [

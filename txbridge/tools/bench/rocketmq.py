@@ -70,7 +70,7 @@ AWAIT_S = 2
 RECEIVE_BATCH = 32
 RECEIVE_THREADS = 2
 ACK_THREADS = 4
-#: The broker's start-up, when the bench starts it (10 s idle, 30-90 s on 2 busy cores).
+#: The broker's start-up, when the bench starts it: busy cores make it several times slower.
 START_TIMEOUT_S = 180.0
 #: Client request timeout (s): a send, commit or receive that takes longer fails the step.
 REQUEST_TIMEOUT_S = 10
@@ -182,7 +182,7 @@ def _create_topics(target: _Target, specs: list[tuple[str, bool]]) -> None:
 
 
 def _admin(target: _Target, *args: str, attempts: int = ADMIN_ATTEMPTS) -> str:
-    """One mqadmin command, again when it timed out: its requests wait 3 s, and on 2 busy cores
+    """One mqadmin command, again when it timed out: its requests wait 3 s, and on busy cores
     a cold admin JVM's first request can take longer (the command is idempotent)."""
     for attempt in range(1, attempts + 1):
         try:

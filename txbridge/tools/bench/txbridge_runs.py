@@ -47,7 +47,7 @@ from txbridge.wire import (
 
 PARTITIONS = 12
 #: The failover steps kill at a random moment within this much after their first 2 s of load:
-#: at least one heartbeat interval of the coordinators (0.5 s; 2 s before 2026-11-24), so the
+#: at least one heartbeat interval of the coordinators (0.5 s), so the
 #: kill falls anywhere in their heartbeat cycle, on which the takeover depends.
 KILL_SPREAD_S = 2.0
 
@@ -96,7 +96,7 @@ class Env:
         return topic
 
     def delete_topics(self) -> list[str]:
-        """Delete every topic this run created (a full run leaves ~1 GB and ~150 partitions)."""
+        """Delete every topic this run created (a full run's are many partitions and much data)."""
         return [
             name
             for prefix in self.topic_prefixes

@@ -38,10 +38,10 @@ DEFAULT_CONTROLLER_PORT = 9093
 #: Segment size of ``__transaction_state`` and ``__consumer_offsets`` on the local brokers.
 #: Kafka's 100 MB default suits a broker whose internal topics see traffic from many clients;
 #: here the data directory lives across every test, demo and bench run of a checkout, and a
-#: segment is compacted only once rolled. After a day's runs, 919 MB of transaction records
-#: sat in ten never-rolled 95 MB segments, and each start replayed them all: for 3-6 s after
-#: ``txbridge kafka start`` returned, ``init_transactions`` waited ("coordinator load in
-#: progress"; docs/results/2026-11-27-internal-segments.md).
+#: segment is compacted only once rolled. With the default, a day's runs leave large
+#: never-rolled segments that each start replays, and ``init_transactions`` waits
+#: ("coordinator load in progress") for seconds after ``txbridge kafka start`` returns
+#: (docs/results/settings.md).
 INTERNAL_SEGMENT_BYTES = 8 * 1024 * 1024
 #: The broker settings that give newly created internal topics those segments.
 INTERNAL_SEGMENTS = {
@@ -418,7 +418,7 @@ def java_command(
     """A Kafka JVM's command line; ``server``: a broker, else a tool (storage format, a CLI).
 
     A broker gets what kafka-server-start.sh gives it: a fixed heap and short G1 pauses (a
-    growing 256 MB heap paused it for 20+ ms every few seconds under the benchmark).
+    growing heap pauses it under the benchmark's load).
     """
     return [
         "java",
