@@ -49,9 +49,12 @@ class FakeView:
         self.gone: set[tuple[str, str]] = set()
         self.left: set[tuple[str, str]] = set()
 
-    def targets(self, group: str, instance: str, _now_ms: int) -> list[str]:
+    def targets(self, group: str, instance: str, _source: str | None, _now_ms: int) -> list[str]:
         own = [self.urls[(group, instance)]] if (group, instance) in self.urls else []
         return own + [url for (g, i), url in sorted(self.urls.items()) if g == group and i != instance]
+
+    def instances_of(self, group: str, _now_ms: int) -> tuple[tuple[str, str | None, str], ...]:
+        return tuple((i, None, url) for (g, i), url in sorted(self.urls.items()) if g == group)
 
     def silent(self, _now_ms: int) -> set[tuple[str, str]]:
         return set(self.gone)

@@ -57,7 +57,7 @@ def _resume(monkeypatch: pytest.MonkeyPatch, listed: list[ExpiredTx], *, limit: 
         owned=lambda: {0, 1},
         limit=limit,  # type: ignore[arg-type]
     )
-    resumer._resume(Return("orders", ("http://producer",)))
+    resumer._resume(Return("orders", (("i-1", None, "http://producer"),)))
     return checker.asked, resolved, resumer.events()
 
 

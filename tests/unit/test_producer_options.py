@@ -53,6 +53,7 @@ EVERY_OPTION: dict[str, Any] = {
     "heartbeat_interval_s": 2.0,
     "max_message_bytes": 2_000_000,
     "settle_unknown": True,
+    "check_source": "orders-db",
     "client_config": ClientConfig.coerce({"security.protocol": "PLAINTEXT"}),
     "extra_config": {"linger.ms": 1},
 }
