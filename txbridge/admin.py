@@ -52,10 +52,12 @@ from txbridge.wire import (
     OpRecord,
     OpSource,
     Positions,
+    ProducerInstance,
     Topics,
     TxState,
     decode_half,
     decode_op,
+    decode_producer,
     decode_young,
     default_coordinator_group,
     header_dict,
@@ -66,9 +68,11 @@ __all__ = [
     "ExpiredTx",
     "Marker",
     "Quarantined",
+    "Registered",
     "RequeueResult",
     "list_expired",
     "list_pending",
+    "list_producers",
     "list_quarantine",
     "requeue",
     "requeue_all",
@@ -247,6 +251,46 @@ def list_pending(
     return sorted(out, key=lambda e: str(e.get("tx", "")))
 
 
+@dataclass(frozen=True)
+class Registered:
+    """A producer instance as ``<ns>_producers`` holds it.
+
+    Attributes:
+        instance: its last heartbeat (group, instance id, check URL, interval, decisive).
+        seen_ms: the broker's append time of that heartbeat, which liveness is judged by (the
+            heartbeat's own ``ts`` is the producer's clock); its ``ts`` when the topic keeps CreateTime.
+    """
+
+    instance: ProducerInstance
+    seen_ms: int
+
+
+def list_producers(
+    bootstrap: str, namespace: str = DEFAULT_NAMESPACE, extra: Extra = None
+) -> list[Registered]:
+    """Every producer instance registered in ``<ns>_producers`` and not departed, by group and id.
+
+    An instance that left wrote a tombstone and is not listed; a record that is not a
+    heartbeat is skipped.
+    """
+    latest: dict[bytes, Registered | None] = {}
+    for msg in read_committed(bootstrap, Topics(namespace).producers, extra=extra):
+        key, value = msg.key() or b"", msg.value()
+        if value is None:
+            latest[key] = None
+            continue
+        try:
+            beat = decode_producer(value)
+        except WireFormatError:
+            continue
+        seen = kafka.append_time_ms(msg) or beat.timestamp_ms
+        current = latest.get(key)
+        if current is None or current.seen_ms <= seen:
+            latest[key] = Registered(beat, seen)
+    found = [r for r in latest.values() if r is not None]
+    return sorted(found, key=lambda r: (r.instance.group, r.instance.instance))
+
+
 def _young(
     bootstrap: str,
     half_topic: str,
@@ -284,7 +328,15 @@ def _young(
                     half = decode_half(msg.value(), msg.headers())
                     entry = found.setdefault(
                         half.tx_id,
-                        {"tx": half.tx_id, "p": partition, "phase": "open", "group": half.group, "checks": 0},
+                        {
+                            "tx": half.tx_id,
+                            "p": partition,
+                            "phase": "open",
+                            "group": half.group,
+                            "checks": 0,
+                            # as a state entry's "first": its first half's append time
+                            "first": kafka.append_time_ms(msg),
+                        },
                     )
                     entry.setdefault("halves", []).append([half.seq, msg.offset()])
             consumer.unassign()

@@ -1,0 +1,124 @@
+"""The console in a real browser against a real Kafka and coordinator: a transaction expires, is
+found on the page by its key, resolved COMMIT there, and published exactly once; a second
+operator's resolve of it from a page loaded before shows the decision already made."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.console.conftest import TOKEN, LiveConsole, screenshot
+from tests.coordinator.check_server import CheckServer
+from tests.coordinator.conftest import Env, eventually
+from tests.coordinator.wire_producer import Msg
+from tests.kafka_helpers import read_topic, wait_for
+from txbridge.wire import TxState
+
+pytestmark = pytest.mark.integration
+
+HOSTILE = "<script>document.title='owned'</script>"
+
+
+def _by_id(driver: Any, element_id: str) -> Any:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.ID, element_id)
+
+
+def _flash(driver: Any) -> str:
+    """The message the page shows after a post (waits for the next page to load)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    found = WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.flash"))
+    return " ".join(f.get_attribute("class") + ": " + f.text for f in found)
+
+
+def _sign_in(driver: Any, console: LiveConsole) -> None:
+    driver.get(f"{console.url}/login")
+    screenshot(driver, "login")
+    _by_id(driver, "token").send_keys(TOKEN)
+    _by_id(driver, "sign-in-submit").click()
+    assert "signed in as admin" in _flash(driver)
+
+
+def _click_and_confirm(driver: Any, button: Any, question: str) -> str:
+    """Click an action's button, accept its confirmation, and return the next page's message."""
+    button.click()
+    alert = driver.switch_to.alert
+    assert question in alert.text
+    alert.accept()
+    return _flash(driver)
+
+
+def test_an_expired_transaction_is_found_resolved_on_the_page_and_published_once(
+    env: Env,
+    check_server: CheckServer,
+    topic_factory: Callable[..., str],
+    console_factory: Callable[..., LiveConsole],
+    browser: Any,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    topic = topic_factory()
+    env.producer.heartbeat(check_server.url)  # answers UNKNOWN: the transaction expires
+    handle = env.start(max_checks=2)
+    group = handle.service.config.group_id
+    tx_id = env.producer.transaction(
+        [Msg(topic, b"order 42 paid", key=b"order-42", headers=(("note", HOSTILE.encode()),))],
+        TxState.UNKNOWN,
+    )
+    assert wait_for(env.bootstrap, env.topics.expired, 1), "the transaction did not expire"
+    console = console_factory(env.bootstrap, env.namespace, group)
+
+    # Health: the coordinator, ready, owning every partition.
+    browser.get(console.url + "/")
+    section = _by_id(browser, f"ns-{env.namespace}")
+    assert "ready" in section.text
+    assert "1 expired, unresolved" in " ".join(section.text.split())
+    screenshot(browser, "health")
+
+    # Read-only until signed in: the expired transaction is listed, with no action on it.
+    transactions = f"{console.url}/ns/{env.namespace}/transactions?q=order-42"
+    browser.get(transactions)
+    row = _by_id(browser, f"expired-{tx_id}")
+    assert "unresolved" in row.text
+    assert not row.find_elements(By.TAG_NAME, "button")
+    # The message's header is the user's data: shown as text, never run.
+    row.find_element(By.TAG_NAME, "summary").click()
+    assert HOSTILE in row.text
+    assert browser.title != "owned"
+
+    _sign_in(browser, console)
+    browser.get(transactions)
+    stale = browser.current_window_handle  # a second operator's page, loaded before the decision
+    browser.switch_to.new_window("tab")
+    browser.get(transactions)
+    screenshot(browser, "transactions")
+    commit = _by_id(browser, f"expired-{tx_id}").find_element(By.CSS_SELECTOR, "button[value=COMMIT]")
+    said = _click_and_confirm(browser, commit, f"Publish the 1 message(s) of {tx_id} to {topic}?")
+    assert "COMMIT by admin, republished 1 message(s)" in said
+    assert "resolved COMMIT by an admin" in _by_id(browser, f"expired-{tx_id}").text
+    screenshot(browser, "resolved")
+
+    seen = wait_for(env.bootstrap, topic, 1)
+    assert [(s.key, s.value, s.headers.get("txb.tx")) for s in seen] == [
+        (b"order-42", b"order 42 paid", tx_id.encode())
+    ]
+
+    # The other operator's page still offers ROLLBACK: the decision made stands.
+    browser.switch_to.window(stale)
+    rollback = _by_id(browser, f"expired-{tx_id}").find_element(By.CSS_SELECTOR, "button[value=ROLLBACK]")
+    said = _click_and_confirm(browser, rollback, f"Record ROLLBACK for {tx_id}?")
+    assert f"flash already: transaction {tx_id} was already resolved COMMIT by an admin" in said
+    assert "resolved COMMIT by an admin" in _by_id(browser, f"expired-{tx_id}").text
+
+    # The coordinator reads the admin op back and changes nothing; the message is there once.
+    assert eventually(lambda: handle.service.stats["admin_ops"] == 1)
+    assert len(read_topic(env.bootstrap, topic)) == 1
+
+    browser.get(f"{console.url}/ns/{env.namespace}/producers")
+    assert "inst-1" in _by_id(browser, "group-orders").text
+    screenshot(browser, "producers")
