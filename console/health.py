@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txbridge import kafka
+from txbridge.admin import list_positions
 from txbridge.errors import TxBridgeError
 from txbridge.wire import Topics
 
@@ -103,7 +104,8 @@ def assemble(
         partitions: how many half partitions the namespace has.
         members: the group's members.
         ends: ``{(topic, partition): high watermark}`` of half and op.
-        committed: ``{(topic, partition): committed offset}`` of half and op (the group's copy).
+        committed: ``{(topic, partition): offset}`` of half and op the coordinators have reached:
+            the later of their positions records and their group's committed offsets (a copy).
         pending: :func:`txbridge.admin.list_pending`'s entries (``p`` the partition, ``first`` the
             first half's append time in ms).
     """
@@ -205,7 +207,12 @@ def read_members(
 def read_offsets(
     bootstrap: str, group: str, topics: Topics, partitions: int, extra: Mapping[str, Any] | None
 ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
-    """``(ends, committed)`` of half and op: high watermarks, and the group's committed offsets."""
+    """``(ends, reached)`` of half and op: the high watermarks, and how far the coordinators got.
+
+    Reached is the later of each partition's positions record in ``<ns>_state`` (what its last
+    Kafka transaction committed) and the group's committed offset (the copy the coordinators
+    commit after it, for monitoring): either alone may be missing or behind.
+    """
     wanted = [(t, p) for t in (topics.half, topics.op) for p in range(partitions)]
     # The coordinators' group id, never subscribed: it reads their committed offsets only.
     client = kafka.consumer(bootstrap, group, extra)
@@ -216,12 +223,18 @@ def read_offsets(
         }
         ends = {}
         for topic, p in wanted:
-            _low, high = client.get_watermark_offsets(kafka.partition_at(topic, p), _TIMEOUT_S, cached=False)
+            low, high = client.get_watermark_offsets(kafka.partition_at(topic, p), _TIMEOUT_S, cached=False)
             ends[(topic, p)] = high
+            if low == high and committed.get((topic, p), -1) < 0:
+                committed[(topic, p)] = high  # nothing there to consume: no lag, known or not
     except Exception as exc:
         raise kafka.to_error(exc, f"reading the positions of {topics.half} and {topics.op}") from exc
     finally:
         client.close()
+    for p, where in list_positions(bootstrap, topics.namespace, extra).items():
+        for topic, offset in ((topics.half, where.half), (topics.op, where.op)):
+            if offset is not None and offset > committed.get((topic, p), -1):
+                committed[(topic, p)] = offset
     return ends, committed
 
 

@@ -24,6 +24,7 @@ concurrent admins of the same tx id and keeps a marker beside the copies.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ __all__ = [
     "RequeueResult",
     "list_expired",
     "list_pending",
+    "list_positions",
     "list_producers",
     "list_quarantine",
     "requeue",
@@ -225,9 +227,7 @@ def list_pending(
     :func:`~txbridge.wire.default_coordinator_group`).
     """
     group_id = group_id or default_coordinator_group(namespace)
-    latest: dict[tuple[int, bytes], bytes | None] = {}
-    for msg in read_committed(bootstrap, Topics(namespace).state, extra=extra):
-        latest[(msg.partition() or 0, msg.key() or b"")] = msg.value()
+    latest = _latest_state(bootstrap, namespace, extra)
     out = []
     listed: dict[int, tuple[int, str]] = {}  # partition -> (half position, young listing)
     for (partition, key), value in latest.items():
@@ -249,6 +249,33 @@ def list_pending(
     young = _young(bootstrap, Topics(namespace).half, group_id, listed, extra=extra)
     out.extend(e for e in young if e["tx"] not in known)
     return sorted(out, key=lambda e: str(e.get("tx", "")))
+
+
+def _latest_state(bootstrap: str, namespace: str, extra: Extra) -> dict[tuple[int, bytes], bytes | None]:
+    """The last committed value of each key of each ``<ns>_state`` partition (None: tombstoned)."""
+    latest: dict[tuple[int, bytes], bytes | None] = {}
+    for msg in read_committed(bootstrap, Topics(namespace).state, extra=extra):
+        latest[(msg.partition() or 0, msg.key() or b"")] = msg.value()
+    return latest
+
+
+def list_positions(
+    bootstrap: str, namespace: str = DEFAULT_NAMESPACE, extra: Extra = None
+) -> dict[int, Positions]:
+    """Where each partition's last coordinator transaction left half and op: ``{partition: Positions}``.
+
+    A partition no coordinator has committed yet, or served by a txbridge older than positions
+    records, is absent.
+    """
+    out = {}
+    for (partition, key), value in _latest_state(bootstrap, namespace, extra).items():
+        if key != POSITIONS_KEY or value is None:
+            continue
+        try:
+            out[partition] = Positions.decode(value)
+        except WireFormatError:
+            continue
+    return out
 
 
 @dataclass(frozen=True)
@@ -338,7 +365,10 @@ def _young(
                             "first": kafka.append_time_ms(msg),
                         },
                     )
-                    entry.setdefault("halves", []).append([half.seq, msg.offset()])
+                    # As a state entry lists its halves: seq, offset, size, topic, base64 key.
+                    key = None if half.key is None else base64.b64encode(half.key).decode()
+                    size = len(msg.value() or b"")
+                    entry.setdefault("halves", []).append([half.seq, msg.offset(), size, half.topic, key])
             consumer.unassign()
         return list(found.values())
     finally:

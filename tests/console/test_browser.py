@@ -71,13 +71,20 @@ def test_an_expired_transaction_is_found_resolved_on_the_page_and_published_once
         TxState.UNKNOWN,
     )
     assert wait_for(env.bootstrap, env.topics.expired, 1), "the transaction did not expire"
+    # Another one, still open: its first check is an hour away.
+    waiting, _partition = env.producer.halves([Msg(topic, b"order 43", key=b"order-43")], check_after=3600)
     console = console_factory(env.bootstrap, env.namespace, group)
 
-    # Health: the coordinator, ready, owning every partition.
-    browser.get(console.url + "/")
-    section = _by_id(browser, f"ns-{env.namespace}")
-    assert "ready" in section.text
-    assert "1 expired, unresolved" in " ".join(section.text.split())
+    # Health: the coordinator, ready, owning every partition; the pending and the expired one
+    # (the open one is listed once the coordinator's next commit has recorded it).
+    def health() -> str:
+        browser.get(console.url + "/")
+        return " ".join(_by_id(browser, f"ns-{env.namespace}").text.split())
+
+    text = eventually(lambda: next((t for t in [health()] if "1 pending" in t), ""))
+    assert f"{handle.service.config.instance_id} 127.0.0.1 ready (owns 3 partition(s)) 0, 1, 2" in text
+    assert "0 unserved of 3 partitions" in text
+    assert "1 expired, unresolved" in text
     screenshot(browser, "health")
 
     # Read-only until signed in: the expired transaction is listed, with no action on it.
@@ -85,6 +92,14 @@ def test_an_expired_transaction_is_found_resolved_on_the_page_and_published_once
     browser.get(transactions)
     row = _by_id(browser, f"expired-{tx_id}")
     assert "unresolved" in row.text
+    assert not browser.find_elements(By.ID, f"pending-{waiting}")  # the search: order-42 only
+    browser.get(f"{console.url}/ns/{env.namespace}/transactions?q=order-43")
+    pending = _by_id(browser, f"pending-{waiting}")
+    assert "open" in pending.text
+    assert "not checked yet" in pending.text
+    assert not browser.find_elements(By.ID, f"expired-{tx_id}")
+    browser.get(transactions)
+    row = _by_id(browser, f"expired-{tx_id}")
     assert not row.find_elements(By.TAG_NAME, "button")
     # The message's header is the user's data: shown as text, never run.
     row.find_element(By.TAG_NAME, "summary").click()
@@ -119,6 +134,9 @@ def test_an_expired_transaction_is_found_resolved_on_the_page_and_published_once
     assert eventually(lambda: handle.service.stats["admin_ops"] == 1)
     assert len(read_topic(env.bootstrap, topic)) == 1
 
+    env.producer.heartbeat(check_server.url)  # heard again: live
     browser.get(f"{console.url}/ns/{env.namespace}/producers")
-    assert "inst-1" in _by_id(browser, "group-orders").text
+    group_text = " ".join(_by_id(browser, "group-orders").text.split())
+    assert f"inst-1 live 0s ago {check_server.url}" in group_text
+    assert "1 pending" in group_text
     screenshot(browser, "producers")
