@@ -1,6 +1,7 @@
 """The console in a real browser against a real Kafka and coordinator: a transaction expires, is
 found on the page by its key, resolved COMMIT there, and published exactly once; a second
-operator's resolve of it from a page loaded before shows the decision already made."""
+operator's resolve of it from a page loaded before shows the decision already made. A
+quarantined one is requeued from the page once its topic exists, and published once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
+from txbridge import kafka
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration
@@ -140,3 +142,48 @@ def test_an_expired_transaction_is_found_resolved_on_the_page_and_published_once
     assert f"inst-1 live 0s ago {check_server.url}" in group_text
     assert "1 pending" in group_text
     screenshot(browser, "producers")
+
+
+def test_a_quarantined_transaction_is_requeued_from_the_page_once_its_topic_exists(
+    env: Env,
+    unique_name: Callable[[str], str],
+    console_factory: Callable[..., LiveConsole],
+    browser: Any,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    topic = unique_name("missing")
+    no_auto_create = {"allow.auto.create.topics": False}  # as on most clusters: quarantined, not created
+    handle = env.start(extra_config=no_auto_create)
+    tx_id = env.producer.transaction([Msg(topic, b"order 44", key=b"order-44")], TxState.COMMIT)
+    assert wait_for(env.bootstrap, env.topics.quarantine, 1), "the transaction was not quarantined"
+    console = console_factory(env.bootstrap, env.namespace, handle.service.config.group_id)
+
+    _sign_in(browser, console)
+    page = f"{console.url}/ns/{env.namespace}/transactions?q={topic}"
+    browser.get(page)
+    row = _by_id(browser, f"quarantined-{tx_id}")
+    assert f"topic '{topic}' does not exist" in row.text
+    assert "requeueable" in row.text
+
+    # Requeued while the topic is still missing: refused, nothing written.
+    said = _click_and_confirm(browser, row.find_element(By.TAG_NAME, "button"), f"Requeue {tx_id}")
+    assert f"not requeued: topic {topic} does not exist: create it" in said
+
+    kafka.ensure_topics(env.bootstrap, [kafka.TopicSpec(topic, 1)])
+    # A coordinator remembers a topic's metadata for 30 s: a new one asks the broker again.
+    handle.stop()
+    env.start(extra_config=no_auto_create)
+    browser.get(page)
+    row = _by_id(browser, f"quarantined-{tx_id}")
+    said = _click_and_confirm(browser, row.find_element(By.TAG_NAME, "button"), f"Requeue {tx_id}")
+    assert f"{tx_id}: requeued as " in said
+    new_tx = said.split("requeued as ")[1].split()[0]
+    assert f"requeued as {new_tx}" in _by_id(browser, f"quarantined-{tx_id}").text
+    assert not _by_id(browser, f"quarantined-{tx_id}").find_elements(By.TAG_NAME, "button")
+    screenshot(browser, "requeued")
+
+    seen = wait_for(env.bootstrap, topic, 1)
+    assert [(s.key, s.value, s.headers.get("txb.tx")) for s in seen] == [
+        (b"order-44", b"order 44", new_tx.encode())
+    ]

@@ -5,10 +5,15 @@ need the admin sign-in; a read-only console has none; and nothing is published b
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from tests.console.conftest import TOKEN, LiveConsole
 from tests.coordinator.check_server import CheckServer
@@ -16,6 +21,8 @@ from tests.coordinator.conftest import Env
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge.admin import list_expired
+from txbridge.tools.cli.main import main
+from txbridge.tools.local.broker import free_port
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration
@@ -93,3 +100,60 @@ def test_posts_without_token_origin_or_admin_are_refused_and_publish_nothing(
 
     assert [e.resolved for e in list_expired(env.bootstrap, env.namespace)] == [None]
     assert read_topic(env.bootstrap, topic, isolation="read_uncommitted") == []
+
+
+def test_the_command_serves_the_namespaces_found_on_the_cluster_and_keeps_its_secrets(
+    kafka_bootstrap: str, namespace_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """``txbridge console`` as an operator runs it: a process, the cluster's client settings
+    (with a password, which no page shows), read-only without a token. (Limited to the test's
+    namespace: the session's broker holds every other test's.)"""
+    namespace = namespace_factory(2, prefix="txbcon")
+    port = free_port()
+    config = tmp_path / "client.properties"
+    config.write_text("client.id=console-test\nsasl.password=pw-never-shown\n")  # unused on PLAINTEXT
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("txbridge")),
+            "console",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--port",
+            str(port),
+            "--command-config",
+            str(config),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                page = httpx.get(url + "/", timeout=30)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.communicate()[0]
+                assert time.monotonic() < deadline, "the console did not answer within 60s"
+                time.sleep(0.2)
+        assert page.status_code == 200
+        assert f'id="ns-{namespace}"' in page.text  # found on the cluster
+        assert "txbcon-not-on-the-cluster" not in page.text
+        assert "read-only console" in page.text
+        assert "pw-never-shown" not in page.text
+        assert "pw-never-shown" not in httpx.get(f"{url}/ns/{namespace}/producers", timeout=30).text
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=30)[0]
+    assert f"txbridge console for {kafka_bootstrap} at {url}/ (read-only (no admin token))" in output
+    assert "pw-never-shown" not in output
+
+
+def test_a_missing_admin_token_is_a_one_line_error_before_anything_starts() -> None:
+    result = CliRunner().invoke(
+        main, ["console", "--bootstrap", "127.0.0.1:1", "--admin-token-env", "TXBRIDGE_NO_SUCH_TOKEN"]
+    )
+    assert result.exit_code == 2
+    assert "the variable TXBRIDGE_NO_SUCH_TOKEN is unset or empty" in result.output
