@@ -8,6 +8,7 @@ runs them on its thread pool, where the SDK's blocking Kafka calls belong. See
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,8 @@ from urllib.parse import parse_qs, urlencode
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -62,6 +65,8 @@ _SECURITY_HEADERS = {
 _ROLE_TOPICS = ("_half", "_op", "_state")
 _QUERY_CHARS = 200
 _HEALTH_READERS = 4
+#: A wrong admin token is answered this late: guessing one by trying is slow.
+_WRONG_TOKEN_DELAY_S = 1.0
 _FORM_TYPE = "application/x-www-form-urlencoded"
 _FORM_BYTES = 16 * 1024
 
@@ -292,6 +297,7 @@ class Console:
             return self._finish(request, session, RedirectResponse("/", 303), fresh=fresh)
         if not token.matches(form.get("token", "")):
             logger.warning("console: a sign-in with a wrong admin token from %s", request.client)
+            await asyncio.sleep(_WRONG_TOKEN_DELAY_S)
             session.say("error", "wrong admin token")
             return self._finish(request, session, RedirectResponse("/login", 303), fresh=fresh)
         signed_in = self.sessions.renew(session, admin=True)
@@ -374,4 +380,8 @@ def build_app(settings: ConsoleSettings) -> Starlette:
         Route(f"/ns/{_NS}/quarantine/redrive", console.redrive, methods=["POST"]),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes)
+    # A page served under another host name (DNS rebinding) is refused before any route runs.
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts))],
+    )

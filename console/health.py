@@ -239,12 +239,19 @@ def read_offsets(
 
 
 def partition_count(bootstrap: str, topic: str, extra: Mapping[str, Any] | None) -> int:
+    """How many partitions ``topic`` has (0: it does not exist).
+
+    Raises:
+        KafkaOperationError: the cluster did not answer.
+    """
     client = kafka.consumer(bootstrap, f"txbridge-console-{uuid.uuid4().hex[:8]}", extra)
     try:
         meta = client.list_topics(topic, timeout=_TIMEOUT_S).topics.get(topic)
-        return 0 if meta is None or meta.error is not None else len(meta.partitions)
+    except Exception as exc:
+        raise kafka.to_error(exc, f"reading the metadata of {topic}") from exc
     finally:
         client.close()
+    return 0 if meta is None or meta.error is not None else len(meta.partitions)
 
 
 def read_health(
@@ -256,8 +263,12 @@ def read_health(
 ) -> NamespaceHealth:
     """One namespace's health, read from the cluster; what could not be read is in ``error``."""
     topics = Topics(namespace)
-    partitions = partition_count(bootstrap, topics.half, extra)
     problems = []
+    try:
+        partitions = partition_count(bootstrap, topics.half, extra)
+    except TxBridgeError as exc:
+        partitions = 0
+        problems.append(str(exc))
     try:
         state, members = read_members(bootstrap, group, topics.half, extra)
     except TxBridgeError as exc:  # shown on the page: the rest of the health still is

@@ -51,6 +51,8 @@ class ConsoleSettings:
         admin_token: the credential actions need; None: the console is read-only.
         liveness_s: a producer instance is live this long after its last heartbeat's append
             time (the coordinators' ``producer_liveness_s``).
+        allowed_hosts: the host names the console answers to (its requests' ``Host``; ``*``: any);
+            others are refused, so a page rebinding its own name to this address reads nothing.
     """
 
     bootstrap: str
@@ -59,6 +61,7 @@ class ConsoleSettings:
     groups: Mapping[str, str] = field(default_factory=dict)
     admin_token: AdminToken | None = None
     liveness_s: float = 10.0
+    allowed_hosts: tuple[str, ...] = ("*",)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "client", MappingProxyType(dict(self.client)))

@@ -64,6 +64,7 @@ def console_factory() -> Iterator[Callable[..., LiveConsole]]:
             namespaces=(namespace,),
             groups={namespace: group},
             admin_token=AdminToken(TOKEN, "the test") if admin else None,
+            allowed_hosts=("127.0.0.1", "localhost"),  # as txbridge console on loopback
         )
         live = serve(settings)
         started.append(live)

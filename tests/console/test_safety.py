@@ -62,6 +62,10 @@ def test_posts_without_token_origin_or_admin_are_refused_and_publish_nothing(
         assert "samesite=strict" in cookie
         token = _csrf(page.text)
         own = {"origin": console.url}
+        # Another host name for this address (DNS rebinding): refused before any page.
+        rebound = client.get(f"/ns/{env.namespace}/transactions", headers={"host": "evil.example"})
+        assert rebound.status_code == 400
+        assert tx_id not in rebound.text
 
         # Not signed in: refused, with or without the token.
         refused = client.post(resolve, data={"csrf": token, "state": "COMMIT"}, headers=own)

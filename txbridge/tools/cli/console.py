@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8480
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+#: The Host header values of a console on loopback (Starlette compares them without the port).
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 def _groups(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -82,6 +84,15 @@ def admin_token(env_name: str | None, file: str | None) -> AdminToken | None:
     help="The coordinators' group of a namespace whose coordinators run with --group-id (repeatable).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    help=(
+        "A host name the console answers to (repeatable; * for any). Default: the loopback names "
+        "when listening on loopback, else any."
+    ),
+)
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--admin-token-env",
@@ -110,6 +121,7 @@ def console(
     namespaces: tuple[str, ...],
     group_ids: tuple[str, ...],
     host: str,
+    allowed_hosts: tuple[str, ...],
     port: int,
     admin_token_env: str | None,
     admin_token_file: str | None,
@@ -131,6 +143,7 @@ def console(
         groups=_groups(group_ids),
         admin_token=token,
         liveness_s=liveness_s,
+        allowed_hosts=allowed_hosts or (_LOOPBACK_NAMES if host in _LOOPBACK else ("*",)),
     )
     app = build_app(settings)
     mode = (
