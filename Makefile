@@ -76,7 +76,7 @@ bench: setup
 
 # make console: the web console on the local broker (started if it is not running, its topics
 # created), at http://127.0.0.1:8480/ (docs/console.md); ARGS="--admin-token-env NAME" enables actions.
-console: setup
+console: $(STAMP)
 	@$(BIN)/txbridge kafka status >/dev/null 2>&1 || $(BIN)/txbridge kafka start
 	$(BIN)/txbridge init
 	$(BIN)/txbridge console $(ARGS)

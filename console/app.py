@@ -364,6 +364,16 @@ class Console:
 _NS = "{ns:str}"
 
 
+def _failed(request: Request, exc: Exception) -> Response:
+    """A page that failed for a reason not foreseen: logged whole, answered in one line (no
+    traceback, nothing of the settings)."""
+    logger.error("console: %s %s failed", request.method, request.url.path, exc_info=exc)
+    text = f"500: {type(exc).__name__}: {exc}" if isinstance(exc, TxBridgeError) else "500: internal error"
+    response = PlainTextResponse(f"{text}; the console's log has the details; reload to try again\n", 500)
+    response.headers.update(_SECURITY_HEADERS)
+    return response
+
+
 def build_app(settings: ConsoleSettings) -> Starlette:
     """The console's ASGI app (serve it with uvicorn: ``txbridge console`` does)."""
     console = Console(settings)
@@ -383,5 +393,6 @@ def build_app(settings: ConsoleSettings) -> Starlette:
     # A page served under another host name (DNS rebinding) is refused before any route runs.
     return Starlette(
         routes=routes,
+        exception_handlers={Exception: _failed},
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts))],
     )

@@ -332,11 +332,14 @@ def _young(
     # Same group id, never subscribed: it only reads the group's committed offsets.
     consumer = kafka.consumer(bootstrap, group_id, as_dict(extra))
     try:
-        meta = consumer.list_topics(half_topic, timeout=10).topics.get(half_topic)
-        if meta is None or meta.error is not None:
-            return []
-        older = [kafka.partition_at(half_topic, p) for p in meta.partitions if p not in listed]
-        committed = consumer.committed(older, 10) if older else []
+        try:
+            meta = consumer.list_topics(half_topic, timeout=10).topics.get(half_topic)
+            if meta is None or meta.error is not None:
+                return []
+            older = [kafka.partition_at(half_topic, p) for p in meta.partitions if p not in listed]
+            committed = consumer.committed(older, 10) if older else []
+        except kafka.KafkaException as exc:  # NOT_COORDINATOR while a new broker loads its offsets, say
+            raise kafka.to_error(exc, f"reading the committed offsets of {group_id} on {half_topic}") from exc
         wanted = {tp.partition: decode_young(tp.offset, tp.metadata) for tp in committed if tp.offset > 0}
         wanted.update({p: decode_young(half, young) for p, (half, young) in listed.items() if half > 0})
         found: dict[str, dict[str, Any]] = {}
