@@ -6,7 +6,7 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test chaos soak setup system-packages lint bench clean
+.PHONY: demo test chaos soak setup system-packages lint bench console clean
 
 # make chaos: the nemesis (tests/secure/test_nemesis.py) on the secured cluster, one run per seed:
 # CHAOS_SEEDS (comma-separated), else CHAOS_RUNS seeds drawn at random; CHAOS_SECONDS of faults
@@ -73,6 +73,13 @@ soak: setup
 
 bench: setup
 	$(BIN)/txbridge bench $(ARGS)
+
+# make console: the web console on the local broker (started if it is not running, its topics
+# created), at http://127.0.0.1:8480/ (docs/console.md); ARGS="--admin-token-env NAME" enables actions.
+console: $(STAMP)
+	@$(BIN)/txbridge kafka status >/dev/null 2>&1 || $(BIN)/txbridge kafka start
+	$(BIN)/txbridge init
+	$(BIN)/txbridge console $(ARGS)
 
 clean:
 	-$(BIN)/txbridge kafka stop

@@ -24,6 +24,7 @@ concurrent admins of the same tx id and keeps a marker beside the copies.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from dataclasses import dataclass, field
@@ -52,10 +53,12 @@ from txbridge.wire import (
     OpRecord,
     OpSource,
     Positions,
+    ProducerInstance,
     Topics,
     TxState,
     decode_half,
     decode_op,
+    decode_producer,
     decode_young,
     default_coordinator_group,
     header_dict,
@@ -66,9 +69,12 @@ __all__ = [
     "ExpiredTx",
     "Marker",
     "Quarantined",
+    "Registered",
     "RequeueResult",
     "list_expired",
     "list_pending",
+    "list_positions",
+    "list_producers",
     "list_quarantine",
     "requeue",
     "requeue_all",
@@ -221,9 +227,7 @@ def list_pending(
     :func:`~txbridge.wire.default_coordinator_group`).
     """
     group_id = group_id or default_coordinator_group(namespace)
-    latest: dict[tuple[int, bytes], bytes | None] = {}
-    for msg in read_committed(bootstrap, Topics(namespace).state, extra=extra):
-        latest[(msg.partition() or 0, msg.key() or b"")] = msg.value()
+    latest = _latest_state(bootstrap, namespace, extra)
     out = []
     listed: dict[int, tuple[int, str]] = {}  # partition -> (half position, young listing)
     for (partition, key), value in latest.items():
@@ -247,6 +251,73 @@ def list_pending(
     return sorted(out, key=lambda e: str(e.get("tx", "")))
 
 
+def _latest_state(bootstrap: str, namespace: str, extra: Extra) -> dict[tuple[int, bytes], bytes | None]:
+    """The last committed value of each key of each ``<ns>_state`` partition (None: tombstoned)."""
+    latest: dict[tuple[int, bytes], bytes | None] = {}
+    for msg in read_committed(bootstrap, Topics(namespace).state, extra=extra):
+        latest[(msg.partition() or 0, msg.key() or b"")] = msg.value()
+    return latest
+
+
+def list_positions(
+    bootstrap: str, namespace: str = DEFAULT_NAMESPACE, extra: Extra = None
+) -> dict[int, Positions]:
+    """Where each partition's last coordinator transaction left half and op: ``{partition: Positions}``.
+
+    A partition no coordinator has committed yet, or served by a txbridge older than positions
+    records, is absent.
+    """
+    out = {}
+    for (partition, key), value in _latest_state(bootstrap, namespace, extra).items():
+        if key != POSITIONS_KEY or value is None:
+            continue
+        try:
+            out[partition] = Positions.decode(value)
+        except WireFormatError:
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A producer instance as ``<ns>_producers`` holds it.
+
+    Attributes:
+        instance: its last heartbeat (group, instance id, check URL, interval, decisive).
+        seen_ms: the broker's append time of that heartbeat, which liveness is judged by (the
+            heartbeat's own ``ts`` is the producer's clock); its ``ts`` when the topic keeps CreateTime.
+    """
+
+    instance: ProducerInstance
+    seen_ms: int
+
+
+def list_producers(
+    bootstrap: str, namespace: str = DEFAULT_NAMESPACE, extra: Extra = None
+) -> list[Registered]:
+    """Every producer instance registered in ``<ns>_producers`` and not departed, by group and id.
+
+    An instance that left wrote a tombstone and is not listed; a record that is not a
+    heartbeat is skipped.
+    """
+    latest: dict[bytes, Registered | None] = {}
+    for msg in read_committed(bootstrap, Topics(namespace).producers, extra=extra):
+        key, value = msg.key() or b"", msg.value()
+        if value is None:
+            latest[key] = None
+            continue
+        try:
+            beat = decode_producer(value)
+        except WireFormatError:
+            continue
+        seen = kafka.append_time_ms(msg) or beat.timestamp_ms
+        current = latest.get(key)
+        if current is None or current.seen_ms <= seen:
+            latest[key] = Registered(beat, seen)
+    found = [r for r in latest.values() if r is not None]
+    return sorted(found, key=lambda r: (r.instance.group, r.instance.instance))
+
+
 def _young(
     bootstrap: str,
     half_topic: str,
@@ -261,11 +332,14 @@ def _young(
     # Same group id, never subscribed: it only reads the group's committed offsets.
     consumer = kafka.consumer(bootstrap, group_id, as_dict(extra))
     try:
-        meta = consumer.list_topics(half_topic, timeout=10).topics.get(half_topic)
-        if meta is None or meta.error is not None:
-            return []
-        older = [kafka.partition_at(half_topic, p) for p in meta.partitions if p not in listed]
-        committed = consumer.committed(older, 10) if older else []
+        try:
+            meta = consumer.list_topics(half_topic, timeout=10).topics.get(half_topic)
+            if meta is None or meta.error is not None:
+                return []
+            older = [kafka.partition_at(half_topic, p) for p in meta.partitions if p not in listed]
+            committed = consumer.committed(older, 10) if older else []
+        except kafka.KafkaException as exc:  # NOT_COORDINATOR while a new broker loads its offsets, say
+            raise kafka.to_error(exc, f"reading the committed offsets of {group_id} on {half_topic}") from exc
         wanted = {tp.partition: decode_young(tp.offset, tp.metadata) for tp in committed if tp.offset > 0}
         wanted.update({p: decode_young(half, young) for p, (half, young) in listed.items() if half > 0})
         found: dict[str, dict[str, Any]] = {}
@@ -284,9 +358,20 @@ def _young(
                     half = decode_half(msg.value(), msg.headers())
                     entry = found.setdefault(
                         half.tx_id,
-                        {"tx": half.tx_id, "p": partition, "phase": "open", "group": half.group, "checks": 0},
+                        {
+                            "tx": half.tx_id,
+                            "p": partition,
+                            "phase": "open",
+                            "group": half.group,
+                            "checks": 0,
+                            # as a state entry's "first": its first half's append time
+                            "first": kafka.append_time_ms(msg),
+                        },
                     )
-                    entry.setdefault("halves", []).append([half.seq, msg.offset()])
+                    # As a state entry lists its halves: seq, offset, size, topic, base64 key.
+                    key = None if half.key is None else base64.b64encode(half.key).decode()
+                    size = len(msg.value() or b"")
+                    entry.setdefault("halves", []).append([half.seq, msg.offset(), size, half.topic, key])
             consumer.unassign()
         return list(found.values())
     finally:

@@ -35,6 +35,7 @@ EXTRA_OF = {
     "txbridge.tools.bench.runner": "bench",
     "txbridge.tools.local.certs": "local",
     "txbridge.spark": "spark",  # the Spark sink: the one part of the SDK that needs pyspark
+    "console.app": "console",  # the web console's pages: jinja2
 }
 HEAVY = {"pyspark", "matplotlib", "rich", "psutil", "numpy", "pandas", "httpx", "prometheus-client"}
 

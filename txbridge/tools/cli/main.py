@@ -23,6 +23,7 @@ import click
 from coordinator.cli import BOOTSTRAP_RESOLVER, coordinator
 from txbridge.errors import TxBridgeError
 from txbridge.tools.cli import acls, admin, bench, consume, demo, rocketmq, spark
+from txbridge.tools.cli import console as console_cli
 from txbridge.tools.cli.options import (
     bootstrap_option,
     client_options,
@@ -271,6 +272,7 @@ def smoke(bootstrap: str | None, client: ClientConfig) -> None:
 for _command in (
     coordinator,
     admin.admin,
+    console_cli.console,
     acls.acls,
     consume.consume,
     demo.demo,
@@ -292,13 +294,14 @@ _EXTRAS = {
     "report": "spark",
     "bench": "bench",
     "kafka": "local",
+    "console": "console",
     "spark": "spark",
 }
 #: Subcommands that need their extra for part of what they do: ``kafka`` for the secured cluster
 #: and the local processes' status, not to ask a broker at --bootstrap (the image's
 #: wait-for-kafka). A missing package is named when the command reaches it.
 _PARTLY = frozenset({"kafka"})
-_OUR_PACKAGES = frozenset({"txbridge", "coordinator", "spark_pipelines"})
+_OUR_PACKAGES = frozenset({"txbridge", "coordinator", "spark_pipelines", "console"})
 #: A requirement's name and extras, as in ``txbridge[coordinator]; extra == "spark"``.
 _REQUIREMENT = re.compile(r"\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[(?P<extras>[^\]]*)\])?")
 
