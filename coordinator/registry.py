@@ -2,7 +2,8 @@
 
 Every coordinator reads the whole registry with ``assign`` (it is not one of the
 group's partitions). An instance is live until ``liveness_s`` after the broker's
-append time of its last heartbeat; a tombstone means it left.
+append time of its last heartbeat, on the brokers' clock (:mod:`coordinator.broker_clock`:
+the heartbeats read live are its samples); a tombstone means it left.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.broker_clock import BrokerClock
 from txbridge import kafka
 from txbridge.errors import WireFormatError
 from txbridge.kafka import Consumer
@@ -31,7 +33,7 @@ SILENT_INTERVALS = 2.5
 @dataclass(frozen=True)
 class Heartbeat:
     url: str
-    seen_ms: int  # broker append time (coordinator clock when the topic keeps CreateTime)
+    seen_ms: int  # broker append time (when read, on the brokers' clock, if the topic keeps CreateTime)
     interval_ms: int = 0  # the interval the instance said it beats at (0: not said)
     decisive: bool = False  # its check function is decisive
 
@@ -98,12 +100,22 @@ class RegistryView:
 
 
 class ProducerRegistry:
-    """Reads ``<ns>_producers`` into a :class:`RegistryView`; call :meth:`poll` from the loop."""
+    """Reads ``<ns>_producers`` into a :class:`RegistryView`; call :meth:`poll` from the loop.
+
+    Once read to its end, every heartbeat it reads was just appended: it gives ``clock`` a sample.
+    """
 
     def __init__(
-        self, bootstrap: str, topic: str, liveness_s: float, extra: Mapping[str, Any] | None = None
+        self,
+        bootstrap: str,
+        topic: str,
+        liveness_s: float,
+        extra: Mapping[str, Any] | None = None,
+        *,
+        clock: BrokerClock,
     ) -> None:
         self.view = RegistryView(liveness_s)
+        self._clock = clock
         self.caught_up = False
         self._bootstrap, self._topic, self._extra = bootstrap, topic, extra
         self._consumer: Consumer | None = None
@@ -130,7 +142,10 @@ class ProducerRegistry:
                 else:
                     logger.warning("reading %s: %s", self._topic, err)
                 continue
-            seen = kafka.append_time_ms(msg) or int(time.time() * 1000)
+            appended = kafka.append_time_ms(msg)
+            if self.caught_up and msg.value() is not None:
+                self._clock.observe(appended)
+            seen = appended or self._clock.now_ms()
             try:
                 self.view.apply(msg.key(), msg.value(), seen)
             except WireFormatError as exc:
