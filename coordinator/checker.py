@@ -297,9 +297,12 @@ class Checker:
             if self._client is None:
                 import httpx
 
-                self._client = httpx.Client(
-                    timeout=self._config.check_timeout_s, transport=self._transport, follow_redirects=False
-                )
+                from coordinator.http_deadline import DeadlineTransport
+
+                # httpx's timeout is per phase and per read: the transport bounds the whole request.
+                timeout = self._config.check_timeout_s
+                transport = self._transport or DeadlineTransport(timeout)
+                self._client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False)
             return self._client
 
     def close(self) -> None:
