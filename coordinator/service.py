@@ -34,6 +34,7 @@ from coordinator.checker import Checker
 from coordinator.clients import GroupClients
 from coordinator.commit_cycle import CommitCycle, KafkaCommitClients
 from coordinator.config import CoordinatorConfig
+from coordinator.copartition import check_copartitioned
 from coordinator.metrics import Stat, Stats
 from coordinator.ownership import PartitionProducers
 from coordinator.payloads import HalfReader, record_size
@@ -239,6 +240,7 @@ class Coordinator:
 
     def _start(self) -> None:
         cfg = self.config
+        check_copartitioned(cfg, self.topics)  # before anything starts: a refusal leaves nothing running
         self._watchdog.start()
         extra = dict(cfg.extra_config)
         # The registry catches up in the loop: checks wait for it (BackChecks), publishing does not.

@@ -39,6 +39,7 @@ from txbridge.kafka.admin import (
     delete_topics_with_prefix,
     ensure_topics,
     lower_topic_setting,
+    partition_counts,
 )
 from txbridge.kafka.clients import (
     FROM_START,
@@ -119,6 +120,7 @@ __all__ = [
     "lower_topic_setting",
     "opened",
     "partition_at",
+    "partition_counts",
     "producer",
     "producer_config",
     "read_to_end",
