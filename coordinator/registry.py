@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 #: *silent*: most likely gone (a SIGKILL writes no tombstone), though still live until
 #: ``liveness_s`` runs out.
 SILENT_INTERVALS = 2.5
+#: How long, after the registry was read to its end, checks wait for a heartbeat to set the
+#: brokers' clock (producers beat every second by default).
+CLOCK_WAIT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,10 @@ class RegistryView:
         """The (group, instance) pairs live at ``now_ms``."""
         return {key for key, beat in self._instances.items() if now_ms - beat.seen_ms <= self.liveness_ms}
 
+    def beating(self) -> bool:
+        """Any instance said it heartbeats at an interval (so a heartbeat is to come)."""
+        return any(beat.interval_ms > 0 for beat in self._instances.values())
+
     def __len__(self) -> int:
         return len(self._instances)
 
@@ -102,7 +109,11 @@ class RegistryView:
 class ProducerRegistry:
     """Reads ``<ns>_producers`` into a :class:`RegistryView`; call :meth:`poll` from the loop.
 
-    Once read to its end, every heartbeat it reads was just appended: it gives ``clock`` a sample.
+    Once read to its end, every heartbeat it reads was just appended: it gives ``clock`` a
+    sample. It is :attr:`caught_up` once read to its end and the clock has a sample, or no
+    instance says it heartbeats, or :data:`CLOCK_WAIT_S` after the end when no heartbeat came (no
+    live producer, or a topic that keeps CreateTime): until then a check could be due early on
+    the wall clock.
     """
 
     def __init__(
@@ -117,6 +128,7 @@ class ProducerRegistry:
         self.view = RegistryView(liveness_s)
         self._clock = clock
         self.caught_up = False
+        self._end_read_at: float | None = None  # monotonic time the registry was first read to its end
         self._bootstrap, self._topic, self._extra = bootstrap, topic, extra
         self._consumer: Consumer | None = None
         self.malformed = 0
@@ -138,12 +150,13 @@ class ProducerRegistry:
             err = msg.error()
             if err is not None:
                 if kafka.is_partition_eof(err):
-                    self.caught_up = True
+                    if self._end_read_at is None:
+                        self._end_read_at = time.monotonic()
                 else:
                     logger.warning("reading %s: %s", self._topic, err)
                 continue
             appended = kafka.append_time_ms(msg)
-            if self.caught_up and msg.value() is not None:
+            if self._end_read_at is not None and msg.value() is not None:
                 self._clock.observe(appended)
             seen = appended or self._clock.now_ms()
             try:
@@ -151,6 +164,12 @@ class ProducerRegistry:
             except WireFormatError as exc:
                 self.malformed += 1
                 logger.warning("%s offset %d ignored: %s", self._topic, msg.offset(), exc)
+        if not self.caught_up and self._end_read_at is not None:
+            self.caught_up = (
+                self._clock.measured()
+                or not self.view.beating()
+                or time.monotonic() > self._end_read_at + CLOCK_WAIT_S
+            )
 
     def wait_caught_up(self, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout
