@@ -2,10 +2,10 @@
 
 Every time the coordinator compares "now" with a broker timestamp (a heartbeat's append time
 for liveness, a half's append time for its first check) both must be read on one clock. The
-coordinator's wall clock may be seconds or minutes off the brokers': 30 s ahead, it found
-every live producer dead and asked nobody; a few seconds ahead, it asked about a transaction
-before its check delay, and a barrier rolled back a local transaction still running. Kafka
-itself never compares wall clocks across hosts.
+coordinator's wall clock may be off the brokers' by any amount: ahead, live producers look
+dead and transactions are asked about before their check delay (a barrier then rolls back a
+local transaction still running); behind, they are asked late. Kafka itself never compares
+wall clocks across hosts.
 
 :class:`BrokerClock` learns the brokers' clock from records consumed live: a record appended
 at broker time ``A`` and received at local monotonic time ``M`` gives ``M - A``, which is the
