@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -65,11 +67,24 @@ class CheckResult:
 
 
 class Checker:
-    """Runs :class:`CheckJob` s, many per request. ``transport`` is for tests (httpx.MockTransport)."""
+    """Runs :class:`CheckJob` s, many per request. ``transport`` is for tests (httpx.MockTransport).
 
-    def __init__(self, config: CoordinatorConfig, transport: httpx.BaseTransport | None = None) -> None:
+    ``now_s`` is the clock of the signatures' timestamps: the brokers' clock as the coordinator
+    estimates it (:class:`coordinator.broker_clock.BrokerClock`), which the producers' hosts
+    share more likely than the coordinator's own wall clock does; producers refuse a signature
+    more than their tolerance (5 minutes by default) off their clock.
+    """
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        transport: httpx.BaseTransport | None = None,
+        *,
+        now_s: Callable[[], float] = time.time,
+    ) -> None:
         self._config = config
         self._transport = transport
+        self._now_s = now_s
         self._client: httpx.Client | None = None  # made by start(), in the background (_http)
         self._client_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -289,7 +304,10 @@ class Checker:
 
     def _post(self, url: str, body: bytes, secret: bytes) -> httpx.Response:
         assert self._pool is not None, "Checker.start() first"
-        headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(secret, body)}
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: sign(secret, body, now=self._now_s()),
+        }
         return self._http().post(url, content=body, headers=headers)
 
     def _http(self) -> httpx.Client:

@@ -1,7 +1,8 @@
 """A coordinator whose wall clock is 30 s off the brokers' and the producer's.
 
 Only the coordinator's Python clock is shifted (``time.time``/``time.time_ns`` as every
-``coordinator`` module reads them); the broker, the producer and its barrier keep theirs.
+``coordinator`` module reads them, and :mod:`txbridge.wire`, whose ``sign`` stamps the
+back-checks' signatures); the broker, the producer and its barrier keep theirs.
 What a user sees must not change: a live producer is asked about its UNKNOWN transactions
 within a few check delays, each is published once, and a slow local transaction is not asked
 about before the check delay (its barrier would roll it back).
@@ -25,7 +26,7 @@ from txbridge import Message, SqliteBarrier, TransactionProducer, TxState
 
 pytestmark = pytest.mark.integration
 
-CHECK_DELAY_S = 3.0
+CHECK_DELAY_S = 4.0
 SLOW_LOCAL_S = 1.0  # well inside the check delay: a check before the delay finds no barrier row
 
 
@@ -47,7 +48,9 @@ class _ShiftedTime:
 
 @pytest.fixture
 def shift_coordinator_clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], list[str]]:
-    """Shift the wall clock of every loaded ``coordinator`` module; returns the modules shifted."""
+    """Shift the wall clock of every loaded ``coordinator`` module and of :mod:`txbridge.wire`
+    (the producer's signature check takes its clock from :mod:`txbridge.checkback`); returns
+    the modules shifted."""
 
     def shift(offset_s: float) -> list[str]:
         import coordinator.service  # noqa: F401  (loads every part the coordinator runs)
@@ -55,7 +58,8 @@ def shift_coordinator_clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[float]
         shifted = _ShiftedTime(offset_s)
         names = []
         for name, module in sorted(sys.modules.items()):
-            if (name == "coordinator" or name.startswith("coordinator.")) and _reads_time(module):
+            ours = name in ("coordinator", "txbridge.wire") or name.startswith("coordinator.")
+            if ours and _reads_time(module):
                 monkeypatch.setattr(module, "time", shifted)
                 names.append(name)
         return names
@@ -67,8 +71,11 @@ def _reads_time(module: ModuleType | None) -> bool:
     return module is not None and getattr(module, "time", None) is time
 
 
-# 30 s ahead: liveness found the producer dead; 5 s ahead: live, but asked before the check delay.
-@pytest.mark.parametrize("offset_s", [30.0, 5.0, -30.0], ids=["ahead", "slightly-ahead", "behind"])
+# 30 s ahead: liveness found the producer dead; 6 s ahead: live, but asked before the check
+# delay; 400 s ahead: beyond the producer's signature tolerance too.
+@pytest.mark.parametrize(
+    "offset_s", [30.0, 6.0, -30.0, 400.0], ids=["ahead", "slightly-ahead", "behind", "far-ahead"]
+)
 def test_a_skewed_coordinator_asks_a_live_producer_in_time_and_not_early(
     env: Env,
     topic_factory: Callable[..., str],
