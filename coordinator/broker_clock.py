@@ -82,6 +82,10 @@ class BrokerClock:
         offset = self._offset
         return _wall_ms() if offset is None else _mono_ms() - offset
 
+    def now_s(self) -> float:
+        """:meth:`now_ms` in seconds (a signature's timestamp)."""
+        return self.now_ms() / 1000
+
     def skew_ms(self) -> int:
         """How far the coordinator's wall clock is ahead of the brokers' (negative: behind; 0 unknown).
 

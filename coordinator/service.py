@@ -248,7 +248,7 @@ class Coordinator:
             cfg.bootstrap, self.topics.producers, cfg.producer_liveness_s, extra, clock=self.clock
         )
         self._registry.start()
-        self._checker = Checker(cfg, self._transport, now_s=lambda: self.clock.now_ms() / 1000)
+        self._checker = Checker(cfg, self._transport, now_s=self.clock.now_s)
         self._checker.start()
         if cfg.resume_expired:
             self._resumer = ExpiryResumer(
