@@ -14,7 +14,7 @@ import logging
 
 from coordinator.config import CoordinatorConfig
 from txbridge import kafka
-from txbridge.errors import ConfigurationError
+from txbridge.errors import ConfigurationError, KafkaOperationError
 from txbridge.wire import Topics
 
 logger = logging.getLogger(__name__)
@@ -23,14 +23,19 @@ logger = logging.getLogger(__name__)
 def check_copartitioned(config: CoordinatorConfig, topics: Topics) -> None:
     """Refuse to start unless the half, op and state topics have one partition count.
 
-    A topic that does not exist yet is not compared (the coordinator waits for it as before).
+    A topic that does not exist yet is not compared (the coordinator waits for it as before),
+    and when no broker answers the check is skipped with a warning: a coordinator started during
+    an outage waits for the brokers, as it always did, rather than exit.
 
     Raises:
         ConfigurationError: their partition counts differ; the message names them and what to do.
-        KafkaOperationError: no broker answered.
     """
     names = (topics.half, topics.op, topics.state)
-    counts = kafka.partition_counts(config.bootstrap, names, extra=config.extra_config)
+    try:
+        counts = kafka.partition_counts(config.bootstrap, names, extra=config.extra_config)
+    except KafkaOperationError as exc:
+        logger.warning("the partition counts of %s are not compared: %s", ", ".join(names), exc)
+        return
     existing = {name: count for name, count in counts.items() if count is not None}
     missing = sorted(set(names) - set(existing))
     if missing:
