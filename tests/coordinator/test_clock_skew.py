@@ -1,4 +1,4 @@
-"""A coordinator whose wall clock is 30 s off the brokers' and the producer's.
+"""A coordinator whose wall clock is off the brokers' and the producer's, ahead or behind.
 
 Only the coordinator's Python clock is shifted (``time.time``/``time.time_ns`` as every
 ``coordinator`` module reads them, and :mod:`txbridge.wire`, whose ``sign`` stamps the
@@ -71,8 +71,9 @@ def _reads_time(module: ModuleType | None) -> bool:
     return module is not None and getattr(module, "time", None) is time
 
 
-# 30 s ahead: liveness found the producer dead; 6 s ahead: live, but asked before the check
-# delay; 400 s ahead: beyond the producer's signature tolerance too.
+# Read on the wall clock: 30 s ahead, the producer would look dead (liveness 10 s); 6 s ahead,
+# live but asked before the check delay; 30 s behind, asked 30 s late; 400 s ahead, beyond the
+# producer's signature tolerance too.
 @pytest.mark.parametrize(
     "offset_s", [30.0, 6.0, -30.0, 400.0], ids=["ahead", "slightly-ahead", "behind", "far-ahead"]
 )
