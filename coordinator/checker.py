@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -68,11 +69,24 @@ class CheckResult:
 
 
 class Checker:
-    """Runs :class:`CheckJob` s, many per request. ``transport`` is for tests (httpx.MockTransport)."""
+    """Runs :class:`CheckJob` s, many per request. ``transport`` is for tests (httpx.MockTransport).
 
-    def __init__(self, config: CoordinatorConfig, transport: httpx.BaseTransport | None = None) -> None:
+    ``now_s`` is the clock of the signatures' timestamps: the brokers' clock as the coordinator
+    estimates it (:class:`coordinator.broker_clock.BrokerClock`), which the producers' hosts
+    share more likely than the coordinator's own wall clock does; producers refuse a signature
+    more than their tolerance (5 minutes by default) off their clock.
+    """
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        transport: httpx.BaseTransport | None = None,
+        *,
+        now_s: Callable[[], float] = time.time,
+    ) -> None:
         self._config = config
         self._transport = transport
+        self._now_s = now_s
         self._client: httpx.Client | None = None  # made by start(), in the background (_http)
         self._client_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -297,7 +311,10 @@ class Checker:
 
     def _post(self, url: str, body: bytes, secret: bytes) -> httpx.Response:
         assert self._pool is not None, "Checker.start() first"
-        headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign(secret, body)}
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: sign(secret, body, now=self._now_s()),
+        }
         client = self._http()
         started = time.monotonic()
         try:
@@ -310,9 +327,12 @@ class Checker:
             if self._client is None:
                 import httpx
 
-                self._client = httpx.Client(
-                    timeout=self._config.check_timeout_s, transport=self._transport, follow_redirects=False
-                )
+                from coordinator.http_deadline import DeadlineTransport
+
+                # httpx's timeout is per phase and per read: the transport bounds the whole request.
+                timeout = self._config.check_timeout_s
+                transport = self._transport or DeadlineTransport(timeout)
+                self._client = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False)
             return self._client
 
     def close(self) -> None:

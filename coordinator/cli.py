@@ -71,7 +71,9 @@ BOOTSTRAP_RESOLVER = "txbridge.resolve_bootstrap"
         "(no live instance, no secret, URLs refused)."
     ),
 )
-@click.option("--check-timeout", "check_timeout_s", type=float, help="HTTP timeout of a back-check.")
+@click.option(
+    "--check-timeout", "check_timeout_s", type=float, help="The longest a back-check request may take, whole."
+)
 @click.option(
     "--check-concurrency", "check_concurrency_per_group", type=int, help="Check requests in flight per group."
 )

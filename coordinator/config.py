@@ -82,7 +82,7 @@ class CoordinatorConfig:
             (no live instance of its group, no secret, its URLs refused by
             ``allowed_check_hosts`` or refusing the connection) before it expires; such
             attempts are not answers and do not count toward ``max_checks``.
-        check_timeout_s: HTTP timeout of one back-check.
+        check_timeout_s: the longest one back-check request may take, whole (not per read).
         check_concurrency_per_group: back-check requests in flight per producer group.
         check_batch_size: transactions asked about in one back-check request (1: one per request).
         allowed_check_hosts: hosts a check URL may point at; any other is refused.

@@ -2,7 +2,8 @@
 
 Every coordinator reads the whole registry with ``assign`` (it is not one of the
 group's partitions). An instance is live until ``liveness_s`` after the broker's
-append time of its last heartbeat; a tombstone means it left.
+append time of its last heartbeat, on the brokers' clock (:mod:`coordinator.broker_clock`:
+the heartbeats read live are its samples); a tombstone means it left.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.broker_clock import BrokerClock
 from txbridge import kafka
 from txbridge.errors import WireFormatError
 from txbridge.kafka import Consumer
@@ -26,12 +28,15 @@ logger = logging.getLogger(__name__)
 #: *silent*: most likely gone (a SIGKILL writes no tombstone), though still live until
 #: ``liveness_s`` runs out.
 SILENT_INTERVALS = 2.5
+#: How long, after the registry was read to its end, checks wait for a heartbeat to set the
+#: brokers' clock (producers beat every second by default).
+CLOCK_WAIT_S = 3.0
 
 
 @dataclass(frozen=True)
 class Heartbeat:
     url: str
-    seen_ms: int  # broker append time (coordinator clock when the topic keeps CreateTime)
+    seen_ms: int  # broker append time (when read, on the brokers' clock, if the topic keeps CreateTime)
     interval_ms: int = 0  # the interval the instance said it beats at (0: not said)
     decisive: bool = False  # its check function is decisive
     source: str | None = None  # the source of truth its check answers from (None: not said)
@@ -116,18 +121,37 @@ class RegistryView:
         """The (group, instance) pairs live at ``now_ms``."""
         return {key for key, beat in self._instances.items() if now_ms - beat.seen_ms <= self.liveness_ms}
 
+    def beating(self) -> bool:
+        """Any instance said it heartbeats at an interval (so a heartbeat is to come)."""
+        return any(beat.interval_ms > 0 for beat in self._instances.values())
+
     def __len__(self) -> int:
         return len(self._instances)
 
 
 class ProducerRegistry:
-    """Reads ``<ns>_producers`` into a :class:`RegistryView`; call :meth:`poll` from the loop."""
+    """Reads ``<ns>_producers`` into a :class:`RegistryView`; call :meth:`poll` from the loop.
+
+    Once read to its end, every heartbeat it reads was just appended: it gives ``clock`` a
+    sample. It is :attr:`caught_up` once read to its end and the clock has a sample, or no
+    instance says it heartbeats, or :data:`CLOCK_WAIT_S` after the end when no heartbeat came (no
+    live producer, or a topic that keeps CreateTime): until then a check could be due early on
+    the wall clock.
+    """
 
     def __init__(
-        self, bootstrap: str, topic: str, liveness_s: float, extra: Mapping[str, Any] | None = None
+        self,
+        bootstrap: str,
+        topic: str,
+        liveness_s: float,
+        extra: Mapping[str, Any] | None = None,
+        *,
+        clock: BrokerClock,
     ) -> None:
         self.view = RegistryView(liveness_s)
+        self._clock = clock
         self.caught_up = False
+        self._end_read_at: float | None = None  # monotonic time the registry was first read to its end
         self._bootstrap, self._topic, self._extra = bootstrap, topic, extra
         self._consumer: Consumer | None = None
         self.malformed = 0
@@ -149,16 +173,26 @@ class ProducerRegistry:
             err = msg.error()
             if err is not None:
                 if kafka.is_partition_eof(err):
-                    self.caught_up = True
+                    if self._end_read_at is None:
+                        self._end_read_at = time.monotonic()
                 else:
                     logger.warning("reading %s: %s", self._topic, err)
                 continue
-            seen = kafka.append_time_ms(msg) or int(time.time() * 1000)
+            appended = kafka.append_time_ms(msg)
+            if self._end_read_at is not None and msg.value() is not None:
+                self._clock.observe(appended)
+            seen = appended or self._clock.now_ms()
             try:
                 self.view.apply(msg.key(), msg.value(), seen)
             except WireFormatError as exc:
                 self.malformed += 1
                 logger.warning("%s offset %d ignored: %s", self._topic, msg.offset(), exc)
+        if not self.caught_up and self._end_read_at is not None:
+            self.caught_up = (
+                self._clock.measured()
+                or not self.view.beating()
+                or time.monotonic() > self._end_read_at + CLOCK_WAIT_S
+            )
 
     def wait_caught_up(self, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from coordinator import changelog
@@ -43,15 +44,18 @@ class Restorer:
             partition) -> the next offset to consume, which :meth:`take_positions` fills for the
             partitions it reads; the watchdog that bounds the blocking reads.
         reader: re-reads half records by offset (the young halves).
+        now_ms: the brokers' clock (:class:`coordinator.broker_clock.BrokerClock`), the append
+            time of a half of a topic that keeps CreateTime.
     """
 
-    def __init__(self, shared: Shared, *, reader: HalfReader) -> None:
+    def __init__(self, shared: Shared, *, reader: HalfReader, now_ms: Callable[[], int] = _now_ms) -> None:
         self.config = shared.config
         self.topics = shared.topics
         self.stats = shared.stats
         self._positions = shared.positions
         self._reader = reader
         self._watchdog = shared.watchdog
+        self._now_ms = now_ms
 
     def read_changelog(self, numbers: list[int]) -> changelog.Restored:
         """``numbers``' pending transactions and positions in ``<ns>_state``, read to its end."""
@@ -201,7 +205,7 @@ class Restorer:
             )
         txs: set[str] = set()
         for offset, record in sorted(records.items()):
-            tx = state.on_half(record.message, offset, record.size, record.append_ms or _now_ms())
+            tx = state.on_half(record.message, offset, record.size, record.append_ms or self._now_ms())
             if tx is not None:
                 txs.add(tx.tx_id)
         return len(txs)

@@ -1,8 +1,9 @@
 """When to back-check an undecided transaction, and when to give up. Pure: no I/O, no clock.
 
 Timing is measured from the broker's append time of the first half record and
-compared with the coordinator's clock, never with the producer's ``txb.ts``
-(RocketMQ #9640: producer clock skew caused spurious checks).
+compared with the brokers' clock as the coordinator estimates it
+(:mod:`coordinator.broker_clock`), never with the producer's ``txb.ts`` (RocketMQ #9640:
+producer clock skew caused spurious checks) nor with the coordinator's wall clock.
 
 The policy sees a transaction only as :class:`Scheduled`: :mod:`coordinator.state`, which
 asks it when checks are due, imports it, not the other way round.

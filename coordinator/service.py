@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator import health, membership, metrics
 from coordinator.backchecks import BackChecks
+from coordinator.broker_clock import BrokerClock
 from coordinator.checker import Checker
 from coordinator.clients import GroupClients
 from coordinator.commit_cycle import CommitCycle, KafkaCommitClients
 from coordinator.config import CoordinatorConfig
+from coordinator.copartition import check_copartitioned
 from coordinator.metrics import Stat, Stats
 from coordinator.ownership import PartitionProducers
 from coordinator.payloads import HalfReader, record_size
@@ -108,10 +110,6 @@ HEARTBEAT_INTERVAL_MS = 500
 _MAX_POLL_INTERVAL_MS = int((RESTORE_WAIT_S + 60) * 1000)
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class Coordinator:
     """One coordinator instance. ``run()`` blocks until :meth:`stop` (or a fatal error).
 
@@ -143,6 +141,8 @@ class Coordinator:
             config.max_unasked_s,
         )
         self.stats: Stats = Counter()
+        #: The brokers' clock: every comparison of "now" with a broker timestamp reads it.
+        self.clock = BrokerClock()
         self.partitions: dict[int, PartitionState] = {}
         self._positions: dict[tuple[str, int], int] = {}
         # op partition -> its end at the previous look (see _ops_caught_up)
@@ -232,16 +232,17 @@ class Coordinator:
 
     def _start(self) -> None:
         cfg = self.config
+        check_copartitioned(cfg, self.topics)  # before anything starts: a refusal leaves nothing running
         # Before any thread or client of its own: one committer per namespace partition.
         membership.refuse_another_group(cfg, self.topics, self._session_timeout_s(), self._stop)
         self._watchdog.start()
         extra = dict(cfg.extra_config)
         # The registry catches up in the loop: checks wait for it (BackChecks), publishing does not.
         self._registry = ProducerRegistry(
-            cfg.bootstrap, self.topics.producers, cfg.producer_liveness_s, extra
+            cfg.bootstrap, self.topics.producers, cfg.producer_liveness_s, extra, clock=self.clock
         )
         self._registry.start()
-        self._checker = Checker(cfg, self._transport)
+        self._checker = Checker(cfg, self._transport, now_s=self.clock.now_s)
         self._checker.start()
         if cfg.resume_expired:
             self._resumer = ExpiryResumer(
@@ -278,7 +279,7 @@ class Coordinator:
     def _make_parts(self, checker: Checker, registry: ProducerRegistry, reader: HalfReader) -> None:
         """The parts that work on the owned partitions, wired to each other and to the clients."""
         cfg = self.config
-        self._restorer = Restorer(self._shared, reader=reader)
+        self._restorer = Restorer(self._shared, reader=reader, now_ms=self.clock.now_ms)
         self._checks = BackChecks(
             cfg,
             self.policy,
@@ -290,6 +291,7 @@ class Coordinator:
             checker=checker,
             registry=registry,
             reader=reader,
+            now_ms=self.clock.now_ms,
         )
         self._cycle = self.cycle_class(
             self._shared,
@@ -518,7 +520,9 @@ class Coordinator:
                 state.read_to(msg.offset() + 1)  # read all the same: a COMMIT may wait for this offset
                 self._quarantine(msg, str(exc))
                 return
-            tx = state.on_half(half, msg.offset(), record_size(msg), kafka.append_time_ms(msg) or _now_ms())
+            tx = state.on_half(
+                half, msg.offset(), record_size(msg), kafka.append_time_ms(msg) or self.clock.now_ms()
+            )
             if tx is not None and tx.phase is Phase.READY:
                 self.work.ready.add(number)
         else:
@@ -612,6 +616,7 @@ class Coordinator:
             "assigned_partitions": float(len(self.partitions)),
             "unserved_partitions": float(len(self.health.unserved)),
             "ready": float(self.health.ready()),
+            "clock_skew_seconds": self.clock.skew_ms() / 1000,
         }
 
     def _more_gauges(self) -> list[metrics.Gauge]:
@@ -651,7 +656,7 @@ class Coordinator:
         s = self.stats
         logger.info(
             "coordinator %s: partitions=%d pending=%d published=%d rolled_back=%d expired=%d "
-            "quarantined=%d checks=%d conflicts=%d kafka_txns=%d aborts=%d",
+            "quarantined=%d checks=%d conflicts=%d kafka_txns=%d aborts=%d clock_skew=%.3fs",
             self.config.instance_id,
             len(self.partitions),
             sum(len(p.pending) for p in self.partitions.values()),
@@ -663,4 +668,5 @@ class Coordinator:
             s[Stat.CONFLICTING_OPS],
             s[Stat.KAFKA_TRANSACTIONS],
             s[Stat.KAFKA_ABORTS],
+            self.clock.skew_ms() / 1000,
         )

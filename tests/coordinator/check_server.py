@@ -41,12 +41,21 @@ class Misbehaviour:
         status: answer this HTTP status with ``body`` instead of the verdicts (None: the verdicts).
         body: the body of that answer (garbage, a wrong shape, ...).
         drop: close the connection without answering anything.
+        trickle_s: send a 200 answer one byte every :data:`TRICKLE_INTERVAL_S` for this long,
+            then close the connection: each read gets a byte long before any read timeout.
+        trickle_body: send the status line and headers at once and trickle only the body
+            (False: trickle from the status line on).
     """
 
     delay_s: float = 0.0
     status: int | None = None
     body: bytes = b""
     drop: bool = False
+    trickle_s: float = 0.0
+    trickle_body: bool = False
+
+
+TRICKLE_INTERVAL_S = 0.2
 
 
 #: ``misbehave(number, checks)``: the request's 1-based number among the verified, well-formed
@@ -129,6 +138,9 @@ class CheckServer:
                 """Act out ``odd``; True when that was the whole answer."""
                 if odd.delay_s:
                     time.sleep(odd.delay_s)
+                if odd.trickle_s:
+                    self._trickle(odd.trickle_s, odd.trickle_body)
+                    return True
                 if odd.drop:
                     self.close_connection = True
                     return True
@@ -136,6 +148,24 @@ class CheckServer:
                     self._answer(odd.status, odd.body)
                     return True
                 return False
+
+            def _trickle(self, seconds: float, body_only: bool) -> None:
+                size = 100_000  # more than the trickle sends
+                head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
+                raw, sent = head.encode() + b" " * size, 0
+                self.close_connection = True
+                end = time.monotonic() + seconds
+                try:
+                    if body_only:
+                        self.wfile.write(raw[: len(head)])
+                        sent = len(head)
+                    while time.monotonic() < end:
+                        self.wfile.write(raw[sent : sent + 1])
+                        self.wfile.flush()
+                        sent += 1
+                        time.sleep(TRICKLE_INTERVAL_S)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the coordinator gave up: what it should do
 
             def _answer(self, status: int, body: bytes) -> None:
                 try:

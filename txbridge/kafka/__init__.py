@@ -40,6 +40,7 @@ from txbridge.kafka.admin import (
     ensure_topics,
     groups_consuming,
     lower_topic_setting,
+    partition_counts,
     stable_offsets,
 )
 from txbridge.kafka.clients import (
@@ -122,6 +123,7 @@ __all__ = [
     "lower_topic_setting",
     "opened",
     "partition_at",
+    "partition_counts",
     "producer",
     "producer_config",
     "read_to_end",

@@ -72,6 +72,25 @@ def broker_count(bootstrap: str, extra: Mapping[str, Any] | None = None, *, time
     return len(admin(bootstrap, extra).list_topics(timeout=timeout).brokers)
 
 
+def partition_counts(
+    bootstrap: str, topics: Iterable[str], *, extra: Mapping[str, Any] | None = None, timeout: float = 10.0
+) -> dict[str, int | None]:
+    """How many partitions each of ``topics`` has (None for a topic that does not exist).
+
+    Raises:
+        KafkaOperationError: no broker answered within ``timeout``.
+    """
+    try:
+        metadata = admin(bootstrap, extra).list_topics(timeout=timeout).topics
+    except KafkaException as exc:
+        raise to_error(exc, "listing topics") from exc
+    counts: dict[str, int | None] = {}
+    for name in topics:
+        found = metadata.get(name)
+        counts[name] = None if found is None or found.error is not None else len(found.partitions)
+    return counts
+
+
 def check_reachable(bootstrap: str, *, timeout: float = 5.0, extra: Mapping[str, Any] | None = None) -> None:
     """Raise unless a broker answers a metadata request at ``bootstrap`` within ``timeout``.
 
