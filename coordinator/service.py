@@ -625,7 +625,7 @@ class Coordinator:
         def budget(check_after_s: float | None) -> float:
             return metrics.check_budget_s(self.policy, self.config.check_timeout_s, check_after_s)
 
-        ages = metrics.pending_by_age(self.partitions.values(), _now_ms(), budget)
+        ages = metrics.pending_by_age(self.partitions.values(), self.clock.now_ms(), budget)
         return [
             metrics.Gauge(
                 "pending_transactions_by_age",
