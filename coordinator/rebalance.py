@@ -85,6 +85,9 @@ class Rebalancer:
         # Revoked with everything committed, producer and state kept: served on from memory if the
         # next assignment gives them back (_keep, _take_back).
         self._kept: dict[int, PartitionState] = {}
+        # The kept partitions' positions when they were kept: what their states were committed
+        # with (checked when they are taken back, under check_invariants).
+        self._kept_at: dict[tuple[str, int], int | None] = {}
         self.owned: frozenset[int] = frozenset()  # partitions served, for the resumer's thread
 
     # ------------------------------------------------------------------ assignment
@@ -126,11 +129,23 @@ class Rebalancer:
         """Serve on the kept partitions (:meth:`_keep`) the assignment gives back; let the others go."""
         kept, self._kept = self._kept, {}
         for number in set(kept) & set(numbers):
+            if self.config.check_invariants:
+                self._assert_unmoved(number)
             self.partitions[number] = kept[number]
         # After the kept ones are back: drop lets go of every producer of a partition not served.
         gone = sorted(set(kept) - set(numbers))
         self.drop(self._both(gone))
         self.stats[Stat.PARTITIONS_KEPT] += len(set(kept) & set(numbers))
+
+    def _assert_unmoved(self, number: int) -> None:
+        """A kept partition's positions are still those its state was committed with: nothing
+        read while it was not served moved them past a record its state never saw."""
+        for topic in (self.topics.half, self.topics.op):
+            kept_at, now = self._kept_at.get((topic, number)), self._positions.get((topic, number))
+            assert now == kept_at, (
+                f"kept partition {topic}/{number} moved from position {kept_at} to {now} while it "
+                "was not served: the records in between were never applied to its state"
+            )
 
     def _take_over(self, consumer: Consumer, numbers: list[int]) -> None:
         """Claim ``numbers``, then read where they stand: the order is the ownership argument.
@@ -202,6 +217,11 @@ class Rebalancer:
             settled = number not in busy
             if state is not None and settled and not state.unsaved and number in self._owners:
                 self._kept[number] = state
+        self._kept_at = {
+            (topic, number): self._positions.get((topic, number))
+            for number in self._kept
+            for topic in (self.topics.half, self.topics.op)
+        }
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The session expired: drop ``partitions`` without committing."""

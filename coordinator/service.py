@@ -505,11 +505,17 @@ class Coordinator:
                 logger.warning("consume: %s", err)
             return
         topic, number = msg.topic(), msg.partition()
+        state = self.partitions.get(number)
+        position = self._positions.get((topic, number), -1)
+        if state is None or msg.offset() < position:
+            # Fetched before a rebalance that ran inside the consume() call that returned it:
+            # its partition was revoked meanwhile (and is perhaps kept, or given back), or it was
+            # assigned again and this record comes once more from the positions. Its position
+            # stays where the partition's state is: the record is read again from there.
+            self.stats[Stat.STALE_RECORDS] += 1
+            return
         self._positions[(topic, number)] = msg.offset() + 1
         self.work.unsaved.add(number)
-        state = self.partitions.get(number)
-        if state is None:
-            return
         if topic == self.topics.half:
             self.stats[Stat.HALF_RECORDS] += 1
             try:
