@@ -26,6 +26,7 @@ import time
 
 from coordinator.config import CoordinatorConfig
 from txbridge import kafka
+from txbridge.errors import ConfigurationError
 from txbridge.kafka import TopicPartition
 from txbridge.wire import Topics
 
@@ -64,6 +65,27 @@ def others_present(config: CoordinatorConfig, topics: Topics) -> bool:
         Exception: the group could not be described (the caller does not hand over then).
     """
     return any(instance != config.instance_id and topics.half in held for instance, held in _members(config))
+
+
+def require_consumer_protocol(config: CoordinatorConfig) -> None:
+    """Fail fast unless the cluster's group coordinators accept the consumer group protocol.
+
+    Raises:
+        ConfigurationError: the brokers do not (before Kafka 4.0, or
+            ``group.coordinator.rebalance.protocols`` without ``consumer``).
+    """
+    accepted = kafka.group_protocols(config.bootstrap, config.extra_config, timeout=_DESCRIBE_TIMEOUT_S)
+    if accepted is None:  # cannot tell (no DescribeConfigs right): the consumer's error says it
+        logger.info("cannot read the brokers' group protocols; joining with the consumer protocol")
+        return
+    if "consumer" not in accepted:
+        raise ConfigurationError(
+            f"group_protocol = consumer, but the brokers at {config.bootstrap} do not support the "
+            f"consumer group protocol (group.coordinator.rebalance.protocols = "
+            f"{','.join(sorted(accepted)) or 'unset: a broker before Kafka 3.7'}). Use a Kafka 4.0+ "
+            "cluster with 'consumer' in group.coordinator.rebalance.protocols, or set "
+            "group_protocol = classic (--group-protocol classic)."
+        )
 
 
 def wait_for_handed_over(

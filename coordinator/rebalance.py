@@ -89,12 +89,33 @@ class Rebalancer:
         # with (checked when they are taken back, under check_invariants).
         self._kept_at: dict[tuple[str, int], int | None] = {}
         self.owned: frozenset[int] = frozenset()  # partitions served, for the resumer's thread
+        # The consumer protocol (KIP-848) moves partitions incrementally: the callbacks get only
+        # the moved ones, and a revoked partition goes to another member, never back in the next
+        # generation, so nothing is kept.
+        self._incremental = self.config.group_protocol == "consumer"
+        # Incremental only: the half and op partitions the group has given and not taken back,
+        # and those of them this consumer reads (incremental_assign'ed).
+        self._given: set[tuple[str, int]] = set()
+        self._reading: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ assignment
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """The group assigned ``partitions``: take back the kept ones, take over the others."""
-        numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
+        """The group assigned ``partitions``: take back the kept ones, take over the others.
+
+        Eager (classic): ``partitions`` is the whole assignment. Incremental (consumer): only
+        what was added; a partition number is taken over once the group has given both its
+        half and its op partition (the broker's range assignor gives them together).
+        """
+        if self._incremental:
+            self._given |= {(tp.topic, tp.partition) for tp in partitions}
+            numbers = sorted(
+                n
+                for t, n in self._given
+                if t == self.topics.half and (self.topics.op, n) in self._given and n not in self.partitions
+            )
+        else:
+            numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
         self._health.assigning(True)
         try:
             self._assign(consumer, partitions, numbers)
@@ -162,10 +183,33 @@ class Rebalancer:
         restored = self._restorer.read_changelog(fresh)
         young = self._restorer.take_positions(fresh, restored, consumer)
         # Consume from there: the group's committed offsets are only a copy for monitoring.
-        consumer.assign(self._positioned(numbers))
+        self._read_from_positions(consumer, numbers)
         self._install(self._restorer.restore(fresh, restored, young, consumer))
         if self.config.check_invariants:
             self._restorer.assert_settled(numbers, self._offsets_client())
+
+    def _read_from_positions(self, consumer: Consumer, numbers: list[int]) -> None:
+        """Point the consumer at ``numbers``' positions.
+
+        Eager: the whole assignment, replaced. Incremental: the partitions given now are added
+        (``incremental_assign``), the ones already read (given earlier, while the number's
+        other topic was still on its way) are sought; the rest of the assignment is untouched.
+        Every partition the group gave is read, whether its number is served yet or not: a
+        record of a number not served is not applied (:meth:`Coordinator.on_record`).
+        """
+        positioned = self._positioned(numbers)
+        if not self._incremental:
+            consumer.assign(positioned)
+            return
+        wanted = {(tp.topic, tp.partition) for tp in positioned}
+        unserved = [kafka.partition_at(t, n) for t, n in sorted(self._given - wanted - self._reading)]
+        added = [tp for tp in positioned if (tp.topic, tp.partition) not in self._reading] + unserved
+        if added:
+            consumer.incremental_assign(added)
+            self._reading |= {(tp.topic, tp.partition) for tp in added}
+        for tp in positioned:
+            if (tp.topic, tp.partition) not in {(a.topic, a.partition) for a in added}:
+                consumer.seek(tp)
 
     def rewind(self, numbers: list[int]) -> None:
         """Rebuild ``numbers`` (their Kafka transaction was aborted) from ``<ns>_state``, and
@@ -193,8 +237,23 @@ class Rebalancer:
         cycle.start(everything=True)
         cycle.drain()
         cycle.copy_now()  # the group's copy of the offsets up to date before they go
+        if self._incremental:
+            self._let_go(consumer, partitions)
+            return
         self._keep(partitions)
         self.drop(partitions)
+
+    def _let_go(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Incremental: stop reading ``partitions`` and stop serving their numbers (a number
+        whose half or op partition goes is not served any more; its other one, if still
+        given, is read but not applied until the number is whole again)."""
+        going = {(tp.topic, tp.partition) for tp in partitions}
+        self._given -= going
+        reading = sorted(going & self._reading)
+        if reading:
+            consumer.incremental_unassign([kafka.partition_at(t, n) for t, n in reading])
+            self._reading -= going
+        self.drop(self._both(sorted({tp.partition for tp in partitions})))
 
     def _keep(self, partitions: list[TopicPartition]) -> None:
         """Keep the revoked partitions whose work is all committed, with their producers.
@@ -230,6 +289,9 @@ class Rebalancer:
         self._cycle.drain()  # their commits fail (fenced) or land: either way above what the next owner reads
         self._work.batch.clear()
         self._kept = {}
+        if self._incremental:
+            self._let_go(consumer, partitions)
+            return
         self.drop(partitions)
 
     def reset(self) -> None:
@@ -239,6 +301,7 @@ class Rebalancer:
         self._work.batch.clear()
         self._work.unsaved.clear()
         self._kept = {}
+        self._given, self._reading = set(), set()
         self.drop(self._both(list(self.partitions)))
         self._positions.clear()
         self._running.clear()

@@ -261,7 +261,11 @@ class Coordinator:
             self._resumer.start()
         self._reader = HalfReader(cfg.bootstrap, self.topics.half, extra)
         self._make_parts(self._checker, self._registry, self._reader)
-        if cfg.static_membership:
+        if cfg.group_protocol == "consumer":
+            membership.require_consumer_protocol(cfg)
+        elif cfg.static_membership:
+            # Under the consumer protocol a member that joins with another subscription than its
+            # instance's previous life is assigned afresh at once: nothing to wait for.
             membership.wait_for_handed_over(cfg, self.topics, self._session_timeout_s(), self._stop)
         if cfg.metrics_port is not None:
             from prometheus_client import generate_latest
@@ -314,16 +318,27 @@ class Coordinator:
     def _new_consumer(self) -> Consumer:
         """The group's half/op consumer, not yet subscribed."""
         cfg = self.config
-        # Classic protocol + range keeps partition i of half and op on one member (DESIGN pitfalls).
+        # Partition i of half and op on one member (DESIGN pitfalls): the classic protocol with the
+        # client-side range assignor, or the consumer protocol with the broker's range assignor,
+        # which gives topics of equal partition counts the same numbers (and keeps them sticky).
+        # Under the consumer protocol the session and the heartbeat are the group's settings,
+        # the broker's (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms).
+        protocol: dict[str, Any] = (
+            {"group_protocol": "consumer", "group_remote_assignor": "range"}
+            if cfg.group_protocol == "consumer"
+            else {
+                "group_protocol": "classic",
+                "partition_assignment_strategy": "range",
+                # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
+                "session_timeout_ms": self._session_timeout_ms(),
+                "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+            }
+        )
         return kafka.consumer(
             cfg.bootstrap,
             cfg.group_id,
             cfg.extra_config,
-            partition_assignment_strategy="range",
-            group_protocol="classic",
-            # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
-            session_timeout_ms=self._session_timeout_ms(),
-            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            **protocol,
             client_id=cfg.instance_id,
             max_poll_interval_ms=_MAX_POLL_INTERVAL_MS,  # an assignment may wait out a foreign transaction
             **({"group_instance_id": cfg.instance_id} if cfg.static_membership else {}),
@@ -376,7 +391,10 @@ class Coordinator:
         handed = threading.Event()
 
         def on_assign(_consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-            handed.set()  # <ns>_state's partitions: never read, the consumer closes next
+            # <ns>_state's partitions: never read, the consumer closes next. Under the consumer
+            # protocol the half and op partitions are revoked in a callback of their own.
+            if not self.partitions:
+                handed.set()
 
         self._client().subscribe(
             [self.topics.state],
@@ -386,13 +404,18 @@ class Coordinator:
         )
         mine = {self.topics.half, self.topics.op}
         deadline = started + self._session_timeout_s() + 5.0
-        while not handed.is_set() and time.monotonic() < deadline and self._clients.held():
+        incremental = cfg.group_protocol == "consumer"
+
+        def done() -> bool:
+            return handed.is_set() or (incremental and not self.partitions)
+
+        while not done() and time.monotonic() < deadline and self._clients.held():
             self.health.beat()
             self.cycle.collect()
             for msg in kafka.consume_available(self._client(), _BATCH, 0.05):
                 if msg.error() is not None or msg.topic() in mine:
                     self.on_record(msg)  # consumed before the revocation: its commit covers them
-        if handed.is_set():
+        if done():
             self.stats[Stat.HANDOVERS] += 1
             logger.info(
                 "coordinator %s handed partitions %s over in %.2fs",

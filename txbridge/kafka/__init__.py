@@ -38,6 +38,7 @@ from txbridge.kafka.admin import (
     check_reachable,
     delete_topics_with_prefix,
     ensure_topics,
+    group_protocols,
     lower_topic_setting,
 )
 from txbridge.kafka.clients import (
@@ -113,6 +114,7 @@ __all__ = [
     "consumer_config",
     "delete_topics_with_prefix",
     "ensure_topics",
+    "group_protocols",
     "init_transactions",
     "is_partition_eof",
     "librdkafka_refusal",
