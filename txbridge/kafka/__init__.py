@@ -75,7 +75,13 @@ from txbridge.kafka.config import (
     producer_config,
     settings_for,
 )
-from txbridge.kafka.errors import KafkaError, KafkaException, is_partition_eof, to_error
+from txbridge.kafka.errors import (
+    KafkaError,
+    KafkaException,
+    is_partition_eof,
+    is_unreleased_instance,
+    to_error,
+)
 
 __all__ = [
     "CONSUMER_ONLY",
@@ -117,6 +123,7 @@ __all__ = [
     "group_protocols",
     "init_transactions",
     "is_partition_eof",
+    "is_unreleased_instance",
     "librdkafka_refusal",
     "lower_topic_setting",
     "opened",
