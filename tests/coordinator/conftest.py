@@ -64,7 +64,7 @@ class Env:
             "log_interval_s": 5.0,
             "secrets": Secrets(default=SECRET),
             "check_invariants": True,  # the state's invariants asserted after every step
-            # Every coordinator test can be run under either group protocol (make test-consumer-protocol).
+            # Every coordinator test can be run under either group protocol (docs/testing.md).
             "group_protocol": os.environ.get(GROUP_PROTOCOL_ENV, "classic"),
         }
         values.update(overrides)
