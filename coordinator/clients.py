@@ -121,6 +121,18 @@ class GroupClients:
         assert error is not None
         now = time.monotonic()
         instance = self.config.instance_id
+        if self.config.group_protocol == "consumer" and kafka.is_unsupported(error):
+            # The brokers' settings could not be read at start (membership.require_consumer_protocol).
+            self._failures.fatal = KafkaOperationError(
+                f"coordinator {instance} must stop: the brokers do not support the consumer group "
+                f"protocol ({error}). Use a Kafka 4.0+ cluster with 'consumer' in "
+                "group.coordinator.rebalance.protocols, or set group_protocol = classic "
+                "(--group-protocol classic).",
+                fatal=True,
+            )
+            logger.error("%s", self._failures.fatal)
+            self._stopping.set()
+            return
         if self._still_held(error, now):
             logger.info(
                 "coordinator %s: instance id %s is still held by another member of group %s (a "

@@ -80,6 +80,7 @@ from txbridge.kafka.errors import (
     KafkaException,
     is_partition_eof,
     is_unreleased_instance,
+    is_unsupported,
     to_error,
 )
 
@@ -124,6 +125,7 @@ __all__ = [
     "init_transactions",
     "is_partition_eof",
     "is_unreleased_instance",
+    "is_unsupported",
     "librdkafka_refusal",
     "lower_topic_setting",
     "opened",

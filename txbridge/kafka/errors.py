@@ -19,6 +19,7 @@ __all__ = [
     "KafkaException",
     "is_partition_eof",
     "is_unreleased_instance",
+    "is_unsupported",
     "to_error",
 ]
 
@@ -51,3 +52,14 @@ def is_unreleased_instance(error: Any) -> bool:
     if isinstance(error, KafkaError) and error.code() == KafkaError.UNRELEASED_INSTANCE_ID:
         return True
     return "instance id is still used" in str(error).lower()
+
+
+def is_unsupported(error: Any) -> bool:
+    """True for a broker's refusal of a request it does not know (too old for it)."""
+    if isinstance(error, KafkaError) and error.code() in (
+        KafkaError._UNSUPPORTED_FEATURE,
+        KafkaError.UNSUPPORTED_VERSION,
+    ):
+        return True
+    text = str(error).lower()
+    return "unsupported" in text or "not supported" in text
