@@ -261,11 +261,11 @@ class Coordinator:
             self._resumer.start()
         self._reader = HalfReader(cfg.bootstrap, self.topics.half, extra)
         self._make_parts(self._checker, self._registry, self._reader)
+        # Under the consumer protocol a member that joins with another subscription than its
+        # instance's previous life (handed over: <ns>_state alone) is assigned afresh at once.
         if cfg.group_protocol == "consumer":
             membership.require_consumer_protocol(cfg)
         elif cfg.static_membership:
-            # Under the consumer protocol a member that joins with another subscription than its
-            # instance's previous life is assigned afresh at once: nothing to wait for.
             membership.wait_for_handed_over(cfg, self.topics, self._session_timeout_s(), self._stop)
         if cfg.metrics_port is not None:
             from prometheus_client import generate_latest
@@ -414,7 +414,9 @@ class Coordinator:
             self.cycle.collect()
             for msg in kafka.consume_available(self._client(), _BATCH, 0.05):
                 if msg.error() is not None or msg.topic() in mine:
-                    self.on_record(msg)  # consumed before the revocation: its commit covers them
+                    # Consumed before the revocation: its commit covers them. One returned after
+                    # it is not applied (on_record): the next owner reads it from the positions.
+                    self.on_record(msg)
         if done():
             self.stats[Stat.HANDOVERS] += 1
             logger.info(
