@@ -16,6 +16,12 @@ the member's cached assignment without a rebalance, and it would idle while the 
 its share. So a static member about to join first waits while its instance id is a member
 holding only ``<ns>_state`` (:func:`wait_for_handed_over`). One that holds half and op
 partitions (a crash, not a hand-over) is joined at once: it gets them back.
+
+Under the consumer protocol (KIP-848) the same hand-over works (a changed subscription makes the
+broker compute a new assignment at once), and the next life does not wait: the broker assigns
+it afresh because its subscription differs. What differs there is a crash: the broker refuses a
+member under an instance id that another still holds until that one's session expires
+(:mod:`coordinator.clients` retries meanwhile), where the classic protocol fences the holder.
 """
 
 from __future__ import annotations
