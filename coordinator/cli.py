@@ -58,6 +58,14 @@ BOOTSTRAP_RESOLVER = "txbridge.resolve_bootstrap"
         "the running coordinators of its group (default: the host name)."
     ),
 )
+@click.option(
+    "--group-protocol",
+    type=click.Choice(["classic", "consumer"]),
+    help=(
+        "The group protocol: classic (default) or consumer (KIP-848, Kafka 4.0+: the broker "
+        "assigns partitions incrementally). Every coordinator of a group must use the same."
+    ),
+)
 @click.option("--check-delay", "check_delay_s", type=float, help="Seconds before the first back-check.")
 @click.option("--max-checks", type=int, help="Back-checks before a transaction expires.")
 @click.option("--check-backoff", "check_backoff_s", type=float, help="First wait after an UNKNOWN check.")

@@ -31,6 +31,13 @@ logger = logging.getLogger(__name__)
 #: membership fences this one's over and over): the coordinator stops.
 REJOINS_MAX = 5
 REJOIN_WINDOW_S = 300.0
+#: Under the consumer protocol the broker refuses a static member whose instance id another
+#: member still holds (it does not fence the holder, as the classic protocol does): after a
+#: crash, the previous life's member until its session expires. The refusals are not counted
+#: as another process for this long (above the longest session a broker allows by default,
+#: group.consumer.max.session.timeout.ms); joining is tried again every UNRELEASED_RETRY_S.
+UNRELEASED_WAIT_S = 75.0
+UNRELEASED_RETRY_S = 1.0
 
 
 class GroupClients:
@@ -67,6 +74,7 @@ class GroupClients:
         self._on_wedged_hook = on_wedged
         self._consumer: Consumer | None = None
         self._rejoins: list[float] = []  # monotonic times of recent rejoins
+        self._refused_since: float | None = None  # first refusal of the instance id (UNRELEASED_WAIT_S)
         self._rebalancer: Rebalancer | None = None  # attach()
         self._cycle: CommitCycle | None = None
 
@@ -112,8 +120,31 @@ class GroupClients:
         error, self._failures.clients = self._failures.clients, None
         assert error is not None
         now = time.monotonic()
-        self._rejoins = [t for t in self._rejoins if now - t < REJOIN_WINDOW_S] + [now]
         instance = self.config.instance_id
+        if self.config.group_protocol == "consumer" and kafka.is_unsupported(error):
+            # The brokers' settings could not be read at start (membership.require_consumer_protocol).
+            self._failures.fatal = KafkaOperationError(
+                f"coordinator {instance} must stop: the brokers do not support the consumer group "
+                f"protocol ({error}). Use a Kafka 4.0+ cluster with 'consumer' in "
+                "group.coordinator.rebalance.protocols, or set group_protocol = classic "
+                "(--group-protocol classic).",
+                fatal=True,
+            )
+            logger.error("%s", self._failures.fatal)
+            self._stopping.set()
+            return
+        if self._still_held(error, now):
+            logger.info(
+                "coordinator %s: instance id %s is still held by another member of group %s (a "
+                "previous life's, until its session expires?); joining again in %.0fs",
+                instance,
+                instance,
+                self.config.group_id,
+                UNRELEASED_RETRY_S,
+            )
+            self._stopping.wait(UNRELEASED_RETRY_S)
+        else:
+            self._rejoins = [t for t in self._rejoins if now - t < REJOIN_WINDOW_S] + [now]
         if len(self._rejoins) > REJOINS_MAX:
             self._failures.fatal = KafkaOperationError(
                 f"coordinator {instance} must stop: its clients failed {len(self._rejoins)} times in "
@@ -142,6 +173,16 @@ class GroupClients:
         self._owners.release_all()  # the next assignment claims its partitions afresh
         self._end_offsets.renew_end_offsets()
         self.join()
+
+    def _still_held(self, error: Exception, now: float) -> bool:
+        """Whether ``error`` is the consumer protocol's refusal of this instance id, within
+        :data:`UNRELEASED_WAIT_S` of the first one (then it is not counted as a rejoin)."""
+        if not kafka.is_unreleased_instance(error):
+            self._refused_since = None
+            return False
+        if self._refused_since is None:
+            self._refused_since = now
+        return now - self._refused_since < UNRELEASED_WAIT_S
 
     def on_wedged(self, wedged: Wedged) -> None:
         """The watchdog's report of a stuck call (its thread).

@@ -57,6 +57,10 @@ def _default_instance_id() -> str:
     return socket.gethostname()
 
 
+#: The group protocols the coordinator's group can run (:attr:`CoordinatorConfig.group_protocol`).
+GROUP_PROTOCOLS = ("classic", "consumer")
+
+
 @dataclass(frozen=True)
 class CoordinatorConfig:
     """Everything the coordinator needs; see docs/coordinator.md for the table.
@@ -74,6 +78,10 @@ class CoordinatorConfig:
         static_membership: join the group as a static member (``group.instance.id`` =
             ``instance_id``): a restart within ``session.timeout.ms`` keeps the partitions,
             without a rebalance; a clean stop releases them only after ``session.timeout.ms``.
+        group_protocol: the group protocol of the coordinators' consumer group: ``"classic"``
+            (JoinGroup/SyncGroup, eager, the client-side ``range`` assignor) or ``"consumer"``
+            (KIP-848: the broker assigns, with its ``range`` assignor, and moves partitions
+            incrementally; Kafka 4.0 or later). Every coordinator of a group must use the same.
         check_delay_s: seconds after a half's broker append time before the first back-check.
         max_checks: back-checks before a transaction expires (rolled back, copied to ``<ns>_expired``).
         check_backoff_s: wait after the first UNKNOWN check; doubles per check ...
@@ -121,6 +129,7 @@ class CoordinatorConfig:
     group_id: str = ""  # "": the namespace's default group, set in __post_init__
     instance_id: str = field(default_factory=_default_instance_id)
     static_membership: bool = True
+    group_protocol: str = "classic"
     check_delay_s: float = 6.0
     max_checks: int = 15
     check_backoff_s: float = 5.0
@@ -184,6 +193,10 @@ class CoordinatorConfig:
         for name, value in at_least_one.items():
             if value < 1:
                 raise ConfigurationError(f"{name} must be at least 1, got {value!r}")
+        if self.group_protocol not in GROUP_PROTOCOLS:
+            raise ConfigurationError(
+                f"group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, got {self.group_protocol!r}"
+            )
         if self.offset_metadata_bytes < 0:
             raise ConfigurationError(
                 "offset_metadata_bytes must not be negative (0 turns it off), "
@@ -291,6 +304,7 @@ _ENV_SIMPLE = (
     "group_id",
     "instance_id",
     "static_membership",
+    "group_protocol",
     "check_delay_s",
     "max_checks",
     "check_backoff_s",

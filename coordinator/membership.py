@@ -16,6 +16,12 @@ the member's cached assignment without a rebalance, and it would idle while the 
 its share. So a static member about to join first waits while its instance id is a member
 holding only ``<ns>_state`` (:func:`wait_for_handed_over`). One that holds half and op
 partitions (a crash, not a hand-over) is joined at once: it gets them back.
+
+Under the consumer protocol (KIP-848) the same hand-over works (a changed subscription makes the
+broker compute a new assignment at once), and the next life does not wait: the broker assigns
+it afresh because its subscription differs. What differs there is a crash: the broker refuses a
+member under an instance id that another still holds until that one's session expires
+(:mod:`coordinator.clients` retries meanwhile), where the classic protocol fences the holder.
 """
 
 from __future__ import annotations
@@ -65,6 +71,27 @@ def others_present(config: CoordinatorConfig, topics: Topics) -> bool:
         Exception: the group could not be described (the caller does not hand over then).
     """
     return any(instance != config.instance_id and topics.half in held for instance, held in _members(config))
+
+
+def require_consumer_protocol(config: CoordinatorConfig) -> None:
+    """Fail fast unless the cluster's group coordinators accept the consumer group protocol.
+
+    Raises:
+        ConfigurationError: the brokers do not (before Kafka 4.0, or
+            ``group.coordinator.rebalance.protocols`` without ``consumer``).
+    """
+    accepted = kafka.group_protocols(config.bootstrap, config.extra_config, timeout=_DESCRIBE_TIMEOUT_S)
+    if accepted is None:  # cannot tell (no DescribeConfigs right): the consumer's error says it
+        logger.info("cannot read the brokers' group protocols; joining with the consumer protocol")
+        return
+    if "consumer" not in accepted:
+        raise ConfigurationError(
+            f"group_protocol = consumer, but the brokers at {config.bootstrap} do not support the "
+            f"consumer group protocol (group.coordinator.rebalance.protocols = "
+            f"{','.join(sorted(accepted)) or 'unset: a broker before Kafka 3.7'}). Use a Kafka 4.0+ "
+            "cluster with 'consumer' in group.coordinator.rebalance.protocols, or set "
+            "group_protocol = classic (--group-protocol classic)."
+        )
 
 
 def wait_for_handed_over(

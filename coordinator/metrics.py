@@ -123,6 +123,11 @@ class Stat(StrEnum):
         "partitions_kept",
         "partitions a rebalance gave back to this coordinator, served on from memory (no claim, no restore)",
     )
+    STALE_RECORDS = (
+        "stale_records",
+        "records fetched before a rebalance and returned after it: not applied, read again from "
+        "their partition's position",
+    )
     SESSIONS_LOST = (
         "sessions_lost",
         "times the group session expired and the owned partitions were dropped without a commit",

@@ -85,13 +85,37 @@ class Rebalancer:
         # Revoked with everything committed, producer and state kept: served on from memory if the
         # next assignment gives them back (_keep, _take_back).
         self._kept: dict[int, PartitionState] = {}
+        # The kept partitions' positions when they were kept: what their states were committed
+        # with (checked when they are taken back, under check_invariants).
+        self._kept_at: dict[tuple[str, int], int | None] = {}
         self.owned: frozenset[int] = frozenset()  # partitions served, for the resumer's thread
+        # The consumer protocol (KIP-848) moves partitions incrementally: the callbacks get only
+        # the moved ones, and a revoked partition goes to another member, never back in the next
+        # generation, so nothing is kept.
+        self._incremental = self.config.group_protocol == "consumer"
+        # Incremental only: the half and op partitions the group has given and not taken back,
+        # and those of them this consumer reads (incremental_assign'ed).
+        self._given: set[tuple[str, int]] = set()
+        self._reading: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ assignment
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """The group assigned ``partitions``: take back the kept ones, take over the others."""
-        numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
+        """The group assigned ``partitions``: take back the kept ones, take over the others.
+
+        Eager (classic): ``partitions`` is the whole assignment. Incremental (consumer): only
+        what was added; a partition number is taken over once the group has given both its
+        half and its op partition (the broker's range assignor gives them together).
+        """
+        if self._incremental:
+            self._given |= {(tp.topic, tp.partition) for tp in partitions}
+            numbers = sorted(
+                n
+                for t, n in self._given
+                if t == self.topics.half and (self.topics.op, n) in self._given and n not in self.partitions
+            )
+        else:
+            numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
         self.stats[Stat.REBALANCES] += 1
         self._health.assigning(True)
         try:
@@ -127,11 +151,23 @@ class Rebalancer:
         """Serve on the kept partitions (:meth:`_keep`) the assignment gives back; let the others go."""
         kept, self._kept = self._kept, {}
         for number in set(kept) & set(numbers):
+            if self.config.check_invariants:
+                self._assert_unmoved(number)
             self.partitions[number] = kept[number]
         # After the kept ones are back: drop lets go of every producer of a partition not served.
         gone = sorted(set(kept) - set(numbers))
         self.drop(self._both(gone))
         self.stats[Stat.PARTITIONS_KEPT] += len(set(kept) & set(numbers))
+
+    def _assert_unmoved(self, number: int) -> None:
+        """A kept partition's positions are still those its state was committed with: nothing
+        read while it was not served moved them past a record its state never saw."""
+        for topic in (self.topics.half, self.topics.op):
+            kept_at, now = self._kept_at.get((topic, number)), self._positions.get((topic, number))
+            assert now == kept_at, (
+                f"kept partition {topic}/{number} moved from position {kept_at} to {now} while it "
+                "was not served: the records in between were never applied to its state"
+            )
 
     def _take_over(self, consumer: Consumer, numbers: list[int]) -> None:
         """Claim ``numbers``, then read where they stand: the order is the ownership argument.
@@ -148,10 +184,33 @@ class Rebalancer:
         restored = self._restorer.read_changelog(fresh)
         young = self._restorer.take_positions(fresh, restored, consumer)
         # Consume from there: the group's committed offsets are only a copy for monitoring.
-        consumer.assign(self._positioned(numbers))
+        self._read_from_positions(consumer, numbers)
         self._install(self._restorer.restore(fresh, restored, young, consumer))
         if self.config.check_invariants:
             self._restorer.assert_settled(numbers, self._offsets_client())
+
+    def _read_from_positions(self, consumer: Consumer, numbers: list[int]) -> None:
+        """Point the consumer at ``numbers``' positions.
+
+        Eager: the whole assignment, replaced. Incremental: the partitions given now are added
+        (``incremental_assign``), the ones already read (given earlier, while the number's
+        other topic was still on its way) are sought; the rest of the assignment is untouched.
+        Every partition the group gave is read, whether its number is served yet or not: a
+        record of a number not served is not applied (:meth:`Coordinator.on_record`).
+        """
+        positioned = self._positioned(numbers)
+        if not self._incremental:
+            consumer.assign(positioned)
+            return
+        wanted = {(tp.topic, tp.partition) for tp in positioned}
+        unserved = [kafka.partition_at(t, n) for t, n in sorted(self._given - wanted - self._reading)]
+        added = [tp for tp in positioned if (tp.topic, tp.partition) not in self._reading] + unserved
+        if added:
+            consumer.incremental_assign(added)
+            self._reading |= {(tp.topic, tp.partition) for tp in added}
+        for tp in positioned:
+            if (tp.topic, tp.partition) not in {(a.topic, a.partition) for a in added}:
+                consumer.seek(tp)
 
     def rewind(self, numbers: list[int]) -> None:
         """Rebuild ``numbers`` (their Kafka transaction was aborted) from ``<ns>_state``, and
@@ -179,8 +238,23 @@ class Rebalancer:
         cycle.start(everything=True)
         cycle.drain()
         cycle.copy_now()  # the group's copy of the offsets up to date before they go
+        if self._incremental:
+            self._let_go(consumer, partitions)
+            return
         self._keep(partitions)
         self.drop(partitions)
+
+    def _let_go(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Incremental: stop reading ``partitions`` and stop serving their numbers (a number
+        whose half or op partition goes is not served any more; its other one, if still
+        given, is read but not applied until the number is whole again)."""
+        going = {(tp.topic, tp.partition) for tp in partitions}
+        self._given -= going
+        reading = sorted(going & self._reading)
+        if reading:
+            consumer.incremental_unassign([kafka.partition_at(t, n) for t, n in reading])
+            self._reading -= going
+        self.drop(self._both(sorted({tp.partition for tp in partitions})))
 
     def _keep(self, partitions: list[TopicPartition]) -> None:
         """Keep the revoked partitions whose work is all committed, with their producers.
@@ -203,6 +277,11 @@ class Rebalancer:
             settled = number not in busy
             if state is not None and settled and not state.unsaved and number in self._owners:
                 self._kept[number] = state
+        self._kept_at = {
+            (topic, number): self._positions.get((topic, number))
+            for number in self._kept
+            for topic in (self.topics.half, self.topics.op)
+        }
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The session expired: drop ``partitions`` without committing."""
@@ -211,6 +290,9 @@ class Rebalancer:
         self._cycle.drain()  # their commits fail (fenced) or land: either way above what the next owner reads
         self._work.batch.clear()
         self._kept = {}
+        if self._incremental:
+            self._let_go(consumer, partitions)
+            return
         self.drop(partitions)
 
     def reset(self) -> None:
@@ -220,6 +302,7 @@ class Rebalancer:
         self._work.batch.clear()
         self._work.unsaved.clear()
         self._kept = {}
+        self._given, self._reading = set(), set()
         self.drop(self._both(list(self.partitions)))
         self._positions.clear()
         self._running.clear()

@@ -256,7 +256,11 @@ class Coordinator:
             self._resumer.start()
         self._reader = HalfReader(cfg.bootstrap, self.topics.half, extra)
         self._make_parts(self._checker, self._registry, self._reader)
-        if cfg.static_membership:
+        # Under the consumer protocol a member that joins with another subscription than its
+        # instance's previous life (handed over: <ns>_state alone) is assigned afresh at once.
+        if cfg.group_protocol == "consumer":
+            membership.require_consumer_protocol(cfg)
+        elif cfg.static_membership:
             membership.wait_for_handed_over(cfg, self.topics, self._session_timeout_s(), self._stop)
         if cfg.metrics_port is not None:
             from prometheus_client import generate_latest
@@ -316,16 +320,27 @@ class Coordinator:
     def _new_consumer(self) -> Consumer:
         """The group's half/op consumer, not yet subscribed."""
         cfg = self.config
-        # Classic protocol + range keeps partition i of half and op on one member (DESIGN pitfalls).
+        # Partition i of half and op on one member (DESIGN pitfalls): the classic protocol with the
+        # client-side range assignor, or the consumer protocol with the broker's range assignor,
+        # which gives topics of equal partition counts the same numbers (and keeps them sticky).
+        # Under the consumer protocol the session and the heartbeat are the group's settings,
+        # the broker's (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms).
+        protocol: dict[str, Any] = (
+            {"group_protocol": "consumer", "group_remote_assignor": "range"}
+            if cfg.group_protocol == "consumer"
+            else {
+                "group_protocol": "classic",
+                "partition_assignment_strategy": "range",
+                # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
+                "session_timeout_ms": self._session_timeout_ms(),
+                "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+            }
+        )
         return kafka.consumer(
             cfg.bootstrap,
             cfg.group_id,
             cfg.extra_config,
-            partition_assignment_strategy="range",
-            group_protocol="classic",
-            # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
-            session_timeout_ms=self._session_timeout_ms(),
-            heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS,
+            **protocol,
             client_id=cfg.instance_id,
             max_poll_interval_ms=_MAX_POLL_INTERVAL_MS,  # an assignment may wait out a foreign transaction
             **({"group_instance_id": cfg.instance_id} if cfg.static_membership else {}),
@@ -378,7 +393,10 @@ class Coordinator:
         handed = threading.Event()
 
         def on_assign(_consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-            handed.set()  # <ns>_state's partitions: never read, the consumer closes next
+            # <ns>_state's partitions: never read, the consumer closes next. Under the consumer
+            # protocol the half and op partitions are revoked in a callback of their own.
+            if not self.partitions:
+                handed.set()
 
         self._client().subscribe(
             [self.topics.state],
@@ -388,13 +406,20 @@ class Coordinator:
         )
         mine = {self.topics.half, self.topics.op}
         deadline = started + self._session_timeout_s() + 5.0
-        while not handed.is_set() and time.monotonic() < deadline and self._clients.held():
+        incremental = cfg.group_protocol == "consumer"
+
+        def done() -> bool:
+            return handed.is_set() or (incremental and not self.partitions)
+
+        while not done() and time.monotonic() < deadline and self._clients.held():
             self.health.beat()
             self.cycle.collect()
             for msg in kafka.consume_available(self._client(), _BATCH, 0.05):
                 if msg.error() is not None or msg.topic() in mine:
-                    self.on_record(msg)  # consumed before the revocation: its commit covers them
-        if handed.is_set():
+                    # Consumed before the revocation: its commit covers them. One returned after
+                    # it is not applied (on_record): the next owner reads it from the positions.
+                    self.on_record(msg)
+        if done():
             self.stats[Stat.HANDOVERS] += 1
             logger.info(
                 "coordinator %s handed partitions %s over in %.2fs",
@@ -507,11 +532,17 @@ class Coordinator:
                 logger.warning("consume: %s", err)
             return
         topic, number = msg.topic(), msg.partition()
+        state = self.partitions.get(number)
+        position = self._positions.get((topic, number), -1)
+        if state is None or msg.offset() < position:
+            # Fetched before a rebalance that ran inside the consume() call that returned it:
+            # its partition was revoked meanwhile (and is perhaps kept, or given back), or it was
+            # assigned again and this record comes once more from the positions. Its position
+            # stays where the partition's state is: the record is read again from there.
+            self.stats[Stat.STALE_RECORDS] += 1
+            return
         self._positions[(topic, number)] = msg.offset() + 1
         self.work.unsaved.add(number)
-        state = self.partitions.get(number)
-        if state is None:
-            return
         if topic == self.topics.half:
             self.stats[Stat.HALF_RECORDS] += 1
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,6 +21,8 @@ from txbridge.wire import Topics
 
 SECRET = "test-secret-1"  # noqa: S105 - a test-only HMAC secret
 PARTITIONS = 3
+#: The group protocol of the tests' coordinators (classic unless this names another).
+GROUP_PROTOCOL_ENV = "TXBRIDGE_TEST_GROUP_PROTOCOL"
 
 
 @dataclass
@@ -61,6 +64,8 @@ class Env:
             "log_interval_s": 5.0,
             "secrets": Secrets(default=SECRET),
             "check_invariants": True,  # the state's invariants asserted after every step
+            # Every coordinator test can be run under either group protocol (docs/testing.md).
+            "group_protocol": os.environ.get(GROUP_PROTOCOL_ENV, "classic"),
         }
         values.update(overrides)
         if values["group_id"] is None:

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from coordinator import membership
 from coordinator.config import CoordinatorConfig
+from txbridge import kafka
 from txbridge.errors import ConfigurationError
 from txbridge.wire import default_coordinator_group
 
@@ -53,6 +55,7 @@ def test_secrets_come_from_env_and_never_show_in_repr() -> None:
         ({"allowed_check_hosts": ""}, "allowed_check_hosts"),
         ({"max_chekcs": 3}, "max_chekcs"),
         ({"metrics_port": 70000}, "metrics_port"),
+        ({"group_protocol": "cooperative"}, "group_protocol"),
     ],
 )
 def test_bad_values_fail_fast_naming_the_setting(raw: dict, named: str) -> None:
@@ -97,3 +100,28 @@ def test_a_given_group_is_kept_whatever_the_namespace() -> None:
     config = CoordinatorConfig.from_mapping({"bootstrap": "b:1", "namespace": "ns1", "group_id": "mine"})
     assert config.group_id == "mine"
     assert config.partition_transactional_id(4) == "ns1-partition-4"
+
+
+def test_the_group_protocol_comes_from_flags_env_and_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('bootstrap = "b:1"\ngroup_protocol = "consumer"\n')
+    assert CoordinatorConfig.load(toml_path=path).group_protocol == "consumer"
+    env = {"TXBRIDGE_GROUP_PROTOCOL": "consumer"}
+    assert CoordinatorConfig.load(flags={"bootstrap": "b:1"}, env=env).group_protocol == "consumer"
+    flags = {"bootstrap": "b:1", "group_protocol": "classic"}
+    assert CoordinatorConfig.load(flags=flags, env=env).group_protocol == "classic"
+    assert CoordinatorConfig(bootstrap="b:1").group_protocol == "classic"
+
+
+@pytest.mark.integration
+def test_the_consumer_protocol_is_checked_against_the_brokers(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local broker (Kafka 4.x) accepts it; brokers that do not make the start fail, saying
+    what to change."""
+    config = CoordinatorConfig(bootstrap=kafka_bootstrap, group_protocol="consumer")
+    assert "consumer" in (kafka.group_protocols(kafka_bootstrap) or set())
+    membership.require_consumer_protocol(config)
+    monkeypatch.setattr(kafka, "group_protocols", lambda *_a, **_k: {"classic"})
+    with pytest.raises(ConfigurationError, match="group_protocol = classic"):
+        membership.require_consumer_protocol(config)

@@ -31,22 +31,37 @@ from txbridge.wire import TxState
 pytestmark = pytest.mark.integration
 
 
+def _consumer_protocol(env: Env) -> bool:
+    return env.config().group_protocol == "consumer"
+
+
 def _fence_static_member(env: Env, instance_id: str) -> None:
-    """Join the coordinators' group as ``instance_id``: the broker fences the member holding it."""
-    intruder = kafka.consumer(
-        env.bootstrap,
-        f"coord-{env.namespace}",
-        partition_assignment_strategy="range",
-        group_protocol="classic",
-        group_instance_id=instance_id,
-        session_timeout_ms=6000,
+    """Join the coordinators' group as ``instance_id``: under the classic protocol the broker
+    fences the member holding it; under the consumer protocol it refuses the newcomer instead
+    (UNRELEASED_INSTANCE_ID), which this asserts."""
+    protocol = (
+        {"group_protocol": "consumer", "group_remote_assignor": "range"}
+        if _consumer_protocol(env)
+        else {
+            "group_protocol": "classic",
+            "partition_assignment_strategy": "range",
+            "session_timeout_ms": 6000,
+        }
     )
+    group = f"coord-{env.namespace}"
+    intruder = kafka.consumer(env.bootstrap, group, group_instance_id=instance_id, **protocol)
+    refused = None
     try:
         intruder.subscribe([env.topics.half, env.topics.op])
         deadline = time.monotonic() + 30
-        while not intruder.assignment() and time.monotonic() < deadline:
-            intruder.poll(0.2)
-        assert intruder.assignment(), "the intruding consumer got no partitions"
+        while not intruder.assignment() and refused is None and time.monotonic() < deadline:
+            msg = intruder.poll(0.2)
+            if msg is not None and msg.error() is not None and kafka.is_unreleased_instance(msg.error()):
+                refused = msg.error()
+        if _consumer_protocol(env):
+            assert refused is not None, "the broker did not refuse a second member under a held instance id"
+        else:
+            assert intruder.assignment(), "the intruding consumer got no partitions"
     finally:
         intruder.close()  # a static member leaves without LeaveGroup: the coordinator's rejoin replaces it
 
@@ -68,7 +83,10 @@ def test_a_fenced_static_member_rejoins_and_publishes_everything_once(
 
     _fence_static_member(env, "rejoiner")
 
-    assert eventually(lambda: running.service.stats[Stat.CONSUMER_REJOINS] >= 1, timeout=60)
+    if _consumer_protocol(env):  # the intruder was refused: the coordinator serves on untouched
+        assert running.service.stats[Stat.CONSUMER_REJOINS] == 0
+    else:
+        assert eventually(lambda: running.service.stats[Stat.CONSUMER_REJOINS] >= 1, timeout=60)
     assert eventually(running.service.running.is_set, timeout=60)
     env.producer.op(open_tx, partition, TxState.COMMIT, count=2)
     after = [
@@ -95,6 +113,20 @@ def test_a_consumer_fenced_again_and_again_stops_the_coordinator(
 ) -> None:
     monkeypatch.setattr(clients, "REJOINS_MAX", 0)  # the first fencing counts as "another process"
     running = env.start(instance_id="twin")
+    if _consumer_protocol(env):
+        # The broker refuses the second coordinator under the same instance id, and goes on
+        # refusing it after the wait for a crashed previous life's session: it stops.
+        monkeypatch.setattr(clients, "UNRELEASED_WAIT_S", 2.0)
+        monkeypatch.setattr(clients, "UNRELEASED_RETRY_S", 0.5)
+        second = env.start(instance_id="twin", wait=False)
+        second.thread.join(60)
+        assert not second.thread.is_alive()
+        assert len(second.errors) == 1
+        assert isinstance(second.errors[0], KafkaOperationError)
+        assert "instance id twin" in str(second.errors[0]).lower()
+        assert running.thread.is_alive()
+        assert running.service.stats[Stat.CONSUMER_REJOINS] == 0
+        return
     _fence_static_member(env, "twin")
     running.thread.join(60)
     assert not running.thread.is_alive()

@@ -32,6 +32,7 @@ ORDER = (
     "restart",
     "scaleout",
     "addremove",
+    "protocols",
     "nodekill",
     "rocketmq",
 )

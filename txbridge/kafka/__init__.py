@@ -38,6 +38,7 @@ from txbridge.kafka.admin import (
     check_reachable,
     delete_topics_with_prefix,
     ensure_topics,
+    group_protocols,
     groups_consuming,
     lower_topic_setting,
     partition_counts,
@@ -77,7 +78,14 @@ from txbridge.kafka.config import (
     producer_config,
     settings_for,
 )
-from txbridge.kafka.errors import KafkaError, KafkaException, is_partition_eof, to_error
+from txbridge.kafka.errors import (
+    KafkaError,
+    KafkaException,
+    is_partition_eof,
+    is_unreleased_instance,
+    is_unsupported,
+    to_error,
+)
 
 __all__ = [
     "CONSUMER_ONLY",
@@ -116,9 +124,12 @@ __all__ = [
     "consumer_config",
     "delete_topics_with_prefix",
     "ensure_topics",
+    "group_protocols",
     "groups_consuming",
     "init_transactions",
     "is_partition_eof",
+    "is_unreleased_instance",
+    "is_unsupported",
     "librdkafka_refusal",
     "lower_topic_setting",
     "opened",

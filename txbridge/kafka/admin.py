@@ -91,6 +91,27 @@ def partition_counts(
     return counts
 
 
+def group_protocols(
+    bootstrap: str, extra: Mapping[str, Any] | None = None, *, timeout: float = 10.0
+) -> set[str] | None:
+    """The group protocols the cluster's group coordinators accept (``classic``, ``consumer``),
+    from a broker's ``group.coordinator.rebalance.protocols``; an empty set when the broker has
+    no such setting (before Kafka 3.7: classic only); None when its settings cannot be read
+    (no broker answered, or this principal may not describe them)."""
+    client = admin(bootstrap, extra)
+    try:
+        brokers = sorted(client.list_topics(timeout=timeout).brokers)
+        resource = ConfigResource(ResourceType.BROKER, str(brokers[0]))
+        entries = client.describe_configs([resource])[resource].result(timeout=timeout)
+    except (KafkaException, IndexError) as exc:
+        logger.info("reading the brokers' group protocols: %s", exc)
+        return None
+    entry = entries.get("group.coordinator.rebalance.protocols")
+    if entry is None or entry.value is None:
+        return set()
+    return {item.strip() for item in str(entry.value).split(",") if item.strip()}
+
+
 def check_reachable(bootstrap: str, *, timeout: float = 5.0, extra: Mapping[str, Any] | None = None) -> None:
     """Raise unless a broker answers a metadata request at ``bootstrap`` within ``timeout``.
 

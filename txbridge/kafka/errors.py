@@ -18,6 +18,8 @@ __all__ = [
     "KafkaError",
     "KafkaException",
     "is_partition_eof",
+    "is_unreleased_instance",
+    "is_unsupported",
     "to_error",
 ]
 
@@ -41,3 +43,23 @@ def to_error(err: KafkaError | KafkaException | Exception, context: str) -> Kafk
 def is_partition_eof(error: Any) -> bool:
     """True for the event a consumer made with ``enable_partition_eof`` sends at a partition's end."""
     return isinstance(error, KafkaError) and error.code() == KafkaError._PARTITION_EOF
+
+
+def is_unreleased_instance(error: Any) -> bool:
+    """True for the consumer protocol's refusal of a static member whose ``group.instance.id``
+    another member of the group still holds (UNRELEASED_INSTANCE_ID). librdkafka reports it as
+    a fatal error of its own, whose text alone names the broker's error."""
+    if isinstance(error, KafkaError) and error.code() == KafkaError.UNRELEASED_INSTANCE_ID:
+        return True
+    return "instance id is still used" in str(error).lower()
+
+
+def is_unsupported(error: Any) -> bool:
+    """True for a broker's refusal of a request it does not know (too old for it)."""
+    if isinstance(error, KafkaError) and error.code() in (
+        KafkaError._UNSUPPORTED_FEATURE,
+        KafkaError.UNSUPPORTED_VERSION,
+    ):
+        return True
+    text = str(error).lower()
+    return "unsupported" in text or "not supported" in text

@@ -336,18 +336,29 @@ def check_exactly_once(committed: Iterable[str], counts: Mapping[str, int], labe
 
 
 def add_remove(
-    env: tb.Env, *, size: int, rate: float, phase_s: float, static_membership: bool = True
+    env: tb.Env,
+    *,
+    size: int,
+    rate: float,
+    phase_s: float,
+    static_membership: bool = True,
+    group_protocol: str = "classic",
 ) -> Figure:
-    """A second coordinator added, then the first SIGTERMed, under a steady load at ``rate``.
+    """A second coordinator added, then the first SIGTERMed, under a steady load at ``rate``,
+    the coordinators' group under ``group_protocol`` (``classic`` or ``consumer``).
 
     Raises:
         BenchError: a committed transaction was seen twice or never, or a step failed.
     """
-    label = "static" if static_membership else "dynamic"
+    membership = "static" if static_membership else "dynamic"
+    label = membership if group_protocol == "classic" else f"{membership}-{group_protocol}"
+    settings = [] if static_membership else ["static_membership = false"]
+    if group_protocol != "classic":
+        settings.append(f'group_protocol = "{group_protocol}"')
     args: list[str] = []
-    if not static_membership:
-        config = env.work / "coordinator-dynamic.toml"
-        config.write_text("static_membership = false\n")
+    if settings:
+        config = env.work / f"coordinator-{label}.toml"
+        config.write_text("\n".join(settings) + "\n")
         args = ["--config", str(config)]
     fleet = Fleet(env, env.namespace(f"addrm-{label}"), f"addrm-{label}", args)
     topic = env.topic(f"addrm-{label}")
@@ -381,8 +392,10 @@ def add_remove(
         ("remove", events["remove"], ended),
     ):
         values.update({f"{name}_{key}": value for key, value in pauses(committed, seen, start, end).items()})
+    protocol = "" if group_protocol == "classic" else f", {group_protocol} protocol"
+    title = f"{membership} membership{protocol}"
     return Figure(
-        f"add + remove coordinator ({label} membership)",
+        f"add + remove coordinator ({title})",
         len(committed),
         ended - started,
         values,
@@ -390,6 +403,7 @@ def add_remove(
             "rate": rate,
             "phase_s": phase_s,
             "static_membership": static_membership,
+            "group_protocol": group_protocol,
             "add_to_balanced_s": round(events["balanced"] - events["add"], 3),
             "remove_to_balanced_s": round(events["rebalanced"] - events["remove"], 3),
             "undecided_at_producer": undecided,
@@ -483,7 +497,8 @@ def broker_pid(bootstrap: str) -> int | None:
 
 
 def run(name: str, env: tb.Env, *, quick: bool, size: int, in_flight: int) -> list[Figure]:
-    """The benchmark step ``name`` (``scaleout`` or ``addremove``) at the quick or full scale."""
+    """The benchmark step ``name`` (``scaleout``, ``addremove`` or ``protocols``) at the quick or
+    full scale."""
     scale = OPTIONS["quick" if quick else "full"]
     if name == "scaleout":
         return scale_out(
@@ -500,5 +515,18 @@ def run(name: str, env: tb.Env, *, quick: bool, size: int, in_flight: int) -> li
         return [
             add_remove(env, size=size, rate=scale.rate, phase_s=scale.phase_s, static_membership=static)
             for static in ((True, False) if scale.dynamic else (True,))
+        ]
+    if name == "protocols":  # side by side: each membership under both protocols, one after the other
+        return [
+            add_remove(
+                env,
+                size=size,
+                rate=scale.rate,
+                phase_s=scale.phase_s,
+                static_membership=static,
+                group_protocol=protocol,
+            )
+            for static in (True, False)
+            for protocol in ("classic", "consumer")
         ]
     raise ValueError(f"unknown scale-out step {name!r}")

@@ -285,6 +285,11 @@ REGISTRY: Mapping[str, Step] = _registry(
     Step("restart", "a coordinator SIGKILLed and restarted with its instance id", _restart),
     Step("scaleout", "the same load through 1, 2 (and 4) coordinators", _scaleout("scaleout")),
     Step("addremove", "a coordinator added, then one SIGTERMed, under load", _scaleout("addremove")),
+    Step(
+        "protocols",
+        "addremove under the classic and the consumer (KIP-848) group protocol, side by side",
+        _scaleout("protocols"),
+    ),
     Step("nodekill", "Kafka nodes SIGKILLed on a secured 3-node cluster", _nodekill),
     Step("rocketmq", "the real RocketMQ's transactional messages, same size and load", _rocketmq),
 )
