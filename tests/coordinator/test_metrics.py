@@ -152,7 +152,8 @@ def test_a_lost_session_and_the_rebalances_are_counted(env: Env, tmp_path: Path)
         def joined_again() -> Samples | None:
             samples = scrape(port)
             lost = value(samples, f"{m}sessions_lost_total") >= 1
-            return samples if lost and value(samples, f"{m}ready") == 1.0 else None
+            rejoined = value(samples, f"{m}rebalances_total") > value(before, f"{m}rebalances_total")
+            return samples if lost and rejoined and value(samples, f"{m}ready") == 1.0 else None
 
         after = eventually(joined_again, timeout=60)
         assert after is not None, process.log_tail(20)
