@@ -77,6 +77,11 @@ class Stat(StrEnum):
         "by allowed_check_hosts or refusing the connection): "
         "not counted toward max_checks",
     )
+    CHECKS_RUNNING = (
+        "checks_running",
+        "back-checks answered RUNNING (a live instance whose local work goes on): asked again "
+        "without counting toward max_checks",
+    )
     CHECKS_EXPEDITED = (
         "checks_expedited",
         "open transactions of a silent or departed writer checked before the check delay",
