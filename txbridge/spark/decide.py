@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from txbridge import kafka
+from txbridge._admin_once import AlreadyDecidedError
 from txbridge._side_topics import read_committed
-from txbridge.errors import KafkaOperationError
+from txbridge.admin import list_expired, resolve
+from txbridge.errors import KafkaOperationError, TxBridgeError
 from txbridge.spark.decisions import BatchDecision, JournalEntry, TxRef, decode_record, sink_topic
 from txbridge.spark.options import SinkOptions
 from txbridge.wire import OpRecord, OpSource, Topics, TxState
@@ -28,8 +30,8 @@ logger = logging.getLogger(__name__)
 #: The instance named in the sink's op records.
 DRIVER_INSTANCE = "spark-sink"
 #: Test hook: ``"<stage>:<batch id>:<file>"`` makes :func:`commit_batch` create ``file`` and
-#: sleep at ``stage`` (``before-decision`` or ``after-decision``) of that batch, so a test can
-#: kill the driver there.
+#: wait at ``stage`` (``before-read``, ``before-decision`` or ``after-decision``) of that batch,
+#: so a test can kill the driver there, or let it go on by creating ``<file>.go``.
 PAUSE_ENV = "TXBRIDGE_SPARK_SINK_TEST_PAUSE"
 _FLUSH_S = 60.0
 
@@ -85,6 +87,7 @@ def commit_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> Bat
             Nothing is lost: a decision record that landed is found by the next run of the
             batch (Spark runs it again), and the check server answers from it meanwhile.
     """
+    _pause("before-read", batch_id)
     earlier, journal = _batch_state(opts, batch_id)
     decision = earlier or BatchDecision(opts.sink_key, batch_id, tuple(refs), opts.sink_id)
     chosen = {t.tx_id for t in decision.txs}
@@ -103,8 +106,65 @@ def commit_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> Bat
         _write_decision(opts, decision)
         _pause("after-decision", batch_id)
     write_ops(opts, [(r, TxState.COMMIT) for r in decision.txs])
+    publish_expired(opts, decision)
     _forget(opts, journal)
     return decision
+
+
+def publish_expired(opts: SinkOptions, decision: BatchDecision) -> list[str]:
+    """Publish, once, the transactions of ``decision`` that the coordinator expired before their
+    COMMIT reached it; returns their ids.
+
+    The coordinator's first decision is final, and an expiry is one (a rollback): a COMMIT op
+    that comes after it is ignored. That happens when the coordinator could not ask about a
+    transaction for ``max_unasked_s`` (no check server it may reach), or when it predates the
+    RUNNING answer and the batch outlasted ``max_checks``. Such a transaction sits in
+    ``<ns>_expired``; it is resolved COMMIT through the exactly-once step of
+    ``txbridge admin resolve`` (fenced per transaction: published at most once, however many
+    drivers or coordinators resolve it at the same moment), in the decision's order.
+
+    Raises:
+        TxBridgeError: one of them was resolved ROLLBACK by someone else, or could not be
+            published; the message names them (``txbridge admin expired`` lists them).
+    """
+    chosen = {t.tx_id: n for n, t in enumerate(decision.txs)}
+    extra = opts.librdkafka()
+    found = [
+        e
+        for e in list_expired(opts.bootstrap, opts.namespace, extra, wait_for_open=True)
+        if e.tx_id in chosen
+    ]
+    failed: list[str] = []
+    for entry in sorted(found, key=lambda e: chosen[e.tx_id]):
+        marker = entry.resolved
+        if marker is None:
+            try:
+                marker = resolve(
+                    opts.bootstrap, entry.tx_id, TxState.COMMIT, opts.namespace, extra, entry=entry
+                ).resolved
+            except AlreadyDecidedError as exc:  # resolved meanwhile (a coordinator's resumer, an admin)
+                marker = exc.marker
+            except TxBridgeError as exc:
+                failed.append(f"{entry.tx_id} ({exc})")
+                continue
+        if marker is None or marker.state is not TxState.COMMIT:
+            failed.append(f"{entry.tx_id} (resolved {marker.state if marker else '?'} by an admin)")
+    if found:
+        logger.warning(
+            "batch %d of sink %s: %d of its transactions had expired in the coordinator before their "
+            "COMMIT; published through the exactly-once resolve path, %d failed",
+            decision.batch_id,
+            decision.sink_key,
+            len(found),
+            len(failed),
+        )
+    if failed:
+        raise TxBridgeError(
+            f"txbridge spark sink: batch {decision.batch_id} is decided, but {len(failed)} of its "
+            f"transactions expired in the coordinator and are not published: {'; '.join(failed)}. "
+            "See 'txbridge admin expired'; 'txbridge admin resolve --commit <tx id>' publishes one"
+        )
+    return [e.tx_id for e in found]
 
 
 def abort_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> None:
@@ -223,4 +283,7 @@ def _pause(stage: str, batch_id: int) -> None:
     if len(parts) == 3 and parts[0] == stage and parts[1] == str(batch_id):
         Path(parts[2]).write_text(f"{os.getpid()}\n")
         logger.warning("test hook %s: pausing at %s of batch %d", PAUSE_ENV, stage, batch_id)
-        time.sleep(3600)
+        go = Path(f"{parts[2]}.go")
+        deadline = time.monotonic() + 3600
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
