@@ -104,6 +104,9 @@ def _expected() -> set[str]:
 
 
 def _assert_once(records: list) -> None:
+    values = [(r.value() or b"").decode() for r in records]
+    lost, duplicated = len(_expected() - set(values)), len(values) - len(set(values))
+    assert (lost, duplicated) == (0, 0), f"{lost} of {ROWS} rows lost, {duplicated} duplicated"
     assert_once_in_order(((r.topic(), r.key(), r.value()) for r in records), _expected())
 
 
