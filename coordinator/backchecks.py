@@ -230,7 +230,6 @@ class BackChecks:
             self._ready.add(state.partition)
         self._batch.op(state.partition, tx.tx_id, result.state, OpSource.CHECK, group=tx.group)
 
-
     def _note_running(self, tx: PendingTx, detail: str) -> None:
         """Log, at most once a minute per group, that a group keeps transactions open as RUNNING."""
         now = time.monotonic()
