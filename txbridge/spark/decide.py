@@ -297,7 +297,7 @@ def _write_decision(opts: SinkOptions, decision: BatchDecision, fence: Any) -> N
         fence.commit_transaction(_FLUSH_S)
     except Exception as exc:
         error = kafka.to_error(exc, f"txbridge spark sink: {what}")
-        if isinstance(error, ProducerFencedError):
+        if isinstance(error, ProducerFencedError) or "fenced" in str(error).lower():
             raise DriverFencedError(
                 f"txbridge spark sink: another driver of sink {opts.sink_key} (a restart from the same "
                 f"checkpoint, or the same sinkId) took over batch {decision.batch_id}; this driver wrote "
