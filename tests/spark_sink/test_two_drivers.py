@@ -60,14 +60,20 @@ def test_a_zombie_driver_and_its_restart_on_one_checkpoint_never_both_decide(
     # The zombie: its tasks wrote batch 0, and its commit stalls before it reads the batch
     # (a long GC pause, a lost network). Its restart on the same checkpoint runs batch 0 again
     # and stalls just before writing its decision. Then both go on, the zombie first.
-    zombie = _driver(sink_env, *args, pause=f"before-read:0:{zombie_at}")
-    wait_for_file(zombie_at, zombie, "the zombie's commit", timeout=600)
-    restart = _driver(sink_env, *args, pause=f"before-decision:0:{restart_at}")
-    wait_for_file(restart_at, restart, "the restart's commit", timeout=600)
-    Path(f"{zombie_at}.go").touch()
-    zombie_code, zombie_out = _ended(zombie)
-    Path(f"{restart_at}.go").touch()
-    finish_driver(restart, timeout=600)
+    drivers: list[subprocess.Popen[str]] = []
+    try:
+        drivers.append(zombie := _driver(sink_env, *args, pause=f"before-read:0:{zombie_at}"))
+        wait_for_file(zombie_at, zombie, "the zombie's commit", timeout=600)
+        drivers.append(restart := _driver(sink_env, *args, pause=f"before-decision:0:{restart_at}"))
+        wait_for_file(restart_at, restart, "the restart's commit", timeout=600)
+        Path(f"{zombie_at}.go").touch()
+        zombie_code, zombie_out = _ended(zombie)
+        Path(f"{restart_at}.go").touch()
+        finish_driver(restart, timeout=600)
+    finally:  # a paused driver would wait an hour
+        for proc in drivers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
 
     values = [
         (r.value() or b"").decode() for r in read_topic(sink_env.bootstrap, out, at_least=ROWS, timeout=60)
