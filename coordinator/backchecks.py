@@ -31,6 +31,7 @@ from txbridge.wire import CheckMessage, CheckRequest, OpRecord, OpSource, TxStat
 logger = logging.getLogger(__name__)
 
 REGISTRY_WAIT_S = 10.0  # checks wait at most this long after start for the registry to be read
+RUNNING_LOG_S = 60.0  # a group answering RUNNING is logged at most this often
 
 
 def _now_ms() -> int:
@@ -82,6 +83,7 @@ class BackChecks:
         self._expedited: set[tuple[str, str]] = set()  # silent producer instances already expedited
         self._left: set[tuple[str, str]] = set()  # decisive instances that left, not expedited yet
         self._awaiting: set[tuple[str, str, str | None]] = set()  # writers said to be waited for
+        self._running_logged: dict[str, float] = {}  # group -> when a RUNNING answer was last logged
 
     def registry_read(self) -> bool:
         """The producer registry was read to its end (or 10 s went by trying: checks go ahead)."""
@@ -231,6 +233,11 @@ class BackChecks:
             if scheduler.record_not_asked(self.policy, tx, self._now_ms(), result.detail):
                 self._expiring[tx.tx_id] = tx
             return
+        if result.state is TxState.RUNNING:
+            self.stats[Stat.CHECKS_RUNNING] += 1
+            self._note_running(tx, result.detail)
+            scheduler.record_running(self.policy, tx, self._now_ms())
+            return
         if result.state is TxState.UNKNOWN:
             self.stats[Stat.CHECKS_UNKNOWN] += 1
             logger.debug("check %d of tx %s: UNKNOWN (%s)", tx.checks + 1, tx.tx_id, result.detail)
@@ -245,6 +252,20 @@ class BackChecks:
         if tx.phase is Phase.READY:
             self._ready.add(state.partition)
         self._batch.op(state.partition, tx.tx_id, result.state, OpSource.CHECK, group=tx.group)
+
+    def _note_running(self, tx: PendingTx, detail: str) -> None:
+        """Log, at most once a minute per group, that a group keeps transactions open as RUNNING."""
+        now = time.monotonic()
+        last = self._running_logged.get(tx.group)
+        self._running_logged[tx.group] = last if last is not None and now - last < RUNNING_LOG_S else now
+        if last is None or now - last >= RUNNING_LOG_S:
+            logger.info(
+                "producer group %s answers RUNNING for transaction %s (%s): its local work goes on, "
+                "so it is asked again without using up max_checks (checks_running counts these)",
+                tx.group,
+                tx.tx_id,
+                detail,
+            )
 
 
 def _message(tx: PendingTx, seq: int) -> CheckMessage:

@@ -286,7 +286,7 @@ class Checker:
         states = decode_check_batch_answer(
             response.status_code, response.content, (j.request.tx_id for j in jobs)
         )
-        decided = sum(s is not TxState.UNKNOWN for s in states.values())
+        decided = sum(s is TxState.COMMIT or s is TxState.ROLLBACK for s in states.values())
         return states, f"HTTP {response.status_code}, {decided} of {len(jobs)} decided", True
 
     def _ask_one_by_one(

@@ -97,6 +97,11 @@ class Stat(StrEnum):
         "for its check source (another database, or a check that answers for its own instance "
         "only): the transaction waits for the writer, then expires after max_unasked_s",
     )
+    CHECKS_RUNNING = (
+        "checks_running",
+        "back-checks answered RUNNING (a live instance whose local work goes on): asked again "
+        "without counting toward max_checks",
+    )
     CHECKS_EXPEDITED = (
         "checks_expedited",
         "open transactions of a silent or departed writer checked before the check delay",

@@ -78,7 +78,7 @@ class CheckPolicy:
         return int(min(self.backoff_s * (2 ** min(exponent, 30)), self.backoff_max_s) * 1000)
 
 
-__all__ = ["CheckPolicy", "Scheduled", "record_not_asked", "record_unknown"]
+__all__ = ["CheckPolicy", "Scheduled", "record_not_asked", "record_running", "record_unknown"]
 
 
 def record_unknown(policy: CheckPolicy, tx: Scheduled, now_ms: int) -> bool:
@@ -108,3 +108,14 @@ def record_not_asked(policy: CheckPolicy, tx: Scheduled, now_ms: int, why: str) 
         return True
     tx.next_check_ms = now_ms + policy.unasked_retry_ms(now_ms - tx.unasked_since_ms)
     return False
+
+
+def record_running(policy: CheckPolicy, tx: Scheduled, now_ms: int) -> None:
+    """A RUNNING answer: a live instance says the local work goes on. Reschedule without using
+    up ``max_checks`` (an UNKNOWN does), ``backoff_max_s`` later: the writer's own op record
+    normally ends it first, and a writer that dies stops answering, which brings back the
+    bounded paths (UNKNOWN answers, or ``max_unasked_s`` unasked).
+    """
+    tx.unasked_since_ms, tx.problem = None, ""
+    tx.dirty = True
+    tx.next_check_ms = now_ms + int(policy.backoff_max_s * 1000)

@@ -127,7 +127,8 @@ def decode_marker(headers: Sequence[tuple[str, bytes | None]] | None, value: byt
     except (UnicodeDecodeError, ValueError, KeyError, TypeError):
         logger.warning("an admin marker that does not parse is ignored: %r", value[:200])
         return None
-    return marker if body.get("v") == VERSION and marker.tx_id else None
+    decided = marker.state is TxState.COMMIT or marker.state is TxState.ROLLBACK
+    return marker if body.get("v") == VERSION and marker.tx_id and decided else None
 
 
 def markers_of(records: list[Any], tx_id: str | None = None) -> list[Marker]:

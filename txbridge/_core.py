@@ -480,6 +480,8 @@ def checked_answer(txn: LocalTransaction, answer: Any) -> TxState:
     if answer is TxState.COMMIT or answer is TxState.ROLLBACK:
         return answer
     state = coerce_state(answer)
+    if state is TxState.RUNNING:  # a back-check answer; as an outcome it leaves the decision open
+        return TxState.UNKNOWN
     if state is TxState.UNKNOWN and answer is not TxState.UNKNOWN:
         logger.warning("local transaction %s answered %r, not a TxState: UNKNOWN", txn.tx_id, answer)
     return state
@@ -517,8 +519,15 @@ class TransactionBlock(Generic[H]):
         return self._tx.local_view()
 
     def set_outcome(self, state: TxState) -> None:
-        """What a clean exit writes: COMMIT (default), ROLLBACK, or UNKNOWN (left to the back-check)."""
-        self._outcome = TxState(state)
+        """What a clean exit writes: COMMIT (default), ROLLBACK, or UNKNOWN (left to the back-check).
+
+        Raises:
+            ValueError: ``state`` is RUNNING, which only a back-check answers.
+        """
+        outcome = TxState(state)
+        if outcome is TxState.RUNNING:
+            raise ValueError("RUNNING is a back-check answer, not an outcome: use UNKNOWN")
+        self._outcome = outcome
 
     def _settled(self, failures: Sequence[BaseException]) -> None:
         """Settle awaited half records; raise the half failure (the block can only roll back)."""
@@ -559,7 +568,7 @@ def settle_unknown(check: Callable[..., Any], txn: LocalTransaction) -> TxState:
         except Exception as exc:  # a failing check leaves it to the back-check, like an UNKNOWN
             logger.warning("own check of %s raised %s", txn.tx_id, type(exc).__name__)
             continue
-        if state is not TxState.UNKNOWN:
+        if state is TxState.COMMIT or state is TxState.ROLLBACK:
             return state
     return TxState.UNKNOWN
 
@@ -579,6 +588,6 @@ async def settle_unknown_async(check: Callable[..., Any], txn: LocalTransaction)
         except Exception as exc:
             logger.warning("own check of %s raised %s", txn.tx_id, type(exc).__name__)
             continue
-        if state is not TxState.UNKNOWN:
+        if state is TxState.COMMIT or state is TxState.ROLLBACK:
             return state
     return TxState.UNKNOWN

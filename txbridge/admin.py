@@ -175,7 +175,7 @@ def resolve(
         AlreadyDecidedError: an admin resolved it before, or at the same time.
         KafkaOperationError: nothing was committed; the message says whether anything was published.
     """
-    if state is TxState.UNKNOWN:
+    if state is not TxState.COMMIT and state is not TxState.ROLLBACK:
         raise TxBridgeError("an admin resolution is COMMIT or ROLLBACK")
     topics = Topics(namespace)
     if entry is None:  # the caller may have listed it already (the coordinator's resumer)

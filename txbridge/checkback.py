@@ -8,9 +8,14 @@ parsed or any user code runs:
 - unsigned, malformed, wrong or stale signature: **401** ``{"error": ...}``;
 - signed but not a check request: **400**; a check for another group: **404**;
 - a replay of a request already answered (see :class:`ReplayMemory`): **409**;
-- otherwise **200** with ``{"state": "COMMIT" | "ROLLBACK" | "UNKNOWN"}``, or for a
-  batch ``{"states": {"<tx id>": ..., ...}}``; a check function that raises (or
+- otherwise **200** with ``{"state": "COMMIT" | "ROLLBACK" | "UNKNOWN" | "RUNNING"}``, or
+  for a batch ``{"states": {"<tx id>": ..., ...}}``; a check function that raises (or
   answers something else) yields UNKNOWN for its transaction only.
+
+RUNNING says "this instance is alive and the transaction's local work is still in
+progress": the coordinator asks again later without using up ``max_checks``, where an
+UNKNOWN ("I do not know") uses it up. Answer it only while the work really goes on here:
+a transaction answered RUNNING never expires while this instance answers.
 
 A batch costs one request, one signature check and one worker-thread hop: the check
 function runs for each transaction in turn (an ``async`` one concurrently).
@@ -66,6 +71,7 @@ def build_check_app(
         secret: the group's HMAC secret (kept in memory only, never logged).
         check: ``check(txn) -> TxState``; may be a plain or an ``async`` function.
             Plain functions run in a worker thread (they usually query a database).
+            ``TxState.RUNNING`` is an answer too (see the module docstring).
         tolerance_s: how far a signature's timestamp may be from this clock.
         replay_memory: how many requests signed within ``tolerance_s`` the app remembers
             to refuse their replays (see :class:`ReplayMemory`).

@@ -94,11 +94,19 @@ H_RETRY_COUNT = "txb.retry"  # consumers: how many times a message was reconsume
 
 
 class TxState(StrEnum):
-    """A local transaction's outcome, as the producer or a back-check reports it."""
+    """A local transaction's outcome, as the producer or a back-check reports it.
+
+    ``RUNNING`` is a back-check answer only, never an outcome or an op record's state: the
+    answering instance is alive and knows that the transaction's local work is still in
+    progress. The coordinator asks again later without using up ``max_checks``; an
+    UNKNOWN (the instance does not know) uses it up. A coordinator that predates RUNNING
+    reads it as UNKNOWN.
+    """
 
     COMMIT = "COMMIT"
     ROLLBACK = "ROLLBACK"
     UNKNOWN = "UNKNOWN"
+    RUNNING = "RUNNING"
 
 
 class OpSource(StrEnum):
@@ -746,6 +754,10 @@ def _check_from(data: Any) -> CheckRequest:
         raise WireFormatError(f"check request is not valid: {exc}") from None
 
 
+#: The states a back-check answer may carry; anything else reads as UNKNOWN.
+_CHECK_ANSWERS = frozenset(s.value for s in TxState)
+
+
 def encode_check_answer(state: TxState) -> bytes:
     return json.dumps({"state": state.value}).encode()
 
@@ -764,7 +776,7 @@ def decode_check_answer(status_code: int, body: bytes) -> TxState:
     if not isinstance(data, dict) or set(data) - {"state", "count"}:
         return TxState.UNKNOWN
     state = data.get("state")
-    if state in (TxState.COMMIT.value, TxState.ROLLBACK.value, TxState.UNKNOWN.value):
+    if state in _CHECK_ANSWERS:
         return TxState(state)
     return TxState.UNKNOWN
 
@@ -788,9 +800,8 @@ def decode_check_batch_answer(status_code: int, body: bytes, tx_ids: Iterable[st
         return states
     if not isinstance(data, dict) or set(data) != {"states"} or not isinstance(data["states"], dict):
         return states
-    known = {TxState.COMMIT.value, TxState.ROLLBACK.value}
     for tx, state in data["states"].items():
-        if tx in states and state in known:
+        if tx in states and state in _CHECK_ANSWERS:
             states[tx] = TxState(state)
     return states
 

@@ -272,3 +272,25 @@ def test_a_submitted_batch_counts_as_one_request_against_the_group_limit() -> No
     assert sorted(r.job.request.tx_id for r in results) == ["tx-0", "tx-1", "tx-2", "tx-3"]
     assert {r.state for r in results} == {TxState.COMMIT}
     assert checker.in_flight_txs == set()
+
+
+def test_a_running_answer_is_the_result_and_no_other_instance_is_asked_in_that_round() -> None:
+    seen: list[int | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.port)
+        batch = decode_check_body(request.content)
+        assert isinstance(batch, CheckBatch)
+        if request.url.port == 1:  # the writer: tx-0 still running here, the others unknown
+            return httpx.Response(200, json={"states": {"tx-0": "RUNNING", "tx-1": "UNKNOWN"}})
+        return httpx.Response(200, json={"states": {c.tx_id: "ROLLBACK" for c in batch.checks}})
+
+    results = make(handler).check_batch(jobs(3, "http://127.0.0.1:1/c", "http://127.0.0.1:2/c"))
+
+    assert seen == [1, 2]
+    verdicts = {r.job.request.tx_id: (r.state, r.detail) for r in results}
+    assert verdicts == {
+        "tx-0": (TxState.RUNNING, "http://127.0.0.1:1/c"),
+        "tx-1": (TxState.ROLLBACK, "http://127.0.0.1:2/c"),
+        "tx-2": (TxState.ROLLBACK, "http://127.0.0.1:2/c"),
+    }

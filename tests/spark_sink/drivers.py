@@ -59,7 +59,7 @@ def kill_driver(proc: subprocess.Popen[str]) -> str:
     return out
 
 
-def wait_for_file(path: Path, proc: subprocess.Popen[str], what: str, timeout: float = 300.0) -> str:
+def wait_for_file(path: Path, proc: subprocess.Popen[str], what: str, timeout: float = 600.0) -> str:
     """The text of ``path`` once the driver (still running) created it."""
     deadline = time.monotonic() + timeout
     while not path.exists() or not path.read_text().strip():

@@ -49,6 +49,11 @@ def test_the_spark_sink_is_a_producer_that_also_keeps_its_decisions_topic() -> N
         ("topic", "ns_spark_sink", False, "Write"),
         ("group", "txbridge-admin-", True, "Describe"),
         ("group", "txbridge-spark-checks-", True, "Describe"),
+        ("transactional-id", "ns-spark-sink-", True, "Write"),
+        ("topic", "ns_expired", False, "Read"),
+        ("topic", "ns_expired", False, "Write"),
+        ("topic", "ns_op", False, "Read"),
+        ("transactional-id", "ns-admin-", True, "Write"),
     }
     assert _grants(producer) <= _grants(sink)
     only_seen = role_acls(

@@ -237,3 +237,26 @@ def test_a_verdict_counts_as_a_check(verdict: TxState) -> None:
     parts.answer(tx, verdict)
     assert tx.checks == 1
     assert tx.phase is (Phase.COMMITTED if verdict is TxState.COMMIT else Phase.ROLLED_BACK)
+
+
+def test_running_answers_never_use_up_the_checks_and_are_asked_again_later() -> None:
+    parts = Parts()
+    tx = parts.open_tx("a")
+    for _ in range(10):  # five times max_checks
+        parts.checks.schedule([0])
+        parts.answer(tx, TxState.RUNNING)
+        assert tx.next_check_ms == parts.now + 4_000  # backoff_max_s
+        parts.now += 4_000
+        parts.checker.sent.clear()
+
+    assert tx.checks == 0
+    assert tx.phase is Phase.OPEN
+    assert parts.expiring == {}
+    assert parts.stats["checks_running"] == 10
+    # Once the instance stops answering RUNNING, UNKNOWN uses up the checks as before.
+    for _ in range(2):
+        parts.checks.schedule([0])
+        parts.answer(tx, TxState.UNKNOWN)
+        parts.now += 10_000
+        parts.checker.sent.clear()
+    assert parts.expiring == {"a": tx}

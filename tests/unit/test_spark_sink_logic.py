@@ -17,6 +17,7 @@ from txbridge.spark.decisions import (
     batch_label,
     chunks,
     decode_record,
+    journal_tx_of,
     ordered_refs,
     parse_label,
 )
@@ -189,3 +190,35 @@ def test_a_check_answers_commit_only_once_the_record_is_known_for_the_grace_peri
     assert book.answer(batch_label("s1", 0), "stray") is TxState.ROLLBACK  # a rollback cannot overtake
     now[0] += 10.0
     assert book.answer(batch_label("s1", 0), "a") is TxState.COMMIT
+
+
+def test_a_transaction_this_driver_journaled_is_running_until_its_batch_is_decided() -> None:
+    book = DecisionBook(commit_grace_s=0)
+    book.own_urls.add("http://driver:1/txbridge/check")
+    book.loaded.set()
+    for tx, batch, url in [
+        ("ours", 4, "http://driver:1/txbridge/check"),
+        ("dead-attempt", 4, "http://driver:1/txbridge/check"),
+        ("another-driver", 4, "http://driver:2/txbridge/check"),
+        ("no-url", 4, ""),
+    ]:
+        book.note_journal(JournalEntry("s1", batch, tx, 0, "0/0", url))
+    label = batch_label("s1", 4)
+
+    assert book.answer(label, "ours") is TxState.RUNNING
+    assert book.answer(label, "dead-attempt") is TxState.RUNNING  # until the batch is decided
+    assert book.answer(label, "another-driver") is TxState.UNKNOWN  # its driver may be gone
+    assert book.answer(label, "no-url") is TxState.UNKNOWN
+    assert book.answer(batch_label("s1", 5), "ours") is TxState.UNKNOWN  # not the batch it wrote
+    book.add(BatchDecision("s1", 4, (TxRef("ours", 0, 5),)))
+    assert book.answer(label, "ours") is TxState.COMMIT
+    assert book.answer(label, "dead-attempt") is TxState.ROLLBACK
+    book.forget_journal("ours")
+    assert book.answer(label, "ours") is TxState.COMMIT
+
+
+def test_a_journal_entry_round_trips_with_its_check_url_and_its_tombstone_names_it() -> None:
+    entry = JournalEntry("s1", 2, "tx-1", 3, "0/1", "http://driver:1/txbridge/check")
+    assert decode_record(entry.encode()) == entry
+    assert journal_tx_of(entry.key) == "tx-1"
+    assert journal_tx_of(BatchDecision("s1", 2, ()).key) is None

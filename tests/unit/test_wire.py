@@ -141,6 +141,8 @@ def test_check_request_round_trip() -> None:
         (200, b'{"state":"COMMIT"}', TxState.COMMIT),
         (200, b'{"state":"ROLLBACK"}', TxState.ROLLBACK),
         (200, b'{"state":"UNKNOWN"}', TxState.UNKNOWN),
+        (200, b'{"state":"RUNNING"}', TxState.RUNNING),
+        (200, b'{"state":"WAITING"}', TxState.UNKNOWN),  # a state this side does not know
         (200, b"OK", TxState.UNKNOWN),  # DTM #535
         (200, b'{"state":"commit"}', TxState.UNKNOWN),
         (200, b'{"status":"COMMIT"}', TxState.UNKNOWN),
@@ -266,6 +268,7 @@ def test_bad_check_batches_are_refused_with_a_reason(body: bytes, why: str) -> N
     [
         (200, b'{"states":{"a":"COMMIT","b":"ROLLBACK"}}', {"a": "COMMIT", "b": "ROLLBACK"}),
         (200, b'{"states":{"a":"COMMIT"}}', {"a": "COMMIT", "b": "UNKNOWN"}),  # b missing
+        (200, b'{"states":{"a":"RUNNING","b":"WAITING"}}', {"a": "RUNNING", "b": "UNKNOWN"}),
         (200, b'{"states":{"a":"commit","b":"UNKNOWN"}}', {"a": "UNKNOWN", "b": "UNKNOWN"}),
         (200, b'{"states":{"a":"COMMIT","zz":"COMMIT"}}', {"a": "COMMIT", "b": "UNKNOWN"}),  # not asked
         (200, b'{"states":{"a":"COMMIT"},"ok":1}', {"a": "UNKNOWN", "b": "UNKNOWN"}),

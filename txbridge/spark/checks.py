@@ -33,7 +33,9 @@ from txbridge.spark.decisions import (
     DEFAULT_COMMIT_GRACE_S,
     BatchDecision,
     DecisionBook,
+    JournalEntry,
     decode_record,
+    journal_tx_of,
     sink_topic,
 )
 from txbridge.spark.options import SinkOptions
@@ -135,6 +137,7 @@ class SinkChecks:
                 + (f": {self._failure}" if self._failure else "")
             )
         self._producer.start()
+        self.book.own_urls.add(self.url)  # the URL the sink's tasks journal (option checkUrl)
         logger.info("serving the Spark sink's back-checks of group %s at %s", self.group, self.url)
         return self
 
@@ -192,6 +195,10 @@ class SinkChecks:
                     record = decode_record(msg.value())
                     if isinstance(record, BatchDecision):
                         self.book.add(record)
+                    elif isinstance(record, JournalEntry):
+                        self.book.note_journal(record)
+                    elif msg.value() is None and (tx_id := journal_tx_of(msg.key())) is not None:
+                        self.book.forget_journal(tx_id)
                     if msg.offset() + 1 >= end:
                         self.book.loaded.set()
                 if not self.book.loaded.is_set():

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from txbridge import kafka
+from txbridge._admin_once import AlreadyDecidedError
 from txbridge._side_topics import read_committed
-from txbridge.errors import KafkaOperationError
+from txbridge.admin import list_expired, resolve
+from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError
 from txbridge.spark.decisions import BatchDecision, JournalEntry, TxRef, decode_record, sink_topic
 from txbridge.spark.options import SinkOptions
 from txbridge.wire import OpRecord, OpSource, Topics, TxState
@@ -28,10 +30,17 @@ logger = logging.getLogger(__name__)
 #: The instance named in the sink's op records.
 DRIVER_INSTANCE = "spark-sink"
 #: Test hook: ``"<stage>:<batch id>:<file>"`` makes :func:`commit_batch` create ``file`` and
-#: sleep at ``stage`` (``before-decision`` or ``after-decision``) of that batch, so a test can
-#: kill the driver there.
+#: wait at ``stage`` (``before-read``, ``before-decision`` or ``after-decision``) of that batch,
+#: so a test can kill the driver there, or let it go on by creating ``<file>.go``.
 PAUSE_ENV = "TXBRIDGE_SPARK_SINK_TEST_PAUSE"
 _FLUSH_S = 60.0
+#: A decision's Kafka transaction left open by a killed driver is aborted by the broker after
+#: this, so readers of ``<ns>_spark_sink`` (read_committed) are never held longer.
+_TXN_TIMEOUT_MS = 30_000
+
+
+class DriverFencedError(TxBridgeError):
+    """Another driver of the same sink (a restart from the same checkpoint) decides this batch."""
 
 
 def ensure_sink_topic(opts: SinkOptions) -> None:
@@ -76,17 +85,37 @@ def commit_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> Bat
     """Decide batch ``batch_id`` with the transactions ``refs`` (in order), or with the
     decision an earlier run recorded. Returns the decision in force.
 
-    Every other transaction of the batch (this run's when an earlier decision stands, and the
-    journaled ones of dead attempts and superseded runs) gets its ROLLBACK first, then the
-    chosen ones their COMMITs, then the batch's journal entries their tombstones.
+    One driver decides: first a Kafka transactional producer whose ``transactional.id`` is the
+    sink's (:func:`fence_id`) is initialised, which fences every earlier driver of this sink
+    (a zombie and its restart on one checkpoint); only then the batch is read, and the decision
+    record goes out in a Kafka transaction of that producer. A driver fenced meanwhile cannot
+    commit its record and writes no op; the one that committed a record, or found one, writes
+    the ops of that record only, so two drivers' ops never contradict each other.
+
+    Then every other transaction of the batch (this run's when an earlier decision stands, and
+    the journaled ones of dead attempts and superseded runs) gets its ROLLBACK, then the chosen
+    ones their COMMITs (so on a shared op partition a ROLLBACK comes first), then the expired
+    ones of the record are published (:func:`publish_expired`), then the batch's journal
+    entries get their tombstones.
 
     Raises:
+        DriverFencedError: another driver of this sink took over the batch; nothing of this
+            call was written.
         KafkaOperationError: the decision record or an op record was not acknowledged.
             Nothing is lost: a decision record that landed is found by the next run of the
             batch (Spark runs it again), and the check server answers from it meanwhile.
     """
-    earlier, journal = _batch_state(opts, batch_id)
-    decision = earlier or BatchDecision(opts.sink_key, batch_id, tuple(refs), opts.sink_id)
+    fence = _fence(opts, batch_id)
+    try:
+        _pause("before-read", batch_id)
+        earlier, journal = _batch_state(opts, batch_id)
+        decision = earlier or BatchDecision(opts.sink_key, batch_id, tuple(refs), opts.sink_id)
+        if earlier is None:
+            _pause("before-decision", batch_id)
+            _write_decision(opts, decision, fence)
+            _pause("after-decision", batch_id)
+    finally:
+        _close(fence)
     chosen = {t.tx_id for t in decision.txs}
     strays = _unique([*(r for r in refs if r.tx_id not in chosen), *_journaled(journal, chosen)])
     if earlier is not None:
@@ -98,24 +127,83 @@ def commit_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> Bat
             len(refs),
         )
     write_ops(opts, [(r, TxState.ROLLBACK) for r in strays])
-    if earlier is None:
-        _pause("before-decision", batch_id)
-        _write_decision(opts, decision)
-        _pause("after-decision", batch_id)
     write_ops(opts, [(r, TxState.COMMIT) for r in decision.txs])
+    publish_expired(opts, decision)
     _forget(opts, journal)
     return decision
 
 
+def publish_expired(opts: SinkOptions, decision: BatchDecision) -> list[str]:
+    """Publish, once, the transactions of ``decision`` that the coordinator expired before their
+    COMMIT reached it; returns their ids.
+
+    The coordinator's first decision is final, and an expiry is one (a rollback): a COMMIT op
+    that comes after it is ignored. That happens when the coordinator could not ask about a
+    transaction for ``max_unasked_s`` (no check server it may reach), or when it predates the
+    RUNNING answer and the batch outlasted ``max_checks``. Such a transaction sits in
+    ``<ns>_expired``; it is resolved COMMIT through the exactly-once step of
+    ``txbridge admin resolve`` (fenced per transaction: published at most once, however many
+    drivers or coordinators resolve it at the same moment), in the decision's order.
+
+    Raises:
+        TxBridgeError: one of them was resolved ROLLBACK by someone else, or could not be
+            published; the message names them (``txbridge admin expired`` lists them).
+    """
+    chosen = {t.tx_id: n for n, t in enumerate(decision.txs)}
+    extra = opts.librdkafka()
+    found = [
+        e
+        for e in list_expired(opts.bootstrap, opts.namespace, extra, wait_for_open=True)
+        if e.tx_id in chosen
+    ]
+    failed: list[str] = []
+    for entry in sorted(found, key=lambda e: chosen[e.tx_id]):
+        marker = entry.resolved
+        if marker is None:
+            try:
+                marker = resolve(
+                    opts.bootstrap, entry.tx_id, TxState.COMMIT, opts.namespace, extra, entry=entry
+                ).resolved
+            except AlreadyDecidedError as exc:  # resolved meanwhile (a coordinator's resumer, an admin)
+                marker = exc.marker
+            except TxBridgeError as exc:
+                failed.append(f"{entry.tx_id} ({exc})")
+                continue
+        if marker is None or marker.state is not TxState.COMMIT:
+            failed.append(f"{entry.tx_id} (resolved {marker.state if marker else '?'} by an admin)")
+    if found:
+        logger.warning(
+            "batch %d of sink %s: %d of its transactions had expired in the coordinator before their "
+            "COMMIT; published through the exactly-once resolve path, %d failed",
+            decision.batch_id,
+            decision.sink_key,
+            len(found),
+            len(failed),
+        )
+    if failed:
+        raise TxBridgeError(
+            f"txbridge spark sink: batch {decision.batch_id} is decided, but {len(failed)} of its "
+            f"transactions expired in the coordinator and are not published: {'; '.join(failed)}. "
+            "See 'txbridge admin expired'; 'txbridge admin resolve --commit <tx id>' publishes one"
+        )
+    return [e.tx_id for e in found]
+
+
 def abort_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> None:
-    """Roll back the transactions ``refs`` of batch ``batch_id`` (and its journaled ones); if
-    the batch was decided before (its record landed, then something failed), keep that
-    decision instead."""
+    """Roll back the transactions ``refs`` of batch ``batch_id`` (and the ones this run's
+    task attempts journaled); if the batch was decided before (its record landed, then
+    something failed), keep that decision instead.
+
+    Only this run's: another driver of the sink (a restart while this one is a zombie) may
+    be deciding the batch with its own journaled transactions, which an abort here must not
+    roll back. Its decision rolls back ours (they are journaled), or they expire.
+    """
     earlier, journal = _batch_state(opts, batch_id)
     if earlier is not None:
         commit_batch(opts, batch_id, refs)
         return
-    write_ops(opts, [(r, TxState.ROLLBACK) for r in _unique([*refs, *_journaled(journal, set())])])
+    own = [j for j in journal if j.check_url == opts.check_url]
+    write_ops(opts, [(r, TxState.ROLLBACK) for r in _unique([*refs, *_journaled(own, set())])])
 
 
 def _journaled(journal: Sequence[JournalEntry], chosen: set[str]) -> list[TxRef]:
@@ -163,10 +251,63 @@ def _producer(opts: SinkOptions) -> Any:
     return kafka.producer(opts.bootstrap, extra, linger_ms=0)
 
 
-def _write_decision(opts: SinkOptions, decision: BatchDecision) -> None:
-    _produce_all(
-        opts, [(sink_topic(opts.namespace), 0, decision.key, decision.encode())], "the decision record"
+def fence_id(opts: SinkOptions) -> str:
+    """The ``transactional.id`` of the sink's decisions: one per namespace and sink."""
+    return f"{opts.namespace}-spark-sink-{opts.sink_key}"
+
+
+def _fence(opts: SinkOptions, batch_id: int) -> Any:
+    """A transactional producer of the sink's :func:`fence_id`, initialised: every earlier
+    driver of this sink is fenced (its open Kafka transaction aborted, or its commit completed
+    first, so the read that follows sees it)."""
+    extra = kafka.settings_for("producer", opts.librdkafka())
+    producer = kafka.producer(
+        opts.bootstrap,
+        extra,
+        linger_ms=0,
+        transactional_id=fence_id(opts),
+        transaction_timeout_ms=_TXN_TIMEOUT_MS,
     )
+    try:
+        kafka.init_transactions(producer, _FLUSH_S)
+    except Exception as exc:
+        _close(producer)
+        raise kafka.to_error(exc, f"txbridge spark sink: fencing other drivers of batch {batch_id}") from exc
+    return producer
+
+
+def _close(producer: Any) -> None:
+    try:
+        producer.flush(0)
+    except Exception as exc:  # a fenced producer may refuse; nothing of it is left to send
+        logger.debug("closing the sink's decision producer: %s", exc)
+
+
+def _write_decision(opts: SinkOptions, decision: BatchDecision, fence: Any) -> None:
+    """The decision record, in a Kafka transaction of the sink's fencing producer.
+
+    Raises:
+        DriverFencedError: another driver of this sink initialised the fence since this one.
+        KafkaOperationError: it was not committed.
+    """
+    what = f"the decision record of batch {decision.batch_id}"
+    try:
+        fence.begin_transaction()
+        fence.produce(sink_topic(opts.namespace), key=decision.key, value=decision.encode(), partition=0)
+        fence.commit_transaction(_FLUSH_S)
+    except Exception as exc:
+        error = kafka.to_error(exc, f"txbridge spark sink: {what}")
+        if isinstance(error, ProducerFencedError) or "fenced" in str(error).lower():
+            raise DriverFencedError(
+                f"txbridge spark sink: another driver of sink {opts.sink_key} (a restart from the same "
+                f"checkpoint, or the same sinkId) took over batch {decision.batch_id}; this driver wrote "
+                "no decision and no op record: stop it, the other one decides the batch"
+            ) from exc
+        try:
+            fence.abort_transaction(_FLUSH_S)
+        except Exception as abort_exc:  # the broker aborts it after the transaction timeout anyway
+            logger.warning("aborting %s: %s", what, abort_exc)
+        raise error from exc
 
 
 def write_ops(opts: SinkOptions, decisions: Sequence[tuple[TxRef, TxState]]) -> None:
@@ -223,4 +364,7 @@ def _pause(stage: str, batch_id: int) -> None:
     if len(parts) == 3 and parts[0] == stage and parts[1] == str(batch_id):
         Path(parts[2]).write_text(f"{os.getpid()}\n")
         logger.warning("test hook %s: pausing at %s of batch %d", PAUSE_ENV, stage, batch_id)
-        time.sleep(3600)
+        go = Path(f"{parts[2]}.go")
+        deadline = time.monotonic() + 3600
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)

@@ -107,6 +107,7 @@ class JournalEntry:
     tx_id: str
     partition: int
     task: str = ""  # "<partition id>/<attempt>"
+    check_url: str = ""  # the writing driver's SinkChecks: it alone answers RUNNING for it
 
     @property
     def key(self) -> bytes:
@@ -122,6 +123,7 @@ class JournalEntry:
                 "tx": self.tx_id,
                 "p": self.partition,
                 "task": self.task,
+                "url": self.check_url,
             },
             separators=(",", ":"),
         ).encode()
@@ -136,11 +138,23 @@ def decode_record(value: bytes | None) -> BatchDecision | JournalEntry | None:
         data = json.loads(value)
         if data.get("kind") == "journal":
             return JournalEntry(
-                str(data["sink_key"]), int(data["batch"]), str(data["tx"]), int(data["p"]), str(data["task"])
+                str(data["sink_key"]),
+                int(data["batch"]),
+                str(data["tx"]),
+                int(data["p"]),
+                str(data["task"]),
+                str(data.get("url", "")),
             )
         return BatchDecision.decode(value)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def journal_tx_of(key: bytes | None) -> str | None:
+    """The tx id a journal entry's key names (for its tombstone), None for any other key."""
+    text = (key or b"").decode("utf-8", "replace")
+    head, sep, tx_id = text.rpartition("/")
+    return tx_id if sep and "/j/" in head and tx_id else None
 
 
 def ordered_refs(messages: Iterable[Sequence[TxRef] | None]) -> list[TxRef]:
@@ -160,9 +174,14 @@ class DecisionBook:
       task before an earlier one, and the coordinator would publish it first);
     - ``(s, b)`` decided without it, or a later batch of ``s`` decided (so ``b`` was decided,
       or will never be by this sink's run): ROLLBACK, a failed task attempt or a superseded run;
-    - otherwise UNKNOWN: the batch is still being written or committed. UNKNOWN too until the
-      book has read every record the topic had when it started (:attr:`loaded`), and for a
-      transaction without the header (not the sink's).
+    - otherwise the batch is still being written or committed: RUNNING when a task of *this*
+      driver journaled the transaction (its journal entry names one of :attr:`own_urls`, the
+      URLs this book answers at), so the coordinator waits for the driver without using up
+      its ``max_checks``, however long the batch takes; UNKNOWN for anyone else's (this
+      driver cannot vouch that its writer lives: a driver gone for good leaves its undecided
+      transactions to expire, a rollback). UNKNOWN too until the book has read every record
+      the topic had when it started (:attr:`loaded`), and for a transaction without the
+      header (not the sink's).
     """
 
     def __init__(self, commit_grace_s: float = DEFAULT_COMMIT_GRACE_S, clock: Any = time.monotonic) -> None:
@@ -170,6 +189,8 @@ class DecisionBook:
         self._decided: dict[tuple[str, int], frozenset[str]] = {}
         self._seen: dict[tuple[str, int], float] = {}
         self._newest: dict[str, int] = {}
+        self._journal: dict[str, tuple[str, int, str]] = {}  # tx id -> (sink, batch, check URL)
+        self.own_urls: set[str] = set()
         self.loaded = threading.Event()
         self.commit_grace_s = commit_grace_s
         self._clock = clock
@@ -182,6 +203,26 @@ class DecisionBook:
                 self._decided[key] = frozenset(t.tx_id for t in decision.txs)
                 self._seen[key] = self._clock()
             self._newest[decision.sink_key] = max(self._newest.get(decision.sink_key, -1), decision.batch_id)
+            # Older batches' entries can no longer make an answer RUNNING (the batch's own stay for
+            # the grace period; its tombstones drop them).
+            newest = self._newest[decision.sink_key]
+            self._journal = {
+                tx: j for tx, j in self._journal.items() if j[0] != decision.sink_key or j[1] >= newest
+            }
+
+    def _open(self, sink_key: str, batch_id: int) -> bool:
+        return (sink_key, batch_id) not in self._decided and batch_id >= self._newest.get(sink_key, -1)
+
+    def note_journal(self, entry: JournalEntry) -> None:
+        """Note a journal entry: a task attempt wrote (or is writing) ``entry.tx_id``."""
+        with self._lock:
+            if entry.check_url and self._open(entry.sink_key, entry.batch_id):
+                self._journal[entry.tx_id] = (entry.sink_key, entry.batch_id, entry.check_url)
+
+    def forget_journal(self, tx_id: str) -> None:
+        """A journal entry's tombstone: its batch was decided."""
+        with self._lock:
+            self._journal.pop(tx_id, None)
 
     def decided(self, sink_key: str, batch_id: int) -> frozenset[str] | None:
         with self._lock:
@@ -197,13 +238,16 @@ class DecisionBook:
             chosen = self._decided.get((sink, batch))
             seen = self._seen.get((sink, batch), 0.0)
             newest = self._newest.get(sink, -1)
+            journaled = self._journal.get(tx_id)
+            ours = journaled is not None and journaled[:2] == (sink, batch) and journaled[2] in self.own_urls
+        waiting = TxState.RUNNING if ours else TxState.UNKNOWN
         if chosen is not None:
             if tx_id not in chosen:
                 return TxState.ROLLBACK
             # The driver writes the batch's COMMITs in order right after the record; a COMMIT from
             # a check now could decide a later transaction first and let it overtake an earlier one.
-            return TxState.COMMIT if self._clock() - seen >= self.commit_grace_s else TxState.UNKNOWN
-        return TxState.ROLLBACK if batch < newest else TxState.UNKNOWN
+            return TxState.COMMIT if self._clock() - seen >= self.commit_grace_s else waiting
+        return TxState.ROLLBACK if batch < newest else waiting
 
     def check(self, txn: LocalTransaction) -> TxState:
         """A txbridge check function: the verdict from the transaction's :data:`H_BATCH` header."""

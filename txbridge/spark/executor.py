@@ -101,7 +101,9 @@ def write_task(
                     # Where the producer puts it (the same function, on the half topic's count).
                     partition = wire.half_partition(order_key, producer.settings.partitions or 1)
                     write_journal(
-                        opts, JournalEntry(opts.sink_key, batch_id, tx.tx_id, partition, task), journal
+                        opts,
+                        JournalEntry(opts.sink_key, batch_id, tx.tx_id, partition, task, opts.check_url),
+                        journal,
                     )
                     tx.send(chunk)  # the chunk's half records in one go, then one wait for them all
                     tx.set_outcome(TxState.UNKNOWN)

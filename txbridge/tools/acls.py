@@ -22,7 +22,13 @@ spark-sink (``txbridge.spark``: the driver program, its Spark Python workers and
     sink creates that topic on first use (compacted, one partition): a LITERAL CREATE on
     that one name, which lets it create nothing else. Its readers assign partitions and
     commit nothing, under throwaway group ids ``txbridge-admin-*`` and
-    ``txbridge-spark-checks-*`` (PREFIXED DESCRIBE, as the coordinator's helpers).
+    ``txbridge-spark-checks-*`` (PREFIXED DESCRIBE, as the coordinator's helpers). The driver
+    writes each decision record in a Kafka transaction whose ``transactional.id`` is
+    ``<ns>-spark-sink-<sink key>`` (PREFIXED WRITE), which fences a zombie driver of the
+    sink; it reads ``<ns>_expired`` for the batch's transactions that expired before their
+    COMMIT and publishes them as ``txbridge admin resolve`` does (READ and WRITE on it, READ on
+    ``<ns>_op``, the ``<ns>-admin-*`` fencing ids; with ``--producers-may-not-write-real-topics``
+    that publish is refused and the batch's write fails naming them).
 
 coordinator (``txbridge coordinator``)
     Consumes ``<ns>_half`` and ``<ns>_op`` in its consumer group ``<group_id>``
@@ -263,6 +269,31 @@ def _spark_sink(principal: str, namespace: str) -> list[Acl]:
     acls += [
         Acl(principal, GROUP, prefix, True, "Describe", "readers' throwaway groups (random suffix)")
         for prefix in SPARK_SINK_HELPER_GROUPS
+    ]
+    names = Topics(namespace)
+    acls += [
+        Acl(
+            principal,
+            TRANSACTIONAL_ID,
+            f"{namespace}-spark-sink-",
+            True,
+            "Write",
+            "one driver decides a batch",
+        ),
+        Acl(principal, TOPIC, names.expired, False, "Read", "a decided batch's transactions that expired"),
+        Acl(principal, TOPIC, names.expired, False, "Write", "their resolve markers (published once)"),
+        Acl(principal, TOPIC, names.op, False, "Read", "resolve looks for an earlier admin decision"),
+    ]
+    acls += [
+        Acl(
+            principal,
+            TRANSACTIONAL_ID,
+            prefix,
+            True,
+            "Write",
+            "resolving expired ones: admin resolve's fencing id",
+        )
+        for prefix in _admin_fence_prefixes(namespace)
     ]
     return acls
 
