@@ -6,7 +6,7 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test chaos soak setup system-packages lint bench console clean
+.PHONY: demo test chaos soak setup system-packages lint bench console clean lock matrix
 
 # make chaos: the nemesis (tests/secure/test_nemesis.py) on the secured cluster, one run per seed:
 # CHAOS_SEEDS (comma-separated), else CHAOS_RUNS seeds drawn at random; CHAOS_SECONDS of faults
@@ -24,12 +24,29 @@ SOAK_SCALE    ?= 3
 # one for the secured cluster's, one for the rest; docs/testing.md); TEST_WORKERS=0 runs in-process.
 TEST_WORKERS  ?= 3
 
-$(STAMP): pyproject.toml
+# make matrix: the exactly-once black-box tests on each Kafka broker, pyspark and confluent-kafka
+# version of docs/local-servers.md (scripts/matrix.py); MATRIX_SCOPE=ci runs one short test a case
+# on the oldest and the newest only (what .ci/run runs); MATRIX_CASES=kafka-3.7.2,... picks cases.
+MATRIX_SCOPE  ?= full
+MATRIX_CASES  ?=
+# make lock: the pyspark constraints.txt pins; the newest whose Kafka source jars Maven Central
+# serves (txbridge/tools/local/jars.py SPARK_KAFKA_SERVED), since the demo and the tests need them.
+LOCK_PYSPARK  ?= 4.2.0
+
+# The versions come from constraints.txt, so a fresh clone installs what CI ran; pip ignores
+# constraints on packages not asked for. `make lock` refreshes the file on purpose.
+$(STAMP): pyproject.toml constraints.txt
 	@py=$$(scripts/check-prereqs.sh) || exit 1; \
 	  if [ ! -x $(BIN)/python ]; then echo "creating $(VENV) with $$py"; $$py -m venv $(VENV); fi
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --upgrade -c constraints.txt pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
 	@touch $(STAMP)
+
+lock:
+	@py=$$(scripts/check-prereqs.sh) || exit 1; scripts/lock.sh "$$py" $(LOCK_PYSPARK)
+
+matrix: setup
+	$(BIN)/python scripts/matrix.py --scope $(MATRIX_SCOPE) $(if $(MATRIX_CASES),--cases $(MATRIX_CASES)) $(ARGS)
 
 system-packages:
 	@scripts/system-packages.sh

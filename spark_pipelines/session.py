@@ -46,6 +46,7 @@ def build_session(
     *,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    kafka_source: bool = True,
 ) -> SparkSession:
     """Build (or return the running) SparkSession with ``spark.jars`` set.
 
@@ -63,16 +64,18 @@ def build_session(
         app_name: the Spark application name.
         master: a Spark master URL; ``$TXBRIDGE_SPARK_MASTER`` or ``local[2]`` by default.
         conf: extra Spark settings, applied last.
+        kafka_source: put the Kafka source and Avro jars on ``spark.jars``; without them
+            the session still runs the ``txbridge`` sink, which needs no jar (a pyspark
+            whose Kafka source Maven Central does not serve).
     """
     from pyspark.sql import SparkSession
 
     master = resolve_master(master)
-    spark_jars = ",".join(str(p) for p in jars.spark_jars())
+    builder = SparkSession.builder.appName(app_name).master(master)
+    if kafka_source:
+        builder = builder.config("spark.jars", ",".join(str(p) for p in jars.spark_jars()))
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.jars", spark_jars)
-        .config("spark.ui.enabled", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")

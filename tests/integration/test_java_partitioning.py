@@ -22,7 +22,7 @@ from txbridge.wire import Topics, TxState
 pytestmark = pytest.mark.integration
 
 KAFKA_TOOLS = jars.JarSet(
-    f"kafka-tools-{jars.KAFKA_VERSION}", (f"org.apache.kafka:kafka-tools:{jars.KAFKA_VERSION}",)
+    f"kafka-tools-{jars.kafka_version()}", (f"org.apache.kafka:kafka-tools:{jars.kafka_version()}",)
 )
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"

@@ -145,7 +145,8 @@ def main() -> None:
     secret = os.environ["SINK_SECRET"]
     failing = args.mode == "retry" or args.fail_batch >= 0
     master = args.master or ("local[2,4]" if failing else "local[2]")
-    spark = build_session(f"sink-{args.mode}", master=master)
+    # Only the stream reads Kafka through Spark; the retry runs beside a pyspark without its jars.
+    spark = build_session(f"sink-{args.mode}", master=master, kafka_source=args.mode == "stream")
     register(spark)
     spark.dataSource.register(DyingSink)
     client = ClientConfig.load(args.client_properties or None)

@@ -84,7 +84,11 @@ def test_batch_write_publishes_every_row_once_with_key_order_headers_and_topics(
 
 
 def test_streaming_query_from_kafka_writes_every_row_once(
-    spark_sink: SparkSession, sink_env: SinkEnv, topic_factory: Callable[..., str], tmp_path: Path
+    spark_sink: SparkSession,
+    spark_kafka_source: None,
+    sink_env: SinkEnv,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
 ) -> None:
     source, out = topic_factory(2), topic_factory(3)
     producer = Producer({"bootstrap.servers": sink_env.bootstrap})
@@ -226,7 +230,7 @@ def _driver(sink_env: SinkEnv, *args: str, env: dict[str, str] | None = None) ->
 
 @pytest.mark.parametrize("stage", ["after-decision", "before-decision"])
 def test_a_driver_killed_in_its_commit_restarts_from_its_checkpoint_with_nothing_lost_or_doubled(
-    sink_env: SinkEnv, topic_factory: Callable[..., str], tmp_path: Path, stage: str
+    spark_kafka_source: None, sink_env: SinkEnv, topic_factory: Callable[..., str], tmp_path: Path, stage: str
 ) -> None:
     source, out = topic_factory(2), topic_factory(3)
     producer = Producer({"bootstrap.servers": sink_env.bootstrap})

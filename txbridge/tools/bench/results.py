@@ -26,7 +26,7 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         **kafka.versions(),  # librdkafka's and confluent_kafka's
-        "kafka": jars.KAFKA_VERSION,
+        "kafka": jars.kafka_version(),
         "rocketmq": jars.ROCKETMQ_VERSION,
         "rocketmq_python_client": _version("rocketmq-python-client"),
     }

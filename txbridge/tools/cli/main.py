@@ -11,6 +11,7 @@ The CLI is the only place that configures logging and reads the environment.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 import sys
@@ -211,7 +212,12 @@ def setup(spark: bool, rocketmq: bool) -> None:
     from txbridge.tools.local import jars
 
     jars.check_prerequisites()
-    sets = [jars.KAFKA_BROKER] + ([jars.SPARK_KAFKA] if spark else []) + ([jars.ROCKETMQ] if rocketmq else [])
+    sets = [jars.kafka_broker()]  # of TXBRIDGE_KAFKA_VERSION, if set
+    if spark and importlib.util.find_spec("pyspark") is None:
+        click.echo("spark-kafka: skipped, no pyspark installed (its jars follow pyspark's version)")
+    elif spark:
+        sets.append(jars.spark_kafka())
+    sets += [jars.ROCKETMQ] if rocketmq else []
     for jar_set in sets:
         started = time.monotonic()
         folder = jars.ensure_jars(jar_set)

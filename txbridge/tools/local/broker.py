@@ -336,7 +336,7 @@ class LocalKafka:
         (self.home / "broker.json").write_text(
             json.dumps({"host": self.host, "port": self.port, "controller_port": self.controller_port})
         )
-        logger.info("starting Kafka %s at %s (log %s)", jars.KAFKA_VERSION, self.bootstrap, self.log_file)
+        logger.info("starting Kafka %s at %s (log %s)", jars.kafka_version(), self.bootstrap, self.log_file)
         self._wait_ready(timeout)
         shrink_internal_segments(self.bootstrap)
         return self.status()

@@ -234,7 +234,7 @@ class LocalCluster:
         logger.info(
             "starting nodes %s of the secured Kafka %s at %s (logs under %s)",
             node_ids,
-            jars.KAFKA_VERSION,
+            jars.kafka_version(),
             self.bootstrap,
             self.home,
         )

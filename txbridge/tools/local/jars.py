@@ -19,10 +19,15 @@ from txbridge.errors import SetupError
 
 logger = logging.getLogger(__name__)
 
+#: The broker version run by default; ``$TXBRIDGE_KAFKA_VERSION`` chooses another
+#: (:func:`kafka_version`; docs/local-servers.md lists the versions tested).
 KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"
-# Must equal the pinned pyspark version (pyproject.toml).
-SPARK_VERSION = "4.0.0"
+#: The pyspark versions whose Kafka source (``spark-sql-kafka-0-10_2.13`` and its runtime
+#: dependency ``spark-token-provider-kafka-0-10_2.13``) Maven Central was seen to serve: the
+#: jars must match pyspark exactly, so only these run the demo and the Kafka-reading tests.
+#: Named in errors; the fetch itself asks Maven for whatever pyspark is installed.
+SPARK_KAFKA_SERVED = ("4.0.0", "4.1.1", "4.2.0")
 ROCKETMQ_VERSION = "5.3.3"
 DEPENDENCY_PLUGIN_VERSION = "3.8.1"
 MIN_JAVA = 17
@@ -49,22 +54,65 @@ class JarSet:
     coordinates: tuple[str, ...]
 
 
-KAFKA_BROKER = JarSet(
-    f"kafka-{KAFKA_VERSION}",
-    (
-        f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",
-        # SLF4J binding: the broker logs through SLF4J 1.7 into log4j2.
-        f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
-    ),
-)
+_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
-SPARK_KAFKA = JarSet(
-    f"spark-kafka-{SPARK_VERSION}",
-    (
-        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",
-        f"org.apache.spark:spark-avro_2.13:{SPARK_VERSION}",
-    ),
-)
+
+def kafka_version() -> str:
+    """The Kafka broker version the local broker and cluster run.
+
+    ``$TXBRIDGE_KAFKA_VERSION`` (``make matrix`` sets it), else :data:`KAFKA_VERSION`.
+
+    Raises:
+        SetupError: the variable is not a version (``major.minor.patch``).
+    """
+    version = os.environ.get("TXBRIDGE_KAFKA_VERSION", "").strip() or KAFKA_VERSION
+    if not _VERSION.match(version):
+        raise SetupError(f"TXBRIDGE_KAFKA_VERSION={version!r} is not a Kafka version such as {KAFKA_VERSION}")
+    return version
+
+
+def kafka_broker(version: str | None = None) -> JarSet:
+    """The broker's jars for Kafka ``version`` (:func:`kafka_version` by default)."""
+    version = version or kafka_version()
+    # Kafka 3.x calls log4j 1's API directly (its log-level MBean); this bridge sends those
+    # calls to log4j2 too. 4.x logs through log4j2 alone.
+    log4j1 = [f"org.apache.logging.log4j:log4j-1.2-api:{LOG4J_VERSION}"] if version.startswith("3.") else []
+    return JarSet(
+        f"kafka-{version}",
+        (
+            f"org.apache.kafka:kafka_2.13:{version}",
+            # SLF4J binding: the broker logs through SLF4J 1.7 into log4j2.
+            f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
+            *log4j1,
+        ),
+    )
+
+
+def installed_pyspark() -> str:
+    """The version of the installed pyspark.
+
+    Raises:
+        SetupError: pyspark is not installed.
+    """
+    try:
+        import pyspark
+    except ImportError:
+        raise SetupError(
+            "pyspark is not installed: pip install 'txbridge[spark]' (or -e '.[spark]' in a checkout)"
+        ) from None
+    return str(pyspark.__version__)
+
+
+def spark_kafka(version: str | None = None) -> JarSet:
+    """Spark's Kafka source and Avro functions for pyspark ``version`` (the installed one by default)."""
+    version = version or installed_pyspark()
+    return JarSet(
+        f"spark-kafka-{version}",
+        (
+            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}",
+            f"org.apache.spark:spark-avro_2.13:{version}",
+        ),
+    )
 
 
 # The name server, the proxy with its embedded broker (``-pm local``) and the admin
@@ -195,8 +243,8 @@ def ensure_jars(jar_set: JarSet, *, root: Path | None = None) -> Path:
 
 
 def kafka_classpath(root: Path | None = None) -> str:
-    """The classpath (``dir/*``) of the Kafka broker jars, fetching them if needed."""
-    return str(ensure_jars(KAFKA_BROKER, root=root) / "*")
+    """The classpath (``dir/*``) of the Kafka broker jars (:func:`kafka_version`), fetching them if needed."""
+    return str(ensure_jars(kafka_broker(), root=root) / "*")
 
 
 _ARTIFACT = re.compile(r"^(?P<artifact>.+?)-\d[^-]*(?:-[A-Za-z0-9.]+)*\.jar$")
@@ -215,16 +263,27 @@ def _artifact_name(jar: Path) -> str:
 def spark_jars(root: Path | None = None) -> list[Path]:
     """Jars to put on ``spark.jars`` for the Kafka source and Avro functions.
 
-    Artifacts pyspark already ships (avro, lz4, snappy, slf4j, ...) are left out,
-    so the session has one copy of each class.
+    The jars are those of the installed pyspark's version: Spark loads a connector only
+    beside the Spark it was built with. Artifacts pyspark already ships (avro, lz4, snappy,
+    slf4j, ...) are left out, so the session has one copy of each class.
+
+    Raises:
+        SetupError: no pyspark, or Maven Central serves no Kafka source for its version
+            (the message names the versions it was seen to serve).
     """
     import pyspark
 
-    if pyspark.__version__ != SPARK_VERSION:
+    version = installed_pyspark()
+    try:
+        folder = ensure_jars(spark_kafka(version), root=root)
+    except SetupError as exc:
+        if version in SPARK_KAFKA_SERVED:
+            raise
         raise SetupError(
-            f"pyspark {pyspark.__version__} is installed but the Kafka source jars are "
-            f"for {SPARK_VERSION}: reinstall the project (pip install -e .)"
-        )
+            f"Spark's Kafka source for pyspark {version} could not be fetched (Maven Central was seen "
+            f"to serve it for {', '.join(SPARK_KAFKA_SERVED)} only): install one of those pyspark "
+            f"versions to read Kafka from Spark (the txbridge sink itself needs no jar).\n{exc}"
+        ) from exc
     shipped = {_artifact_name(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    ours = sorted(ensure_jars(SPARK_KAFKA, root=root).glob("*.jar"))
+    ours = sorted(folder.glob("*.jar"))
     return [jar for jar in ours if _artifact_name(jar) not in shipped]
