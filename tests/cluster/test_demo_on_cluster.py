@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pyspark
 import pytest
 
 from spark_pipelines.compare import PathMetrics, compare
@@ -139,7 +140,8 @@ def test_the_demo_ran_on_the_cluster(spark_cluster: SessionSparkCluster, cluster
         assert executors, f"worker {worker} ran no executor"
         # The driver served the jars on spark.jars (its local paths) to every executor ...
         fetched = {jar.name for e in executors for jar in e.glob("*.jar")}
-        assert {"spark-sql-kafka-0-10_2.13-4.0.0.jar", "spark-avro_2.13-4.0.0.jar"} <= fetched
+        version = pyspark.__version__  # the jars follow the installed pyspark
+        assert {f"spark-sql-kafka-0-10_2.13-{version}.jar", f"spark-avro_2.13-{version}.jar"} <= fetched
         # ... and each executor ran tasks.
         logs = "".join((e / "stderr").read_text(errors="replace") for e in executors)
         assert "Finished task" in logs
