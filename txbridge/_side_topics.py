@@ -42,7 +42,7 @@ def read_committed(
         TxBridgeError: the topic does not exist.
         KafkaOperationError: the read failed or did not reach the ends within ``timeout``.
     """
-    ends = _ends(bootstrap, topic, partitions, extra, open_included=wait_for_open)
+    ends = watermarks(bootstrap, topic, partitions, extra=extra, open_included=wait_for_open)
     consumer = kafka.consumer(bootstrap, _group(), extra)
     try:
         wanted = {p: end for p, (low, end) in ends.items() if end > low}
@@ -55,8 +55,13 @@ def read_committed(
         consumer.close()
 
 
-def _ends(
-    bootstrap: str, topic: str, partitions: list[int] | None, extra: Extra, *, open_included: bool
+def watermarks(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int] | None = None,
+    *,
+    extra: Extra = None,
+    open_included: bool,
 ) -> dict[int, tuple[int, int]]:
     """``{partition: (low, end)}``: the high watermark when ``open_included``, else the last stable offset."""
     isolation = "read_uncommitted" if open_included else "read_committed"

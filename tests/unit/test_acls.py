@@ -53,6 +53,7 @@ def test_the_spark_sink_is_a_producer_that_also_keeps_its_decisions_topic() -> N
         ("topic", "ns_expired", False, "Read"),
         ("topic", "ns_expired", False, "Write"),
         ("topic", "ns_op", False, "Read"),
+        ("topic", "ns_state", False, "Read"),
         ("transactional-id", "ns-admin-", True, "Write"),
     }
     assert _grants(producer) <= _grants(sink)

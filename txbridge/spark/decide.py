@@ -12,18 +12,21 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from txbridge import kafka
 from txbridge._admin_once import AlreadyDecidedError
-from txbridge._side_topics import read_committed
+from txbridge._side_topics import read_committed, watermarks
 from txbridge.admin import list_expired, resolve
 from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError
 from txbridge.spark.decisions import BatchDecision, JournalEntry, TxRef, decode_record, sink_topic
 from txbridge.spark.options import SinkOptions
-from txbridge.wire import OpRecord, OpSource, Topics, TxState
+from txbridge.errors import WireFormatError
+from txbridge.wire import POSITIONS_KEY, OpRecord, OpSource, Positions, Topics, TxState
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,8 @@ DRIVER_INSTANCE = "spark-sink"
 #: so a test can kill the driver there, or let it go on by creating ``<file>.go``.
 PAUSE_ENV = "TXBRIDGE_SPARK_SINK_TEST_PAUSE"
 _FLUSH_S = 60.0
+#: How long a commit waits for the coordinators to read past its COMMITs (:func:`wait_read_past`).
+READ_PAST_S = 10.0
 #: A decision's Kafka transaction left open by a killed driver is aborted by the broker after
 #: this, so readers of ``<ns>_spark_sink`` (read_committed) are never held longer.
 _TXN_TIMEOUT_MS = 30_000
@@ -127,10 +132,82 @@ def commit_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> Bat
             len(refs),
         )
     write_ops(opts, [(r, TxState.ROLLBACK) for r in strays])
-    write_ops(opts, [(r, TxState.COMMIT) for r in decision.txs])
+    # The marks are taken before the COMMITs go out: a coordinator transaction that read past
+    # one is written after it, so its positions record is at or above the mark.
+    with following_positions(opts, {t.partition for t in decision.txs}) as positions:
+        commits = write_ops(opts, [(r, TxState.COMMIT) for r in decision.txs])
+        wait_read_past(commits, positions)
     publish_expired(opts, decision)
     _forget(opts, journal)
     return decision
+
+
+def wait_read_past(
+    ops: Mapping[int, int],
+    positions: Callable[[], Mapping[int, Positions]],
+    timeout: float = READ_PAST_S,
+    poll_s: float = 0.2,
+) -> bool:
+    """Wait until the coordinators' committed op positions are past ``ops`` (op partition -> the
+    offset of this batch's last COMMIT there), at most ``timeout``. Returns whether they are.
+
+    A coordinator commits a partition's positions in the same Kafka transaction as the expiries
+    it decided before them. So once its op position is past a COMMIT, an expiry decided before
+    that COMMIT was read is in ``<ns>_expired`` (or open there, which :func:`publish_expired`
+    waits for); read earlier, an expiry committed just after it would leave the COMMIT ignored
+    while the write reports success. A COMMIT the coordinator ignores (a repeat, or one after an
+    expiry) may move no position until other work comes: the wait then ends at ``timeout``, by
+    which time an expiry decided before it has long been written.
+    """
+    waiting = dict(ops)
+    deadline = time.monotonic() + timeout
+    while waiting:
+        now = positions()
+        waiting = {p: offset for p, offset in waiting.items() if p not in now or (now[p].op or 0) <= offset}
+        if not waiting:
+            return True
+        if time.monotonic() > deadline:
+            logger.info(
+                "txbridge spark sink: op positions of %s not past this batch's COMMITs after %.0fs",
+                sorted(waiting),
+                timeout,
+            )
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+@contextmanager
+def following_positions(
+    opts: SinkOptions, partitions: set[int]
+) -> Iterator[Callable[[], Mapping[int, Positions]]]:
+    """A function returning the latest positions the coordinators committed to the
+    ``<ns>_state`` partitions ``partitions`` since this was entered (read_committed: only
+    those of committed coordinator transactions)."""
+    latest: dict[int, Positions] = {}
+    if not partitions:
+        yield lambda: latest
+        return
+    extra = kafka.settings_for("consumer", opts.librdkafka())
+    state = Topics(opts.namespace).state
+    marks = watermarks(opts.bootstrap, state, sorted(partitions), extra=extra, open_included=True)
+    consumer = kafka.consumer(opts.bootstrap, f"txbridge-admin-{uuid.uuid4().hex[:8]}", extra)
+    consumer.assign([kafka.partition_at(state, p, high) for p, (_low, high) in marks.items()])
+
+    def read() -> Mapping[int, Positions]:
+        for msg in kafka.consume_available(consumer, 1000, 0.05):
+            if msg.error() is not None or msg.key() != POSITIONS_KEY or not msg.value():
+                continue
+            try:
+                latest[msg.partition() or 0] = Positions.decode(msg.value())
+            except WireFormatError:
+                continue
+        return latest
+
+    try:
+        yield read
+    finally:
+        consumer.close()
 
 
 def publish_expired(opts: SinkOptions, decision: BatchDecision) -> list[str]:
@@ -310,14 +387,15 @@ def _write_decision(opts: SinkOptions, decision: BatchDecision, fence: Any) -> N
         raise error from exc
 
 
-def write_ops(opts: SinkOptions, decisions: Sequence[tuple[TxRef, TxState]]) -> None:
-    """One op record per ``(transaction, state)``, in order, each acknowledged.
+def write_ops(opts: SinkOptions, decisions: Sequence[tuple[TxRef, TxState]]) -> dict[int, int]:
+    """One op record per ``(transaction, state)``, in order, each acknowledged. Returns the
+    offset of the last one written to each op partition.
 
     Raises:
         KafkaOperationError: one was not acknowledged.
     """
     if not decisions:
-        return
+        return {}
     op_topic = Topics(opts.namespace).op
     records = []
     for ref, state in decisions:
@@ -331,7 +409,7 @@ def write_ops(opts: SinkOptions, decisions: Sequence[tuple[TxRef, TxState]]) -> 
             reason="txbridge spark sink",
         ).encode()
         records.append((op_topic, ref.partition, key, value))
-    _produce_all(opts, records, "op records")
+    return _produce_all(opts, records, "op records")
 
 
 def _produce_all(
@@ -339,12 +417,17 @@ def _produce_all(
     records: Sequence[tuple[str, int, bytes, bytes | None]],
     what: str,
     producer: Any = None,
-) -> None:
+) -> dict[int, int]:
+    """Produce ``records`` and wait for every acknowledgement; returns the highest offset
+    acknowledged in each partition."""
     failures: list[str] = []
+    last: dict[int, int] = {}
 
-    def delivered(err: Any, _msg: Any) -> None:
+    def delivered(err: Any, msg: Any) -> None:
         if err is not None:
             failures.append(str(err))
+        elif msg is not None and msg.offset() is not None:
+            last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
 
     producer = producer or _producer(opts)
     for topic, partition, key, value in records:
@@ -356,6 +439,7 @@ def _produce_all(
             f"txbridge spark sink: {what} not acknowledged ({left} still queued): "
             f"{failures[0] if failures else 'timed out'}"
         )
+    return last
 
 
 def _pause(stage: str, batch_id: int) -> None:

@@ -27,7 +27,8 @@ spark-sink (``txbridge.spark``: the driver program, its Spark Python workers and
     ``<ns>-spark-sink-<sink key>`` (PREFIXED WRITE), which fences a zombie driver of the
     sink; it reads ``<ns>_expired`` for the batch's transactions that expired before their
     COMMIT and publishes them as ``txbridge admin resolve`` does (READ and WRITE on it, READ on
-    ``<ns>_op``, the ``<ns>-admin-*`` fencing ids; with ``--producers-may-not-write-real-topics``
+    ``<ns>_op``, the ``<ns>-admin-*`` fencing ids; before that it follows the positions in
+    ``<ns>_state`` until they pass its COMMITs, READ on it; with ``--producers-may-not-write-real-topics``
     that publish is refused and the batch's write fails naming them).
 
 coordinator (``txbridge coordinator``)
@@ -283,6 +284,14 @@ def _spark_sink(principal: str, namespace: str) -> list[Acl]:
         Acl(principal, TOPIC, names.expired, False, "Read", "a decided batch's transactions that expired"),
         Acl(principal, TOPIC, names.expired, False, "Write", "their resolve markers (published once)"),
         Acl(principal, TOPIC, names.op, False, "Read", "resolve looks for an earlier admin decision"),
+        Acl(
+            principal,
+            TOPIC,
+            names.state,
+            False,
+            "Read",
+            "waits for the coordinators' positions to pass its COMMITs",
+        ),
     ]
     acls += [
         Acl(
