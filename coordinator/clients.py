@@ -11,18 +11,21 @@ coordinator dies (confluentinc/librdkafka#3437): the consumer never fetches agai
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
 from coordinator.commit_cycle import CommitCycle, KafkaCommitClients
-from coordinator.metrics import Stat
+from coordinator.config import CoordinatorConfig
+from coordinator.failures import Failures
+from coordinator.metrics import Stat, Stats
 from coordinator.ownership import PartitionProducers
 from coordinator.rebalance import Rebalancer
-from coordinator.shared import Shared
-from coordinator.watchdog import Wedged
+from coordinator.watchdog import Watchdog, Wedged
 from txbridge import kafka
 from txbridge.errors import KafkaOperationError, TxBridgeError
 from txbridge.kafka import Consumer
+from txbridge.wire import Topics
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +47,12 @@ class GroupClients:
     """Holds the group's consumer; joins the group, and joins it again with new clients.
 
     Args:
-        shared: the coordinator's settings and counters; what asks for new clients and where
-            the coordinator's end is set; the watchdog every blocking call runs under; the stop
-            flag, set when the coordinator must stop.
+        config: the coordinator's settings.
+        topics: the namespace's topics.
+        stats: the counters.
+        failures: what asks for new clients, and where the coordinator's end is set.
+        watchdog: every blocking call runs under it.
+        stopping: set when the coordinator must stop.
         make_consumer: a new half/op consumer of the group, not yet subscribed.
         owners: the partitions' producers (released when the clients are replaced).
         end_offsets: the commit cycle's clients (its end-offset client is renewed too).
@@ -55,22 +61,27 @@ class GroupClients:
 
     def __init__(
         self,
-        shared: Shared,
+        config: CoordinatorConfig,
+        topics: Topics,
         *,
+        stats: Stats,
+        failures: Failures,
+        watchdog: Watchdog,
+        stopping: threading.Event,
         make_consumer: Callable[[], Consumer],
         owners: PartitionProducers,
         end_offsets: KafkaCommitClients,
         on_wedged: Callable[[Wedged], None] | None,
     ) -> None:
-        self.config = shared.config
-        self.topics = shared.topics
-        self.stats = shared.stats
+        self.config = config
+        self.topics = topics
+        self.stats = stats
         self._make_consumer = make_consumer
         self._owners = owners
         self._end_offsets = end_offsets
-        self._watchdog = shared.watchdog
-        self._failures = shared.failures
-        self._stopping = shared.stopping
+        self._watchdog = watchdog
+        self._failures = failures
+        self._stopping = stopping
         self._on_wedged_hook = on_wedged
         self._consumer: Consumer | None = None
         self._rejoins: list[float] = []  # monotonic times of recent rejoins

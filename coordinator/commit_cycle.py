@@ -26,12 +26,13 @@ from typing import Any, Protocol
 from coordinator import changelog, tracing
 from coordinator.commit import TransactionContent
 from coordinator.config import CoordinatorConfig
-from coordinator.metrics import Histogram, Stat
+from coordinator.failures import Failures
+from coordinator.metrics import Histogram, Stat, Stats
+from coordinator.owned import OwnedPartitions
 from coordinator.ownership import PartitionProducers
 from coordinator.payloads import evict_states
-from coordinator.shared import Shared
 from coordinator.state import PendingTx, Phase
-from coordinator.watchdog import GRACE_S
+from coordinator.watchdog import GRACE_S, Watchdog
 from coordinator.writer import TransactionWriter
 from txbridge import kafka
 from txbridge.errors import KafkaOperationError, ProducerFencedError
@@ -170,31 +171,40 @@ class CommitCycle:
     """Starts, ends and collects the owned partitions' Kafka transactions.
 
     Args:
-        shared: the coordinator's settings, counters, owned partitions' states and positions,
-            the work the commits carry besides the states, where failures go, the watchdog.
+        config: the coordinator's settings.
+        owned: the owned partitions: their states, positions and the work the commits carry
+            besides the states (read here; a fill takes the work it commits).
+        stats: the counters.
+        failures: where a fenced, fatal or stuck commit asks for new clients.
+        watchdog: every blocking call runs under it.
         kafka_side: the producers and the end-offset lookups.
         reader: re-reads evicted half payloads before a fill (``load``).
-        rewind: rebuilds partitions whose transaction was aborted, from Kafka.
+        rewind: where partitions whose transaction was aborted are sent to be rebuilt from
+            Kafka (:meth:`OwnedPartitions.rewind`, which the loop applies).
     """
 
     def __init__(
         self,
-        shared: Shared,
+        config: CoordinatorConfig,
+        owned: OwnedPartitions,
         *,
+        stats: Stats,
+        failures: Failures,
+        watchdog: Watchdog,
         kafka_side: CommitKafka,
         reader: Any,
         rewind: Callable[[list[int]], None],
     ) -> None:
-        self.config = shared.config
-        self.topics = shared.topics
-        self.stats = shared.stats
-        self.partitions = shared.partitions
-        self.positions = shared.positions
-        self.work = shared.work
+        self.config = config
+        self.topics = owned.topics
+        self.stats = stats
+        self.partitions = owned.states
+        self.positions = owned.positions
+        self.work = owned.work
         self.kafka = kafka_side
         self._reader = reader
-        self._watchdog = shared.watchdog
-        self.failures = shared.failures
+        self._watchdog = watchdog
+        self.failures = failures
         self._rewind = rewind
         # partition -> its Kafka transaction being ended on a commit thread (one at a time per partition)
         self.in_flight: dict[int, Future[None]] = {}
@@ -509,11 +519,9 @@ class CommitCycle:
                 continue
             rewind.append(number)
         if rewind and self.failures.clients is None:
-            self.work.forget(lambda n: n in rewind)
-            try:
-                self._rewind(sorted(rewind))
-            except Exception as rewind_exc:  # the consumer cannot seek or read its offsets: start afresh
-                self.failures.clients = kafka.to_error(rewind_exc, "rewinding to the committed offsets")
+            # Rebuilt by the loop: the partitions are set aside at once, so that nothing more is
+            # applied to or committed from what the aborted transaction left in memory.
+            self._rewind(sorted(rewind))
 
     def _needs_new_clients(self, number: int, error: KafkaOperationError) -> bool:
         """A fenced partition or a fatal error: the transaction is not aborted, the clients go."""

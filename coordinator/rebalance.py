@@ -18,11 +18,13 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinator.commit_cycle import CommitCycle
+from coordinator.config import CoordinatorConfig
+from coordinator.failures import Failures
 from coordinator.health import Health
-from coordinator.metrics import Stat
+from coordinator.metrics import Stat, Stats
+from coordinator.owned import OwnedPartitions
 from coordinator.ownership import PartitionProducers
 from coordinator.restore import Restorer
-from coordinator.shared import Shared
 from coordinator.state import PartitionState
 from txbridge import kafka
 from txbridge.errors import KafkaOperationError
@@ -40,55 +42,49 @@ class Rebalancer:
     """Takes over, keeps and lets go of the owned partitions, as the group decides.
 
     Args:
-        shared: the coordinator's settings and counters; the owned partitions' states (installed
-            and dropped here) and positions; the work the commits carry; where a failed takeover
-            asks for new clients; the stop flag (an assignment stops retrying).
-        op_ends: op partition -> its end at the previous look (the service's; dropped here).
+        config: the coordinator's settings.
+        owned: the owned partitions (installed, kept, taken back and dropped through it).
+        stats: the counters.
+        failures: where a failed takeover asks for new clients.
+        stopping: set when the coordinator must stop (an assignment stops retrying).
         cycle: the commit cycle: a revocation commits the open work first.
         owners: the owned partitions' producers (claimed and released here).
         restorer: reads where a partition stands.
         health: told while an assignment is under way and what is served.
         running: set once partitions may be served.
-        consumer: the group's consumer (a rewind seeks it).
         offsets_client: a consumer for the invariant checks' reads.
     """
 
     def __init__(
         self,
-        shared: Shared,
+        config: CoordinatorConfig,
+        owned: OwnedPartitions,
         *,
-        op_ends: dict[int, int],
+        stats: Stats,
+        failures: Failures,
+        stopping: threading.Event,
         cycle: CommitCycle,
         owners: PartitionProducers,
         restorer: Restorer,
         health: Health,
         running: threading.Event,
-        consumer: Callable[[], Consumer],
         offsets_client: Callable[[], Consumer],
     ) -> None:
-        self.config = shared.config
-        self.topics = shared.topics
-        self.stats = shared.stats
-        self.partitions = shared.partitions
-        self._positions = shared.positions
-        self._op_ends = op_ends
-        self._work = shared.work
+        self.config = config
+        self.topics = owned.topics
+        self.stats = stats
+        self._owned = owned
+        self.partitions = owned.states
+        self._positions = owned.positions
+        self._work = owned.work
         self._cycle = cycle
         self._owners = owners
         self._restorer = restorer
         self._health = health
         self._running = running
-        self._failures = shared.failures
-        self._stopping = shared.stopping
-        self._consumer = consumer
+        self._failures = failures
+        self._stopping = stopping
         self._offsets_client = offsets_client
-        # Revoked with everything committed, producer and state kept: served on from memory if the
-        # next assignment gives them back (_keep, _take_back).
-        self._kept: dict[int, PartitionState] = {}
-        # The kept partitions' positions when they were kept: what their states were committed
-        # with (checked when they are taken back, under check_invariants).
-        self._kept_at: dict[tuple[str, int], int | None] = {}
-        self.owned: frozenset[int] = frozenset()  # partitions served, for the resumer's thread
         # The consumer protocol (KIP-848) moves partitions incrementally: the callbacks get only
         # the moved ones, and a revoked partition goes to another member, never back in the next
         # generation, so nothing is kept.
@@ -149,25 +145,10 @@ class Rebalancer:
 
     def _take_back(self, numbers: list[int]) -> None:
         """Serve on the kept partitions (:meth:`_keep`) the assignment gives back; let the others go."""
-        kept, self._kept = self._kept, {}
-        for number in set(kept) & set(numbers):
-            if self.config.check_invariants:
-                self._assert_unmoved(number)
-            self.partitions[number] = kept[number]
+        back, gone = self._owned.take_back(numbers, check=self.config.check_invariants)
         # After the kept ones are back: drop lets go of every producer of a partition not served.
-        gone = sorted(set(kept) - set(numbers))
         self.drop(self._both(gone))
-        self.stats[Stat.PARTITIONS_KEPT] += len(set(kept) & set(numbers))
-
-    def _assert_unmoved(self, number: int) -> None:
-        """A kept partition's positions are still those its state was committed with: nothing
-        read while it was not served moved them past a record its state never saw."""
-        for topic in (self.topics.half, self.topics.op):
-            kept_at, now = self._kept_at.get((topic, number)), self._positions.get((topic, number))
-            assert now == kept_at, (
-                f"kept partition {topic}/{number} moved from position {kept_at} to {now} while it "
-                "was not served: the records in between were never applied to its state"
-            )
+        self.stats[Stat.PARTITIONS_KEPT] += len(back)
 
     def _take_over(self, consumer: Consumer, numbers: list[int]) -> None:
         """Claim ``numbers``, then read where they stand: the order is the ownership argument.
@@ -212,10 +193,9 @@ class Rebalancer:
             if (tp.topic, tp.partition) not in {(a.topic, a.partition) for a in added}:
                 consumer.seek(tp)
 
-    def rewind(self, numbers: list[int]) -> None:
-        """Rebuild ``numbers`` (their Kafka transaction was aborted) from ``<ns>_state``, and
-        seek the consumer back to their positions. Their other work is forgotten already."""
-        consumer = self._consumer()
+    def rewind(self, numbers: list[int], consumer: Consumer) -> None:
+        """Rebuild ``numbers`` (their Kafka transaction was aborted, :meth:`OwnedPartitions.rewind`
+        set them aside) from ``<ns>_state``, and seek the consumer back to their positions."""
         restored = self._restorer.read_changelog(numbers)
         young = self._restorer.take_positions(numbers, restored, consumer)
         for tp in self._positioned(numbers):
@@ -223,8 +203,7 @@ class Rebalancer:
         self._install(self._restorer.restore(numbers, restored, young, consumer))
 
     def _install(self, states: dict[int, PartitionState]) -> None:
-        self.partitions.update(states)
-        self.owned = frozenset(self.partitions)
+        self._owned.install(states)
 
     # ------------------------------------------------------------------ letting go
 
@@ -268,20 +247,14 @@ class Rebalancer:
         clients (:class:`coordinator.commit_cycle.CommitCycle`): nothing is committed from a
         stale state.
         """
-        self._kept = {}
         if self._failures.clients is not None or self._failures.fatal is not None:
+            self._owned.forget_kept()
             return
-        busy = self._work.busy() | self._cycle.in_flight.keys()
-        for number in sorted({tp.partition for tp in partitions if tp.topic == self.topics.half}):
-            state = self.partitions.get(number)
-            settled = number not in busy
-            if state is not None and settled and not state.unsaved and number in self._owners:
-                self._kept[number] = state
-        self._kept_at = {
-            (topic, number): self._positions.get((topic, number))
-            for number in self._kept
-            for topic in (self.topics.half, self.topics.op)
-        }
+        self._owned.keep(
+            {tp.partition for tp in partitions if tp.topic == self.topics.half},
+            busy=self._work.busy() | self._cycle.in_flight.keys(),
+            producing=self._owners.__contains__,
+        )
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The session expired: drop ``partitions`` without committing."""
@@ -289,7 +262,7 @@ class Rebalancer:
         self.stats[Stat.SESSIONS_LOST] += 1
         self._cycle.drain()  # their commits fail (fenced) or land: either way above what the next owner reads
         self._work.batch.clear()
-        self._kept = {}
+        self._owned.forget_kept()
         if self._incremental:
             self._let_go(consumer, partitions)
             return
@@ -299,27 +272,17 @@ class Rebalancer:
         """Let go of every partition, kept ones too, and of their uncommitted work: the clients
         are being replaced (:meth:`coordinator.clients.GroupClients.rejoin`)."""
         self._cycle.drain(errors=False)
-        self._work.batch.clear()
-        self._work.unsaved.clear()
-        self._kept = {}
         self._given, self._reading = set(), set()
-        self.drop(self._both(list(self.partitions)))
-        self._positions.clear()
+        self._owned.reset()
+        self._owners.release(self._owners.numbers())
+        self._cycle.keep_copies(set())
         self._running.clear()
 
     def drop(self, partitions: list[Any]) -> None:
-        """Forget ``partitions`` (but the positions of kept ones) and release the producers of
-        every partition neither served nor kept."""
-        for tp in partitions:
-            if tp.partition not in self._kept:
-                self._positions.pop((tp.topic, tp.partition), None)
-                if tp.topic == self.topics.op:
-                    self._op_ends.pop(tp.partition, None)
-            if tp.topic == self.topics.half:
-                self.partitions.pop(tp.partition, None)
-        self.owned = frozenset(self.partitions)
-        self._owners.release(self._owners.numbers() - set(self.partitions) - set(self._kept))
-        self._work.keep_only(self.partitions)
+        """Stop serving ``partitions`` (:meth:`OwnedPartitions.drop`) and release the producers
+        of every partition not held any more."""
+        self._owned.drop(partitions)
+        self._owners.release(self._owners.numbers() - self._owned.held())
         self._cycle.keep_copies(set(self.partitions))
 
     def _positioned(self, numbers: list[int]) -> list[TopicPartition]:

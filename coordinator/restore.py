@@ -5,24 +5,27 @@ each partition's positions, and the young halves re-read, rebuilt into their sta
 parts"). The service claims the partitions first (``PartitionProducers.claim``, which fences
 every earlier owner) and then asks it where they stand: that order is the ownership argument
 (docs/DESIGN.md, "Ownership"). It also serves a rewind, which reads the same after a failed
-Kafka transaction. The positions it reads go into the service's positions map, which it shares.
+Kafka transaction. The positions it reads are placed with the owned partitions
+(:meth:`coordinator.owned.OwnedPartitions.place`), before their states are installed.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from coordinator import changelog
+from coordinator.config import CoordinatorConfig
+from coordinator.metrics import Stats
 from coordinator.payloads import HalfReader
-from coordinator.shared import Shared
 from coordinator.state import PartitionState
+from coordinator.watchdog import Watchdog
 from txbridge import kafka
 from txbridge.errors import WireFormatError
 from txbridge.kafka import Consumer, TopicPartition
-from txbridge.wire import decode_young
+from txbridge.wire import Topics, decode_young
 
 logger = logging.getLogger(__name__)
 
@@ -36,25 +39,47 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class Placement(Protocol):
+    """Where the restore puts the positions it reads (:class:`coordinator.owned.OwnedPartitions`)."""
+
+    @property
+    def positions(self) -> Mapping[tuple[str, int], int]: ...
+
+    def place(self, topic: str, number: int, offset: int | None) -> None: ...
+
+
 class Restorer:
     """Reads where partitions stand and rebuilds their state.
 
     Args:
-        shared: the coordinator's settings, topics and counters; its positions, (topic,
-            partition) -> the next offset to consume, which :meth:`take_positions` fills for the
-            partitions it reads; the watchdog that bounds the blocking reads.
+        config: the coordinator's settings.
+        topics: the namespace's topics.
+        stats: the counters.
+        watchdog: bounds the blocking reads.
+        positions: (topic, partition) -> the next offset to consume; :meth:`take_positions`
+            places those of the partitions it reads.
         reader: re-reads half records by offset (the young halves).
         now_ms: the brokers' clock (:class:`coordinator.broker_clock.BrokerClock`), the append
             time of a half of a topic that keeps CreateTime.
     """
 
-    def __init__(self, shared: Shared, *, reader: HalfReader, now_ms: Callable[[], int] = _now_ms) -> None:
-        self.config = shared.config
-        self.topics = shared.topics
-        self.stats = shared.stats
-        self._positions = shared.positions
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        topics: Topics,
+        stats: Stats,
+        watchdog: Watchdog,
+        *,
+        positions: Placement,
+        reader: HalfReader,
+        now_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.stats = stats
+        self._positions = positions
         self._reader = reader
-        self._watchdog = shared.watchdog
+        self._watchdog = watchdog
         self._now_ms = now_ms
 
     def read_changelog(self, numbers: list[int]) -> changelog.Restored:
@@ -75,7 +100,7 @@ class Restorer:
         group's committed offsets. Returns the young halves' offsets per partition."""
         for number in numbers:
             for topic in (self.topics.half, self.topics.op):
-                self._positions.pop((topic, number), None)
+                self._positions.place(topic, number, None)
         committed = []
         for number, where in restored.positions.items():
             if where.half is not None:
@@ -151,7 +176,7 @@ class Restorer:
         for tp in committed:
             if tp.offset < 0:
                 continue
-            self._positions[(tp.topic, tp.partition)] = tp.offset
+            self._positions.place(tp.topic, tp.partition, tp.offset)
             if tp.topic == self.topics.half:
                 try:
                     young[tp.partition] = decode_young(tp.offset, tp.metadata)
@@ -167,7 +192,7 @@ class Restorer:
         states: dict[int, PartitionState] = {}
         restored = read.pending
         for number in numbers:
-            start = self._positions.get((self.topics.half, number))
+            start = self._positions.positions.get((self.topics.half, number))
             if start is None:
                 with self._watchdog.deadline("reading a half partition's offsets", 10):
                     low, _high = consumer.get_watermark_offsets(

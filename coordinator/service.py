@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from coordinator import health, membership, metrics
@@ -35,16 +35,17 @@ from coordinator.clients import GroupClients
 from coordinator.commit_cycle import CommitCycle, KafkaCommitClients
 from coordinator.config import CoordinatorConfig
 from coordinator.copartition import check_copartitioned
+from coordinator.failures import Failures
 from coordinator.metrics import Stat, Stats
+from coordinator.owned import OwnedPartitions, Work
 from coordinator.ownership import PartitionProducers
 from coordinator.payloads import HalfReader, record_size
 from coordinator.rebalance import Rebalancer
 from coordinator.registry import ProducerRegistry
-from coordinator.republisher import Batch, quarantine_raw
+from coordinator.republisher import quarantine_raw
 from coordinator.restore import RESTORE_WAIT_S, Restorer
 from coordinator.resume import ExpiryResumer
 from coordinator.scheduler import CheckPolicy
-from coordinator.shared import Failures, Shared, Work
 from coordinator.state import PartitionState, Phase
 from coordinator.watchdog import Watchdog, Wedged
 from txbridge import kafka
@@ -143,13 +144,10 @@ class Coordinator:
         self.stats: Stats = Counter()
         #: The brokers' clock: every comparison of "now" with a broker timestamp reads it.
         self.clock = BrokerClock()
-        self.partitions: dict[int, PartitionState] = {}
-        self._positions: dict[tuple[str, int], int] = {}
-        # op partition -> its end at the previous look (see _ops_caught_up)
-        self._op_ends: dict[int, int] = {}
+        #: The owned partitions: their states, positions and the work the next commits carry.
+        self.owned = OwnedPartitions(self.topics)
         self._next_schedule = self._next_returns = 0.0  # when _look_around looks again
         self._next_log = time.monotonic() + config.log_interval_s
-        self.work = Work(Batch(self.topics))  # what the next commits carry besides the states
         self._stop = threading.Event()
         self._session_ms: int | None = None  # asked of the cluster on first use, in _start
         self._transport = transport
@@ -165,20 +163,13 @@ class Coordinator:
         self._owners = PartitionProducers(config, self._watchdog)
         self._kafka = KafkaCommitClients(config, self.topics, self._owners, self._client)
         self.failures = Failures()  # the clients to replace (rejoin), or the coordinator to stop
-        # What the parts share: these same objects, changed in place by the parts.
-        self._shared = Shared(
+        self._clients = GroupClients(
             config,
             self.topics,
-            self.stats,
-            self.partitions,
-            self._positions,
-            self.work,
-            self.failures,
-            self._watchdog,
-            self._stop,
-        )
-        self._clients = GroupClients(
-            self._shared,
+            stats=self.stats,
+            failures=self.failures,
+            watchdog=self._watchdog,
+            stopping=self._stop,
             make_consumer=self._new_consumer,
             owners=self._owners,
             end_offsets=self._kafka,
@@ -191,6 +182,16 @@ class Coordinator:
         self._state_offsets = health.StableOffsets(config, self.topics.state)
 
     # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def partitions(self) -> Mapping[int, PartitionState]:
+        """The served partitions' states (:attr:`owned`)."""
+        return self.owned.states
+
+    @property
+    def work(self) -> Work:
+        """What the next commits carry besides the states (:attr:`owned`)."""
+        return self.owned.work
 
     @property
     def rebalancer(self) -> Rebalancer:
@@ -249,7 +250,7 @@ class Coordinator:
                 cfg.bootstrap,
                 cfg.namespace,
                 self._checker,
-                owned=lambda: set(self.rebalancer.owned),
+                owned=self.owned.served,
                 limit=cfg.resume_expired_max,
                 extra=cfg.extra_config,
             )
@@ -283,12 +284,20 @@ class Coordinator:
     def _make_parts(self, checker: Checker, registry: ProducerRegistry, reader: HalfReader) -> None:
         """The parts that work on the owned partitions, wired to each other and to the clients."""
         cfg = self.config
-        self._restorer = Restorer(self._shared, reader=reader, now_ms=self.clock.now_ms)
+        self._restorer = Restorer(
+            cfg,
+            self.topics,
+            self.stats,
+            self._watchdog,
+            positions=self.owned,
+            reader=reader,
+            now_ms=self.clock.now_ms,
+        )
         self._checks = BackChecks(
             cfg,
             self.policy,
             self.stats,
-            self.partitions,
+            self.owned.states,
             batch=self.work.batch,
             ready=self.work.ready,
             expiring=self.work.expiring,
@@ -298,21 +307,26 @@ class Coordinator:
             now_ms=self.clock.now_ms,
         )
         self._cycle = self.cycle_class(
-            self._shared,
+            cfg,
+            self.owned,
+            stats=self.stats,
+            failures=self.failures,
+            watchdog=self._watchdog,
             kafka_side=self._kafka,
             reader=reader,
-            # late-bound: the rebalancer, made next, needs the cycle
-            rewind=lambda numbers: self.rebalancer.rewind(numbers),  # noqa: PLW0108
+            rewind=self.owned.rewind,
         )
         self._rebalancer = Rebalancer(
-            self._shared,
-            op_ends=self._op_ends,
+            cfg,
+            self.owned,
+            stats=self.stats,
+            failures=self.failures,
+            stopping=self._stop,
             cycle=self._cycle,
             owners=self._owners,
             restorer=self._restorer,
             health=self.health,
             running=self.running,
-            consumer=self._client,
             offsets_client=self._kafka.offsets_client,
         )
         self._clients.attach(self._rebalancer, self._cycle)
@@ -461,6 +475,7 @@ class Coordinator:
         while not self._stop.is_set():
             self.health.beat()
             cycle.collect()
+            self._rewind()
             if self.failures.clients is not None:
                 self._clients.rejoin()
                 continue
@@ -485,6 +500,17 @@ class Coordinator:
                 next_tick = time.monotonic() + interval
             elif cycle.waiting():
                 cycle.start(everything=False)
+
+    def _rewind(self) -> None:
+        """Rebuild the partitions whose Kafka transaction was aborted (the commit cycle set them
+        aside: :meth:`OwnedPartitions.rewind`)."""
+        numbers = self.owned.to_rewind()
+        if not numbers or self.failures.clients is not None:
+            return
+        try:
+            self.rebalancer.rewind(numbers, self._client())
+        except Exception as exc:  # the consumer cannot seek or read its offsets: start afresh
+            self.failures.clients = kafka.to_error(exc, "rewinding to the committed offsets")
 
     def _look_around(self, now: float) -> float:
         """Between consuming and committing: the registry, check answers and due checks,
@@ -533,7 +559,7 @@ class Coordinator:
             return
         topic, number = msg.topic(), msg.partition()
         state = self.partitions.get(number)
-        position = self._positions.get((topic, number), -1)
+        position = self.owned.positions.get((topic, number), -1)
         if state is None or msg.offset() < position:
             # Fetched before a rebalance that ran inside the consume() call that returned it:
             # its partition was revoked meanwhile (and is perhaps kept, or given back), or it was
@@ -541,8 +567,7 @@ class Coordinator:
             # stays where the partition's state is: the record is read again from there.
             self.stats[Stat.STALE_RECORDS] += 1
             return
-        self._positions[(topic, number)] = msg.offset() + 1
-        self.work.unsaved.add(number)
+        self.owned.advance(topic, number, msg.offset() + 1)
         if topic == self.topics.half:
             self.stats[Stat.HALF_RECORDS] += 1
             try:
@@ -624,7 +649,7 @@ class Coordinator:
         tps = [kafka.partition_at(self.topics.op, n) for n in numbers]
         ready = []
         for number, tp in zip(numbers, tps, strict=True):
-            previous = self._op_ends.get(number)
+            previous = self.owned.op_ends.get(number)
             try:  # no request: the ends (last stable offset) seen in the latest fetch response
                 low, end = self._client().get_watermark_offsets(tp, cached=True)
             except Exception:
@@ -632,9 +657,9 @@ class Coordinator:
             # librdkafka's position moves past control records and aborted records too.
             position = positions.get(number, -1)
             if position < 0:  # nothing read since the assignment: where the group committed, or the start
-                position = self._positions.get((self.topics.op, number), low)
+                position = self.owned.positions.get((self.topics.op, number), low)
             if end >= 0:
-                self._op_ends[number] = end
+                self.owned.op_ends[number] = end
             if previous is not None and position >= previous:
                 ready.append(number)
         return ready

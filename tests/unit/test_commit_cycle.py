@@ -19,9 +19,10 @@ import pytest
 
 from coordinator.commit_cycle import CommitCycle
 from coordinator.config import CoordinatorConfig
+from coordinator.failures import Failures
 from coordinator.metrics import Stat
+from coordinator.owned import OwnedPartitions, Work
 from coordinator.republisher import Batch
-from coordinator.shared import Failures, Shared, Work
 from coordinator.state import PartitionState, PendingTx, Phase
 from coordinator.watchdog import Watchdog
 from coordinator.writer import TransactionWriter
@@ -112,26 +113,24 @@ class FakeReader:
 class Parts:
     def __init__(self, numbers: tuple[int, ...] = (0,), *, pace_ms: int = 0) -> None:
         self.stats: Counter[str] = Counter()
-        self.partitions = {n: PartitionState(n, self.stats) for n in numbers}
-        self.positions: dict[tuple[str, int], int] = {}
-        self.work = Work(Batch(TOPICS))
+        self.owned = OwnedPartitions(TOPICS)
+        self.owned.install({n: PartitionState(n, self.stats) for n in numbers})
+        self.partitions = self.owned.states
+        self.positions = self.owned.positions
+        self.work = self.owned.work
         self.kafka = FakeKafka(list(numbers))
         self.failures = Failures()
         self.rewound: list[list[int]] = []
         self.watchdog = Watchdog(lambda _wedged: None)
-        shared = Shared(
-            CoordinatorConfig(bootstrap="b:1", commit_pace_ms=pace_ms),
-            TOPICS,
-            self.stats,
-            self.partitions,
-            self.positions,
-            self.work,
-            self.failures,
-            self.watchdog,
-            threading.Event(),
-        )
         self.cycle = CommitCycle(
-            shared, kafka_side=self.kafka, reader=FakeReader(), rewind=self.rewound.append
+            CoordinatorConfig(bootstrap="b:1", commit_pace_ms=pace_ms),
+            self.owned,
+            stats=self.stats,
+            failures=self.failures,
+            watchdog=self.watchdog,
+            kafka_side=self.kafka,
+            reader=FakeReader(),
+            rewind=self.rewound.append,
         )
         self._offsets = dict.fromkeys(numbers, 0)
 
@@ -142,7 +141,7 @@ class Parts:
         half = HalfMessage(tx, 0, "orders", b"v", key=b"k", group="g", instance="i")
         state.on_half(half, offset, 10, int(time.time() * 1000))
         self._offsets[number] = offset + 1
-        self.positions[(TOPICS.half, number)] = offset + 1
+        self.owned.place(TOPICS.half, number, offset + 1)
         return state
 
     def commit_tx(self, tx: str, number: int = 0) -> None:
