@@ -14,17 +14,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-from coordinator.commit_cycle import CommitCycle, KafkaCommitClients
 from coordinator.config import CoordinatorConfig
 from coordinator.failures import Failures
 from coordinator.metrics import Stat, Stats
-from coordinator.ownership import PartitionProducers
-from coordinator.rebalance import Rebalancer
-from coordinator.watchdog import Watchdog, Wedged
+from coordinator.watchdog import Watchdog
 from txbridge import kafka
-from txbridge.errors import KafkaOperationError, TxBridgeError
-from txbridge.kafka import Consumer
+from txbridge.errors import KafkaOperationError
+from txbridge.kafka import Consumer, TopicPartition
 from txbridge.wire import Topics
 
 logger = logging.getLogger(__name__)
@@ -43,6 +41,19 @@ UNRELEASED_WAIT_S = 75.0
 UNRELEASED_RETRY_S = 1.0
 
 
+class RebalanceListener(Protocol):
+    """What a join subscribes with and a rejoin resets (:class:`coordinator.rebalance.Rebalancer`)."""
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None: ...
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None: ...
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None: ...
+
+    def reset(self) -> None:
+        """Let go of every partition and of the clients' uncommitted work: the clients are replaced."""
+
+
 class GroupClients:
     """Holds the group's consumer; joins the group, and joins it again with new clients.
 
@@ -54,9 +65,6 @@ class GroupClients:
         watchdog: every blocking call runs under it.
         stopping: set when the coordinator must stop.
         make_consumer: a new half/op consumer of the group, not yet subscribed.
-        owners: the partitions' producers (released when the clients are replaced).
-        end_offsets: the commit cycle's clients (its end-offset client is renewed too).
-        on_wedged: called when a call other than a commit is stuck (see :meth:`on_wedged`).
     """
 
     def __init__(
@@ -69,29 +77,17 @@ class GroupClients:
         watchdog: Watchdog,
         stopping: threading.Event,
         make_consumer: Callable[[], Consumer],
-        owners: PartitionProducers,
-        end_offsets: KafkaCommitClients,
-        on_wedged: Callable[[Wedged], None] | None,
     ) -> None:
         self.config = config
         self.topics = topics
         self.stats = stats
         self._make_consumer = make_consumer
-        self._owners = owners
-        self._end_offsets = end_offsets
         self._watchdog = watchdog
         self._failures = failures
         self._stopping = stopping
-        self._on_wedged_hook = on_wedged
         self._consumer: Consumer | None = None
         self._rejoins: list[float] = []  # monotonic times of recent rejoins
         self._refused_since: float | None = None  # first refusal of the instance id (UNRELEASED_WAIT_S)
-        self._rebalancer: Rebalancer | None = None  # attach()
-        self._cycle: CommitCycle | None = None
-
-    def attach(self, rebalancer: Rebalancer, cycle: CommitCycle) -> None:
-        """The parts a join subscribes with and a rejoin resets (made once the clients are)."""
-        self._rebalancer, self._cycle = rebalancer, cycle
 
     def consumer(self) -> Consumer:
         """The group's consumer (half + op), while the coordinator holds one."""
@@ -101,23 +97,18 @@ class GroupClients:
         """Whether the coordinator holds a consumer."""
         return self._consumer is not None
 
-    def _parts(self) -> Rebalancer:
-        if self._rebalancer is None:
-            raise TxBridgeError("the coordinator's clients are not attached to its parts")
-        return self._rebalancer
-
-    def join(self) -> None:
-        """Create the half/op consumer and subscribe: the group assigns this instance its partitions."""
-        rebalancer = self._parts()
+    def join(self, listener: RebalanceListener) -> None:
+        """Create the half/op consumer and subscribe: the group assigns this instance its
+        partitions, and ``listener`` takes them over and lets them go."""
         self._consumer = self._make_consumer()
         self._consumer.subscribe(
             [self.topics.half, self.topics.op],
-            on_assign=rebalancer.on_assign,
-            on_revoke=rebalancer.on_revoke,
-            on_lost=rebalancer.on_lost,
+            on_assign=listener.on_assign,
+            on_revoke=listener.on_revoke,
+            on_lost=listener.on_lost,
         )
 
-    def rejoin(self) -> None:
+    def rejoin(self, listener: RebalanceListener) -> None:
         """Replace the clients after one failed (:attr:`Failures.clients`), in-process.
 
         Its partitions' uncommitted work is dropped as when partitions are lost (it is above
@@ -173,7 +164,7 @@ class GroupClients:
             error,
         )
         self.stats[Stat.CONSUMER_REJOINS] += 1
-        self._parts().reset()
+        listener.reset()
         old, self._consumer = self._consumer, None
         try:
             with self._watchdog.deadline("closing the failed consumer", 30):
@@ -181,9 +172,7 @@ class GroupClients:
                 kafka.opened(old, "the failed consumer").close()
         except Exception as exc:
             logger.info("closing the failed consumer: %s", exc)
-        self._owners.release_all()  # the next assignment claims its partitions afresh
-        self._end_offsets.renew_end_offsets()
-        self.join()
+        self.join(listener)
 
     def _still_held(self, error: Exception, now: float) -> bool:
         """Whether ``error`` is the consumer protocol's refusal of this instance id, within
@@ -194,29 +183,6 @@ class GroupClients:
         if self._refused_since is None:
             self._refused_since = now
         return now - self._refused_since < UNRELEASED_WAIT_S
-
-    def on_wedged(self, wedged: Wedged) -> None:
-        """The watchdog's report of a stuck call (its thread).
-
-        A partition's commit: the loop abandons its producer and replaces the clients
-        (:meth:`CommitCycle.collect`). Any other call cannot be interrupted in-process: logged,
-        and the ``on_wedged`` hook called (the CLI ends the process there).
-        """
-        self.stats[Stat.WEDGED_CALLS] += 1
-        if self._cycle is not None and self._cycle.wedged(wedged.thread):
-            logger.error("coordinator %s: %s; its clients are replaced", self.config.instance_id, wedged)
-            return
-        logger.critical(
-            "coordinator %s is stuck: %s. librdkafka cannot interrupt it; %s\n%s",
-            self.config.instance_id,
-            wedged,
-            "ending the process so that it starts again"
-            if self._on_wedged_hook is not None
-            else "restart this coordinator (its partitions are not served meanwhile)",
-            wedged.stack,
-        )
-        if self._on_wedged_hook is not None:
-            self._on_wedged_hook(wedged)
 
     def close(self) -> None:
         """Close the consumer: it leaves the group, and its partitions move at once."""

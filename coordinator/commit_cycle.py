@@ -32,7 +32,7 @@ from coordinator.owned import OwnedPartitions
 from coordinator.ownership import PartitionProducers
 from coordinator.payloads import evict_states
 from coordinator.state import PendingTx, Phase
-from coordinator.watchdog import GRACE_S, Watchdog
+from coordinator.watchdog import GRACE_S, Watchdog, WedgedCalls
 from coordinator.writer import TransactionWriter
 from txbridge import kafka
 from txbridge.errors import KafkaOperationError, ProducerFencedError
@@ -179,6 +179,7 @@ class CommitCycle:
         watchdog: every blocking call runs under it.
         kafka_side: the producers and the end-offset lookups.
         reader: re-reads evicted half payloads before a fill (``load``).
+        wedged: the watchdog's reports of stuck calls: a commit thread's is abandoned here.
         rewind: where partitions whose transaction was aborted are sent to be rebuilt from
             Kafka (:meth:`OwnedPartitions.rewind`, which the loop applies).
     """
@@ -193,6 +194,7 @@ class CommitCycle:
         watchdog: Watchdog,
         kafka_side: CommitKafka,
         reader: Any,
+        wedged: WedgedCalls | None = None,
         rewind: Callable[[list[int]], None],
     ) -> None:
         self.config = config
@@ -218,7 +220,10 @@ class CommitCycle:
         self._to_copy: dict[tuple[str, int], TopicPartition] = {}
         self._next_copy = 0.0
         self._ending: dict[int, str] = {}  # partition -> the commit thread ending its transaction
-        self._wedged_threads: set[str] = set()  # threads whose call the watchdog reported stuck
+        # the commit threads whose call the watchdog reported stuck
+        self._wedged = wedged or WedgedCalls(
+            config.instance_id, lambda: None, abandonable=THREAD_PREFIX, hook=None
+        )
         self._pools = 0
         self._commits = ThreadPoolExecutor(COMMIT_THREADS, f"{THREAD_PREFIX}-0")
         self._pace_s = self.config.commit_pace_ms / 1000
@@ -268,10 +273,7 @@ class CommitCycle:
     def wedged(self, thread: str) -> bool:
         """Note a commit thread whose call the watchdog reported stuck; False if ``thread`` is
         not a commit thread."""
-        if not thread.startswith(THREAD_PREFIX):
-            return False
-        self._wedged_threads.add(thread)
-        return True
+        return self._wedged.note(thread)
 
     def close(self) -> None:
         self._commits.shutdown(wait=False)
@@ -440,7 +442,7 @@ class CommitCycle:
         failed: dict[int, Exception] = {}
         for number, future in list(self.in_flight.items()):
             if not future.done():
-                if self._ending.get(number) in self._wedged_threads:
+                if self._ending.get(number) in self._wedged:
                     del self.in_flight[number]
                     failed[number] = self._abandon(number)
                 continue
@@ -466,7 +468,7 @@ class CommitCycle:
         backstop = time.monotonic() + END_RETRY_S + 2 * TXN_CALL_TIMEOUT_S + GRACE_S
         while self.in_flight:
             done, _ = wait_for_any(list(self.in_flight.values()), timeout=0.5)
-            stuck = [n for n in self.in_flight if self._ending.get(n) in self._wedged_threads]
+            stuck = [n for n in self.in_flight if self._ending.get(n) in self._wedged]
             if not done and (stuck or time.monotonic() > backstop):
                 for number in stuck or list(self.in_flight):
                     del self.in_flight[number]

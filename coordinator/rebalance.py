@@ -14,10 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-from coordinator.commit_cycle import CommitCycle
+from coordinator.commit_cycle import CommitCycle, KafkaCommitClients
 from coordinator.config import CoordinatorConfig
 from coordinator.failures import Failures
 from coordinator.health import Health
@@ -52,7 +51,8 @@ class Rebalancer:
         restorer: reads where a partition stands.
         health: told while an assignment is under way and what is served.
         running: set once partitions may be served.
-        offsets_client: a consumer for the invariant checks' reads.
+        end_offsets: the end-offset clients (a read_committed one for the invariant checks'
+            reads; renewed with the other clients).
     """
 
     def __init__(
@@ -68,7 +68,7 @@ class Rebalancer:
         restorer: Restorer,
         health: Health,
         running: threading.Event,
-        offsets_client: Callable[[], Consumer],
+        end_offsets: KafkaCommitClients,
     ) -> None:
         self.config = config
         self.topics = owned.topics
@@ -84,7 +84,7 @@ class Rebalancer:
         self._running = running
         self._failures = failures
         self._stopping = stopping
-        self._offsets_client = offsets_client
+        self._end_offsets = end_offsets
         # The consumer protocol (KIP-848) moves partitions incrementally: the callbacks get only
         # the moved ones, and a revoked partition goes to another member, never back in the next
         # generation, so nothing is kept.
@@ -168,7 +168,7 @@ class Rebalancer:
         self._read_from_positions(consumer, numbers)
         self._install(self._restorer.restore(fresh, restored, young, consumer))
         if self.config.check_invariants:
-            self._restorer.assert_settled(numbers, self._offsets_client())
+            self._restorer.assert_settled(numbers, self._end_offsets.offsets_client())
 
     def _read_from_positions(self, consumer: Consumer, numbers: list[int]) -> None:
         """Point the consumer at ``numbers``' positions.
@@ -269,12 +269,14 @@ class Rebalancer:
         self.drop(partitions)
 
     def reset(self) -> None:
-        """Let go of every partition, kept ones too, and of their uncommitted work: the clients
-        are being replaced (:meth:`coordinator.clients.GroupClients.rejoin`)."""
+        """Let go of every partition, kept ones too, of their uncommitted work and of their
+        producers: the clients are being replaced (:meth:`coordinator.clients.GroupClients.rejoin`);
+        the next assignment claims the partitions afresh."""
         self._cycle.drain(errors=False)
         self._given, self._reading = set(), set()
         self._owned.reset()
-        self._owners.release(self._owners.numbers())
+        self._owners.release_all()
+        self._end_offsets.renew_end_offsets()
         self._cycle.keep_copies(set())
         self._running.clear()
 

@@ -54,6 +54,64 @@ class Wedged:
         )
 
 
+class WedgedCalls:
+    """Where the watchdog reports a stuck call (from its thread).
+
+    A call on a thread whose name starts with ``abandonable`` (the commit threads) is noted:
+    its owner abandons it and asks for new clients (:meth:`CommitCycle.collect`). Any other
+    call cannot be interrupted in-process: it is logged, and ``hook`` is called (the CLI ends
+    the process there).
+
+    Args:
+        instance_id: the coordinator's instance id, for the log.
+        counted: called once per report (the counter of stuck calls).
+        abandonable: the name prefix of the threads whose stuck calls are abandoned.
+        hook: called with any other stuck call; None: it is only logged.
+    """
+
+    def __init__(
+        self,
+        instance_id: str,
+        counted: Callable[[], None],
+        *,
+        abandonable: str,
+        hook: Callable[[Wedged], None] | None,
+    ) -> None:
+        self._instance_id = instance_id
+        self._counted = counted
+        self._abandonable = abandonable
+        self._hook = hook
+        self._threads: set[str] = set()  # the abandonable threads reported stuck
+
+    def report(self, wedged: Wedged) -> None:
+        """The watchdog's report of ``wedged`` (its thread)."""
+        self._counted()
+        if self.note(wedged.thread):
+            logger.error("coordinator %s: %s; its clients are replaced", self._instance_id, wedged)
+            return
+        logger.critical(
+            "coordinator %s is stuck: %s. librdkafka cannot interrupt it; %s\n%s",
+            self._instance_id,
+            wedged,
+            "ending the process so that it starts again"
+            if self._hook is not None
+            else "restart this coordinator (its partitions are not served meanwhile)",
+            wedged.stack,
+        )
+        if self._hook is not None:
+            self._hook(wedged)
+
+    def note(self, thread: str) -> bool:
+        """Note ``thread`` as stuck; False if it is not an abandonable thread."""
+        if not thread.startswith(self._abandonable):
+            return False
+        self._threads.add(thread)
+        return True
+
+    def __contains__(self, thread: object) -> bool:
+        return thread in self._threads
+
+
 @dataclass
 class _Armed:
     what: str

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-import coordinator.service as service_module
+import coordinator.assembly as service_module
 from coordinator import clients, commit_cycle
 from coordinator.metrics import Stat
 from coordinator.service import Coordinator

@@ -87,8 +87,8 @@ class Knobs:
     sdk_extra: Mapping[str, Any] = field(default_factory=dict)  # the SDK producer's extra_config
     op_linger_ms: int | None = None  # txbridge.delivery.URGENT_LINGER_MS: the op records' producer
     coord_linger_ms: int | None = None  # the coordinator's transactional producer
-    fetch_wait_ms: int | None = None  # coordinator.service.FETCH_WAIT_MS
-    fetch_min_bytes: int | None = None  # coordinator.service.FETCH_MIN_BYTES
+    fetch_wait_ms: int | None = None  # coordinator.consumer.FETCH_WAIT_MS
+    fetch_min_bytes: int | None = None  # coordinator.consumer.FETCH_MIN_BYTES
     coord_extra: Mapping[str, Any] = field(default_factory=dict)  # the coordinator's extra_config
     commit_interval_ms: int = 20
     watch_wait_ms: int = 10  # the watchers' fetch.wait.max.ms (the demo's: 10)
@@ -279,13 +279,13 @@ def _run_measured(coordinator: Any, fetches: list[int], ready: Any, stop: Any) -
 
 def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     """Run an instrumented coordinator until ``stop``; put its timings on ``out``."""
-    from coordinator import service
+    from coordinator import consumer
 
     knobs = spec.knobs
     if knobs.fetch_wait_ms is not None:
-        service.FETCH_WAIT_MS = knobs.fetch_wait_ms
+        consumer.FETCH_WAIT_MS = knobs.fetch_wait_ms
     if knobs.fetch_min_bytes is not None:
-        service.FETCH_MIN_BYTES = knobs.fetch_min_bytes
+        consumer.FETCH_MIN_BYTES = knobs.fetch_min_bytes
     timings = _Timings()
     _time_partition_producers(timings, knobs.coord_linger_ms)
     instance = f"breakdown-{uuid.uuid4().hex[:8]}"
