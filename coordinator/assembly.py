@@ -16,25 +16,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from coordinator.backchecks import BackChecks
-from coordinator.broker_clock import BrokerClock
-from coordinator.checker import Checker
-from coordinator.clients import GroupClients
-from coordinator.commit_cycle import THREAD_PREFIX, CommitCycle, KafkaCommitClients
+from coordinator.checks.backchecks import BackChecks
+from coordinator.checks.broker_clock import BrokerClock
+from coordinator.checks.checker import Checker
+from coordinator.checks.registry import ProducerRegistry
+from coordinator.checks.resume import ExpiryResumer
+from coordinator.commit.cycle import THREAD_PREFIX, CommitCycle, KafkaCommitClients
+from coordinator.commit.ownership import PartitionProducers
+from coordinator.commit.payloads import HalfReader
 from coordinator.config import CoordinatorConfig
-from coordinator.consumer import GroupConsumers
 from coordinator.failures import Failures
-from coordinator.health import Health, StableOffsets
-from coordinator.metrics import Stat, Stats
-from coordinator.owned import OwnedPartitions
-from coordinator.ownership import PartitionProducers
-from coordinator.payloads import HalfReader
-from coordinator.rebalance import Rebalancer
-from coordinator.registry import ProducerRegistry
-from coordinator.restore import Restorer
-from coordinator.resume import ExpiryResumer
-from coordinator.scheduler import CheckPolicy
-from coordinator.watchdog import Watchdog, Wedged, WedgedCalls
+from coordinator.group.clients import GroupClients
+from coordinator.group.consumer import GroupConsumers
+from coordinator.group.health import Health, StableOffsets
+from coordinator.group.rebalance import Rebalancer
+from coordinator.group.restore import Restorer
+from coordinator.monitoring.metrics import Stat, Stats
+from coordinator.monitoring.watchdog import Watchdog, Wedged, WedgedCalls
+from coordinator.state.owned import OwnedPartitions
+from coordinator.state.scheduler import CheckPolicy
 from txbridge.wire import Topics
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class Parts:
     Attributes:
         config: the settings.
         topics: the namespace's topics.
-        stats: the counters (:class:`coordinator.metrics.Stat`).
+        stats: the counters (:class:`coordinator.monitoring.metrics.Stat`).
         clock: the brokers' clock; every "now" compared with a broker timestamp reads it.
         policy: back-check timing and backoff.
         stopping: set when the coordinator must stop.

@@ -1,11 +1,11 @@
 """The coordinator loop: consume half + op, decide, back-check, and commit in Kafka transactions.
 
 The loop and the input are here; the parts it wires are modules of their own: the commit
-cycle (:mod:`coordinator.commit_cycle`), the rebalance callbacks (:mod:`coordinator.rebalance`),
-the clients' recovery (:mod:`coordinator.clients`), the back-checks, the restore, ownership.
+cycle (:mod:`coordinator.commit.cycle`), the rebalance callbacks (:mod:`coordinator.group.rebalance`),
+the clients' recovery (:mod:`coordinator.group.clients`), the back-checks, the restore, ownership.
 
 At each commit boundary every owned partition with work commits a Kafka transaction
-of its own, under the partition's transactional id (:mod:`coordinator.ownership`):
+of its own, under the partition's transactional id (:mod:`coordinator.commit.ownership`):
 the republished messages of its ready committed transactions, op records of
 back-check verdicts and expiries, copies to ``<ns>_expired`` / ``<ns>_quarantine``,
 its ``<ns>_state`` entries, and its consumed half/op offsets (with the group
@@ -26,18 +26,19 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from coordinator import health, membership, metrics
 from coordinator.assembly import build
-from coordinator.commit_cycle import CommitCycle
+from coordinator.commit.cycle import CommitCycle
+from coordinator.commit.payloads import record_size
 from coordinator.config import CoordinatorConfig
-from coordinator.consumer import REPLICATED_SESSION_TIMEOUT_MS, SESSION_TIMEOUT_MS, fetch_settings
-from coordinator.copartition import check_copartitioned
-from coordinator.metrics import Stat
-from coordinator.owned import Work
-from coordinator.payloads import record_size
-from coordinator.republisher import quarantine_raw
-from coordinator.state import PartitionState, Phase
-from coordinator.watchdog import Wedged
+from coordinator.group import health, membership
+from coordinator.group.consumer import REPLICATED_SESSION_TIMEOUT_MS, SESSION_TIMEOUT_MS, fetch_settings
+from coordinator.group.copartition import check_copartitioned
+from coordinator.monitoring import metrics
+from coordinator.monitoring.metrics import Stat
+from coordinator.monitoring.watchdog import Wedged
+from coordinator.state.owned import Work
+from coordinator.state.partition import PartitionState, Phase
+from coordinator.state.republisher import quarantine_raw
 from txbridge import kafka
 from txbridge.errors import WireFormatError
 from txbridge.kafka import Consumer, KafkaError, TopicPartition
@@ -49,7 +50,7 @@ from txbridge.wire import (
 if TYPE_CHECKING:
     import httpx
 
-#: The group consumer's settings are :mod:`coordinator.consumer`'s; named here too for the tools
+#: The group consumer's settings are :mod:`coordinator.group.consumer`'s; named here too for the tools
 #: and tests that read them beside the coordinator.
 __all__ = ["REPLICATED_SESSION_TIMEOUT_MS", "SESSION_TIMEOUT_MS", "Coordinator", "fetch_settings"]
 
@@ -67,7 +68,7 @@ class Coordinator:
         config: the settings.
         transport: an httpx transport for back-checks (tests); None = real HTTP.
         on_wedged: called (from the watchdog's thread) when a blocking Kafka call outlives its
-            timeout (see :mod:`coordinator.watchdog`); the CLI ends the process there. The
+            timeout (see :mod:`coordinator.monitoring.watchdog`); the CLI ends the process there. The
             coordinator itself only logs it: a stuck call cannot be interrupted in-process.
     """
 
@@ -182,7 +183,7 @@ class Coordinator:
 
     def _hand_over(self) -> None:
         """A static member's clean stop: give the partitions to the group's other members now,
-        not after the session timeout (:mod:`coordinator.membership`). Its work is committed
+        not after the session timeout (:mod:`coordinator.group.membership`). Its work is committed
         already; the revocation commits what was consumed since."""
         cfg = self.config
         if (

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import membership
+from coordinator.group import membership
 from tests.coordinator.conftest import SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic

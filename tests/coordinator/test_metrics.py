@@ -18,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator import health
+from coordinator.group import health
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg, WireProducer

@@ -1,4 +1,4 @@
-"""The commit cycle (coordinator/commit_cycle.py) without a broker.
+"""The commit cycle (coordinator/commit/cycle.py) without a broker.
 
 Kafka is a fake implementing :class:`CommitKafka`: transactional producers that record what each
 transaction carried and whose commits can be held, failed or stuck. The partition states, the
@@ -17,15 +17,15 @@ from typing import Any, cast
 
 import pytest
 
-from coordinator.commit_cycle import CommitCycle
+from coordinator.commit.cycle import CommitCycle
+from coordinator.commit.writer import TransactionWriter
 from coordinator.config import CoordinatorConfig
 from coordinator.failures import Failures
-from coordinator.metrics import Stat
-from coordinator.owned import OwnedPartitions, Work
-from coordinator.republisher import Batch
-from coordinator.state import PartitionState, PendingTx, Phase
-from coordinator.watchdog import Watchdog
-from coordinator.writer import TransactionWriter
+from coordinator.monitoring.metrics import Stat
+from coordinator.monitoring.watchdog import Watchdog
+from coordinator.state.owned import OwnedPartitions, Work
+from coordinator.state.partition import PartitionState, PendingTx, Phase
+from coordinator.state.republisher import Batch
 from txbridge.errors import KafkaOperationError
 from txbridge.kafka import KafkaError, KafkaException, TopicPartition
 from txbridge.wire import HalfMessage, OpRecord, OpSource, Topics, TxState

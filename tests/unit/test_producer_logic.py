@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from coordinator.config import CoordinatorConfig
-from coordinator.republisher import plan_republish, record_size
+from coordinator.state.republisher import plan_republish, record_size
 from txbridge import AvroSerializer, BytesSerializer, LocalTransaction, Message, StringSerializer, TxState
 from txbridge._core import ProducerSettings, TopicCatalog, TransactionFactory
 from txbridge.errors import (

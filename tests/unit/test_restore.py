@@ -1,4 +1,4 @@
-"""Where a taken-over partition stands (coordinator/restore.py), without a broker.
+"""Where a taken-over partition stands (coordinator/group/restore.py), without a broker.
 
 The consumer and the half re-reader are fakes; the changelog's content, the positions and the
 partition states are the real ones. The takeover itself, claim first and then this read, runs on
@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, cast
 
-from coordinator import changelog
+from coordinator.commit import changelog
+from coordinator.commit.payloads import HalfRecord
 from coordinator.config import CoordinatorConfig
-from coordinator.payloads import HalfRecord
-from coordinator.restore import Restorer
-from coordinator.state import PendingTx, Phase
-from coordinator.watchdog import Watchdog
+from coordinator.group.restore import Restorer
+from coordinator.monitoring.watchdog import Watchdog
+from coordinator.state.partition import PendingTx, Phase
 from txbridge.kafka import TopicPartition
 from txbridge.wire import HalfMessage, Positions, Topics, encode_young
 
