@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Parts:
-    """The coordinator's parts, each made once (:func:`build`).
+class Foundation:
+    """What every part reads or reports to (step 1 of :func:`build`).
 
     Attributes:
         config: the settings.
@@ -52,25 +52,13 @@ class Parts:
         clock: the brokers' clock; every "now" compared with a broker timestamp reads it.
         policy: back-check timing and backoff.
         stopping: set when the coordinator must stop.
+        running: set once partitions may be served (tests wait on it).
         failures: where a part asks for new clients or the coordinator's end.
         owned: the owned partitions: states, positions, the work of the next commits.
-        running: set once partitions may be served (tests wait on it).
         health: liveness and readiness.
         state_offsets: ``<ns>_state``'s last stable offsets, for the metrics.
         wedged: where the watchdog reports stuck calls.
         watchdog: every blocking Kafka call runs under it.
-        owners: one transactional producer per owned partition.
-        consumers: makes the group's half/op consumers.
-        clients: the group's consumer; joining and joining again.
-        commit_clients: the commit cycle's Kafka side (producers, end offsets, the group's copy).
-        registry: the producer registry (``<ns>_producers``).
-        checker: the HTTP back-checks.
-        resumer: expired transactions resumed when their group returns (None: ``resume_expired`` off).
-        reader: re-reads half records by offset.
-        restorer: reads where a taken-over or rewound partition stands.
-        checks: which open transactions are asked about, and what an answer does.
-        cycle: the commit cycle.
-        rebalancer: the group's rebalance callbacks.
     """
 
     config: CoordinatorConfig
@@ -79,21 +67,66 @@ class Parts:
     clock: BrokerClock
     policy: CheckPolicy
     stopping: threading.Event
+    running: threading.Event
     failures: Failures
     owned: OwnedPartitions
-    running: threading.Event
     health: Health
     state_offsets: StableOffsets
     wedged: WedgedCalls
     watchdog: Watchdog
+
+
+@dataclass(frozen=True)
+class KafkaSide:
+    """The Kafka clients the parts share (step 2 of :func:`build`).
+
+    Attributes:
+        owners: one transactional producer per owned partition.
+        consumers: makes the group's half/op consumers.
+        clients: the group's consumer; joining and joining again.
+        commit_clients: the commit cycle's Kafka side (producers, end offsets, the group's copy).
+    """
+
     owners: PartitionProducers
     consumers: GroupConsumers
     clients: GroupClients
     commit_clients: KafkaCommitClients
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What back-checks and restores read (step 3 of :func:`build`).
+
+    Attributes:
+        registry: the producer registry (``<ns>_producers``).
+        checker: the HTTP back-checks.
+        resumer: expired transactions resumed when their group returns (None: ``resume_expired`` off).
+        reader: re-reads half records by offset.
+    """
+
     registry: ProducerRegistry
     checker: Checker
     resumer: ExpiryResumer | None
     reader: HalfReader
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The coordinator's parts, each made once (:func:`build`).
+
+    Attributes:
+        base: what every part reads or reports to.
+        kafka: the shared Kafka clients.
+        sources: what back-checks and restores read.
+        restorer: reads where a taken-over or rewound partition stands.
+        checks: which open transactions are asked about, and what an answer does.
+        cycle: the commit cycle.
+        rebalancer: the group's rebalance callbacks.
+    """
+
+    base: Foundation
+    kafka: KafkaSide
+    sources: Sources
     restorer: Restorer
     checks: BackChecks
     cycle: CommitCycle
@@ -116,77 +149,26 @@ def build(
             commit outlives its timeout; the CLI ends the process there.
         cycle_class: the commit cycle's class (a subclass may observe it: the bench).
     """
-    # 1. Values and flags: what every part reads or reports to.
-    topics = Topics(config.namespace)
-    stats: Stats = Counter()
-    clock = BrokerClock()
-    policy = CheckPolicy(
-        config.check_delay_s,
-        config.max_checks,
-        config.check_backoff_s,
-        config.check_backoff_max_s,
-        config.max_unasked_s,
+    base = foundation(config, on_wedged)  # 1
+    kafka = kafka_side(base)  # 2
+    sources = check_sources(base, transport)  # 3
+    # 4. The parts that work on the owned partitions.
+    owned, stats, failures, watchdog = base.owned, base.stats, base.failures, base.watchdog
+    restorer = Restorer(
+        config, base.topics, stats, watchdog, positions=owned, reader=sources.reader, now_ms=base.clock.now_ms
     )
-    stopping, running, failures = threading.Event(), threading.Event(), Failures()
-    owned = OwnedPartitions(topics)
-    health = Health(config, topics.half)
-    state_offsets = StableOffsets(config, topics.state)
-
-    # 2. Stuck calls: reported to WedgedCalls, which the commit cycle reads.
-    def count_wedged() -> None:
-        stats[Stat.WEDGED_CALLS] += 1
-
-    wedged = WedgedCalls(config.instance_id, count_wedged, abandonable=THREAD_PREFIX, hook=on_wedged)
-    watchdog = Watchdog(wedged.report)
-
-    # 3. Kafka clients: the partitions' producers, the group's consumer, the commit cycle's side.
-    owners = PartitionProducers(config, watchdog)
-    consumers = GroupConsumers(config)
-    clients = GroupClients(
-        config,
-        topics,
-        stats=stats,
-        failures=failures,
-        watchdog=watchdog,
-        stopping=stopping,
-        make_consumer=consumers.new,
-    )
-    commit_clients = KafkaCommitClients(config, topics, owners, clients.consumer)
-
-    # 4. What back-checks and restores read: the registry, the HTTP checker, the half reader.
-    extra = dict(config.extra_config)
-    registry = ProducerRegistry(
-        config.bootstrap, topics.producers, config.producer_liveness_s, extra, clock=clock
-    )
-    checker = Checker(config, transport, now_s=clock.now_s)
-    resumer = (
-        ExpiryResumer(
-            config.bootstrap,
-            config.namespace,
-            checker,
-            owned=owned.served,
-            limit=config.resume_expired_max,
-            extra=config.extra_config,
-        )
-        if config.resume_expired
-        else None
-    )
-    reader = HalfReader(config.bootstrap, topics.half, extra)
-
-    # 5. The parts that work on the owned partitions.
-    restorer = Restorer(config, topics, stats, watchdog, positions=owned, reader=reader, now_ms=clock.now_ms)
     checks = BackChecks(
         config,
-        policy,
+        base.policy,
         stats,
         owned.states,
         batch=owned.work.batch,
         ready=owned.work.ready,
         expiring=owned.work.expiring,
-        checker=checker,
-        registry=registry,
-        reader=reader,
-        now_ms=clock.now_ms,
+        checker=sources.checker,
+        registry=sources.registry,
+        reader=sources.reader,
+        now_ms=base.clock.now_ms,
     )
     cycle = cycle_class(
         config,
@@ -194,9 +176,9 @@ def build(
         stats=stats,
         failures=failures,
         watchdog=watchdog,
-        kafka_side=commit_clients,
-        reader=reader,
-        wedged=wedged,
+        kafka_side=kafka.commit_clients,
+        reader=sources.reader,
+        wedged=base.wedged,
         rewind=owned.rewind,  # the loop rebuilds them (Coordinator._rewind)
     )
     rebalancer = Rebalancer(
@@ -204,38 +186,91 @@ def build(
         owned,
         stats=stats,
         failures=failures,
-        stopping=stopping,
+        stopping=base.stopping,
         cycle=cycle,
-        owners=owners,
+        owners=kafka.owners,
         restorer=restorer,
-        health=health,
-        running=running,
-        end_offsets=commit_clients,
+        health=base.health,
+        running=base.running,
+        end_offsets=kafka.commit_clients,
     )
-    return Parts(
+    return Parts(base, kafka, sources, restorer, checks, cycle, rebalancer)
+
+
+def foundation(config: CoordinatorConfig, on_wedged: Callable[[Wedged], None] | None) -> Foundation:
+    """Values and flags, the owned partitions, health, and the watchdog with where it reports."""
+    topics = Topics(config.namespace)
+    stats: Stats = Counter()
+    policy = CheckPolicy(
+        config.check_delay_s,
+        config.max_checks,
+        config.check_backoff_s,
+        config.check_backoff_max_s,
+        config.max_unasked_s,
+    )
+
+    def count_wedged() -> None:
+        stats[Stat.WEDGED_CALLS] += 1
+
+    # Stuck calls are reported to WedgedCalls, made first: the commit cycle reads it later.
+    wedged = WedgedCalls(config.instance_id, count_wedged, abandonable=THREAD_PREFIX, hook=on_wedged)
+    return Foundation(
         config=config,
         topics=topics,
         stats=stats,
-        clock=clock,
+        clock=BrokerClock(),
         policy=policy,
-        stopping=stopping,
-        failures=failures,
-        owned=owned,
-        running=running,
-        health=health,
-        state_offsets=state_offsets,
+        stopping=threading.Event(),
+        running=threading.Event(),
+        failures=Failures(),
+        owned=OwnedPartitions(topics),
+        health=Health(config, topics.half),
+        state_offsets=StableOffsets(config, topics.state),
         wedged=wedged,
-        watchdog=watchdog,
-        owners=owners,
-        consumers=consumers,
-        clients=clients,
-        commit_clients=commit_clients,
-        registry=registry,
+        watchdog=Watchdog(wedged.report),
+    )
+
+
+def kafka_side(base: Foundation) -> KafkaSide:
+    """The partitions' producers, the group's consumer, the commit cycle's Kafka side."""
+    config = base.config
+    owners = PartitionProducers(config, base.watchdog)
+    consumers = GroupConsumers(config)
+    clients = GroupClients(
+        config,
+        base.topics,
+        stats=base.stats,
+        failures=base.failures,
+        watchdog=base.watchdog,
+        stopping=base.stopping,
+        make_consumer=consumers.new,
+    )
+    commit_clients = KafkaCommitClients(config, base.topics, owners, clients.consumer)
+    return KafkaSide(owners, consumers, clients, commit_clients)
+
+
+def check_sources(base: Foundation, transport: httpx.BaseTransport | None) -> Sources:
+    """The registry, the HTTP checker, the expiry resumer and the half reader."""
+    config = base.config
+    extra = dict(config.extra_config)
+    checker = Checker(config, transport, now_s=base.clock.now_s)
+    resumer = (
+        ExpiryResumer(
+            config.bootstrap,
+            config.namespace,
+            checker,
+            owned=base.owned.served,
+            limit=config.resume_expired_max,
+            extra=config.extra_config,
+        )
+        if config.resume_expired
+        else None
+    )
+    return Sources(
+        registry=ProducerRegistry(
+            config.bootstrap, base.topics.producers, config.producer_liveness_s, extra, clock=base.clock
+        ),
         checker=checker,
         resumer=resumer,
-        reader=reader,
-        restorer=restorer,
-        checks=checks,
-        cycle=cycle,
-        rebalancer=rebalancer,
+        reader=HalfReader(config.bootstrap, base.topics.half, extra),
     )

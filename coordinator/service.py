@@ -1,8 +1,9 @@
 """The coordinator loop: consume half + op, decide, back-check, and commit in Kafka transactions.
 
-The loop and the input are here; the parts it wires are modules of their own: the commit
-cycle (:mod:`coordinator.commit.cycle`), the rebalance callbacks (:mod:`coordinator.group.rebalance`),
-the clients' recovery (:mod:`coordinator.group.clients`), the back-checks, the restore, ownership.
+The loop and the input are here; the parts it runs are built by :func:`coordinator.assembly.build`
+and live in the sub-packages: the owned partitions' state (:mod:`coordinator.state`), the
+back-checks (:mod:`coordinator.checks`), the commits (:mod:`coordinator.commit`), the group
+(:mod:`coordinator.group`).
 
 At each commit boundary every owned partition with work commits a Kafka transaction
 of its own, under the partition's transactional id (:mod:`coordinator.commit.ownership`):
@@ -12,10 +13,11 @@ its ``<ns>_state`` entries, and its consumed half/op offsets (with the group
 metadata). Hence the invariant: everything below a partition's committed offsets
 is resolved, in ``<ns>_state``, or listed in the committed half offset.
 
-An abortable Kafka error aborts that partition's transaction and rewinds it: its
-state is rebuilt from ``<ns>_state`` and the consumer seeks back to its committed
-offsets. A fenced partition (another owner claimed it), a fatal error or a commit
-stuck past its timeout replaces the clients in-process (:meth:`GroupClients.rejoin`).
+An abortable Kafka error aborts that partition's transaction; the partition is set aside
+(:meth:`OwnedPartitions.rewind`) and the loop rewinds it: its state is rebuilt from
+``<ns>_state`` and the consumer seeks back to its committed offsets. A fenced partition
+(another owner claimed it), a fatal error or a commit stuck past its timeout replaces the
+clients in-process (:meth:`GroupClients.rejoin`).
 """
 
 from __future__ import annotations
@@ -85,20 +87,21 @@ class Coordinator:
         parts = build(config, transport, on_wedged=on_wedged, cycle_class=self.cycle_class)
         self.parts = parts
         self.config = config
-        self.topics = parts.topics
-        self.policy = parts.policy
-        self.stats = parts.stats
+        base = parts.base
+        self.topics = base.topics
+        self.policy = base.policy
+        self.stats = base.stats
         #: The brokers' clock: every comparison of "now" with a broker timestamp reads it.
-        self.clock = parts.clock
+        self.clock = base.clock
         #: The owned partitions: their states, positions and the work the next commits carry.
-        self.owned = parts.owned
-        self.failures = parts.failures  # the clients to replace (rejoin), or the coordinator to stop
-        self.running = parts.running  # set once partitions may be served (tests wait on it)
-        self.health = parts.health
+        self.owned = base.owned
+        self.failures = base.failures  # the clients to replace (rejoin), or the coordinator to stop
+        self.running = base.running  # set once partitions may be served (tests wait on it)
+        self.health = base.health
         self.cycle = parts.cycle
         self.rebalancer = parts.rebalancer
-        self._stop = parts.stopping
-        self._clients = parts.clients
+        self._stop = base.stopping
+        self._clients = parts.kafka.clients
         self._next_schedule = self._next_returns = 0.0  # when _look_around looks again
         self._next_log = time.monotonic() + config.log_interval_s
         self._metrics_server: Any = None  # started by run() when there is a metrics port
@@ -144,12 +147,12 @@ class Coordinator:
         check_copartitioned(cfg, self.topics)  # before anything starts: a refusal leaves nothing running
         # Before any thread or client of its own: one committer per namespace partition.
         membership.refuse_another_group(cfg, self.topics, self._session_timeout_s(), self._stop)
-        parts.watchdog.start()
+        parts.base.watchdog.start()
         # The registry catches up in the loop: checks wait for it (BackChecks), publishing does not.
-        parts.registry.start()
-        parts.checker.start()
-        if parts.resumer is not None:
-            parts.resumer.start()
+        parts.sources.registry.start()
+        parts.sources.checker.start()
+        if parts.sources.resumer is not None:
+            parts.sources.resumer.start()
         # Under the consumer protocol a member that joins with another subscription than its
         # instance's previous life (handed over: <ns>_state alone) is assigned afresh at once.
         if cfg.group_protocol == "consumer":
@@ -163,7 +166,7 @@ class Coordinator:
                 self.stats,
                 self._gauges,
                 labelled=self._more_gauges,
-                histograms=(self.cycle.visible, parts.checker.latency),
+                histograms=(self.cycle.visible, parts.sources.checker.latency),
                 info={"namespace": cfg.namespace, "group": cfg.group_id, "instance_id": cfg.instance_id},
             )
             self._metrics_server = health.serve(
@@ -176,10 +179,10 @@ class Coordinator:
 
     def _session_timeout_ms(self) -> int:
         """``session.timeout.ms`` from ``extra_config``, else by the cluster's size (asked once)."""
-        return self.parts.consumers.session_timeout_ms()
+        return self.parts.kafka.consumers.session_timeout_ms()
 
     def _session_timeout_s(self) -> float:
-        return self.parts.consumers.session_timeout_s()
+        return self.parts.kafka.consumers.session_timeout_s()
 
     def _hand_over(self) -> None:
         """A static member's clean stop: give the partitions to the group's other members now,
@@ -247,21 +250,21 @@ class Coordinator:
         self._clients.close()  # leaves the group: partitions move at once
         parts = self.parts
         for part in (
-            parts.resumer,
-            parts.checker,
-            parts.registry,
-            parts.reader,
-            parts.commit_clients,
+            parts.sources.resumer,
+            parts.sources.checker,
+            parts.sources.registry,
+            parts.sources.reader,
+            parts.kafka.commit_clients,
             self.cycle,
         ):
             if part is not None:
                 part.close()
-        parts.owners.release_all()  # nothing is open: every transaction ended at its boundary
+        parts.kafka.owners.release_all()  # nothing is open: every transaction ended at its boundary
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
         self.running.clear()
         self.health.stopped()
-        parts.watchdog.close()
+        parts.base.watchdog.close()
         logger.info("coordinator %s stopped: %s", self.config.instance_id, dict(self.stats))
 
     def _loop(self) -> None:
@@ -321,7 +324,7 @@ class Coordinator:
         """Between consuming and committing: the registry, check answers and due checks,
         gone and returning producers, unserved partitions, the periodic log line."""
         checks = self.parts.checks
-        self.parts.registry.poll()
+        self.parts.sources.registry.poll()
         checks.apply_results()
         if now >= self._next_schedule:  # check times are seconds apart: no need to look per record
             if checks.registry_read():  # else every check would find no live instance yet
@@ -332,7 +335,7 @@ class Coordinator:
             # Not while an expiry is being committed: the resumer would list <ns>_expired before
             # the expiry is in it, and ask its group only at its next return (CI saw a group
             # come back within that commit). A return is looked for again at the next look.
-            resumer = self.parts.resumer
+            resumer = self.parts.sources.resumer
             if resumer is not None and not self.cycle.expiries_in_flight():
                 checks.observe_returns(resumer)
             self._next_returns = now + _RETURNS_INTERVAL_S
@@ -510,7 +513,7 @@ class Coordinator:
                 "(check_delay_s, the backoffs between max_checks answers, their check_timeout_s)",
                 {"": budget(None)},
             ),
-            *self.parts.state_offsets.gauges(),
+            *self.parts.base.state_offsets.gauges(),
         ]
 
     def _log_counts(self) -> None:
