@@ -271,8 +271,7 @@ class Rebalancer:
         logger.warning("partitions lost (session timeout): dropping their state without committing")
         self.stats[Stat.SESSIONS_LOST] += 1
         self._cycle.drain()  # their commits fail (fenced) or land: either way above what the next owner reads
-        self._work.batch.clear()
-        self._owned.forget_kept()
+        self._owned.lost()
         if self._incremental:
             self._let_go(consumer, partitions)
             return

@@ -173,7 +173,13 @@ class OwnedPartitions:
             )
 
     def forget_kept(self) -> None:
-        """Keep nothing (partitions lost, clients replaced)."""
+        """Keep nothing (the clients must be replaced)."""
+        self._kept = {}
+
+    def lost(self) -> None:
+        """The session expired: nothing of the partitions is committed any more (their op
+        records and quarantine copies go), and nothing is kept."""
+        self.work.batch.clear()
         self._kept = {}
 
     def drop(self, partitions: Iterable[Any]) -> None:
