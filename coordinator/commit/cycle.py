@@ -194,7 +194,7 @@ class CommitCycle:
         watchdog: Watchdog,
         kafka_side: CommitKafka,
         reader: Any,
-        wedged: WedgedCalls | None = None,
+        wedged: WedgedCalls,
         rewind: Callable[[list[int]], None],
     ) -> None:
         self.config = config
@@ -221,9 +221,7 @@ class CommitCycle:
         self._next_copy = 0.0
         self._ending: dict[int, str] = {}  # partition -> the commit thread ending its transaction
         # the commit threads whose call the watchdog reported stuck
-        self._wedged = wedged or WedgedCalls(
-            config.instance_id, lambda: None, abandonable=THREAD_PREFIX, hook=None
-        )
+        self._wedged = wedged
         self._pools = 0
         self._commits = ThreadPoolExecutor(COMMIT_THREADS, f"{THREAD_PREFIX}-0")
         self._pace_s = self.config.commit_pace_ms / 1000

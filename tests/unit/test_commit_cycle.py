@@ -17,12 +17,12 @@ from typing import Any, cast
 
 import pytest
 
-from coordinator.commit.cycle import CommitCycle
+from coordinator.commit.cycle import THREAD_PREFIX, CommitCycle
 from coordinator.commit.writer import TransactionWriter
 from coordinator.config import CoordinatorConfig
 from coordinator.failures import Failures
 from coordinator.monitoring.metrics import Stat
-from coordinator.monitoring.watchdog import Watchdog
+from coordinator.monitoring.watchdog import Watchdog, WedgedCalls
 from coordinator.state.owned import OwnedPartitions, Work
 from coordinator.state.partition import PartitionState, PendingTx, Phase
 from coordinator.state.republisher import Batch
@@ -130,6 +130,7 @@ class Parts:
             watchdog=self.watchdog,
             kafka_side=self.kafka,
             reader=FakeReader(),
+            wedged=WedgedCalls("i", lambda: None, abandonable=THREAD_PREFIX, hook=None),
             rewind=self.rewound.append,
         )
         self._offsets = dict.fromkeys(numbers, 0)
