@@ -22,10 +22,9 @@ from txbridge import kafka
 from txbridge._admin_once import AlreadyDecidedError
 from txbridge._side_topics import read_committed, watermarks
 from txbridge.admin import list_expired, resolve
-from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError
+from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError, WireFormatError
 from txbridge.spark.decisions import BatchDecision, JournalEntry, TxRef, decode_record, sink_topic
 from txbridge.spark.options import SinkOptions
-from txbridge.errors import WireFormatError
 from txbridge.wire import POSITIONS_KEY, OpRecord, OpSource, Positions, Topics, TxState
 
 logger = logging.getLogger(__name__)
