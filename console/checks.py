@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from console.health import Member
-from console.producers import shown_url
+from console.security import shown_url
 
 __all__ = ["ChecksRead", "GroupChecks", "merge", "metrics_urls", "parse", "quantile", "read_checks"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
+from console.security import shown_url
 from console.transactions import ExpiredRow, PendingRow
 from txbridge.admin import Registered
 
@@ -24,20 +24,6 @@ __all__ = ["SILENT_INTERVALS", "GroupView", "InstanceView", "groups_of", "shown_
 #: Not heard for this many of its said heartbeat intervals, an instance is silent: the
 #: coordinators ask it last (the rule of coordinator/registry.py, docs/wire-format.md).
 SILENT_INTERVALS = 2.5
-
-
-def shown_url(url: str) -> str:
-    """A check URL as a page may show it: without credentials, query or fragment (a token may hide there)."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "(not a URL)"
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{port}" if port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 @dataclass(frozen=True)
