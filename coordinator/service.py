@@ -270,6 +270,7 @@ class Coordinator:
                 self._gauges,
                 labelled=self._more_gauges,
                 histograms=(self.cycle.visible, self._checker.latency),
+                counters=(self._checker.failures,),
                 info={"namespace": cfg.namespace, "group": cfg.group_id, "instance_id": cfg.instance_id},
             )
             self._metrics_server = health.serve(

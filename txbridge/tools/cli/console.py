@@ -39,6 +39,22 @@ def _groups(pairs: tuple[str, ...]) -> dict[str, str]:
     return groups
 
 
+def coordinator_metrics(values: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """``--coordinator-metrics`` values, ``[NAMESPACE=]PORT`` or ``[NAMESPACE=]URL``, by namespace
+    (``""``: every namespace not named)."""
+    found: dict[str, list[str]] = {}
+    for value in values:
+        namespace, sep, where = value.partition("=")
+        if not sep or "://" in namespace:  # no namespace named (a URL's query may hold "=")
+            namespace, where = "", value
+        if not where:
+            raise ConfigurationError(
+                f"--coordinator-metrics takes [NAMESPACE=]PORT or [NAMESPACE=]URL, not {value!r}"
+            )
+        found.setdefault(namespace, []).append(where)
+    return {namespace: tuple(where) for namespace, where in found.items()}
+
+
 def admin_token(env_name: str | None, file: str | None) -> AdminToken | None:
     """The admin token from the variable ``env_name`` or from ``file`` (None: read-only).
 
@@ -113,6 +129,16 @@ def admin_token(env_name: str | None, file: str | None) -> AdminToken | None:
     show_default=True,
     help="Seconds a producer instance is live after its last heartbeat (coordinators' producer_liveness_s).",
 )
+@click.option(
+    "--coordinator-metrics",
+    "metrics",
+    multiple=True,
+    metavar="[NAMESPACE=]PORT|URL",
+    help=(
+        "Where the coordinators serve /metrics (repeatable): their metrics_port, scraped on each "
+        "member of the coordinators' group, or a URL. Shows the producer groups' check latency and failures."
+    ),
+)
 @one_line_errors
 def console(
     *,
@@ -126,6 +152,7 @@ def console(
     admin_token_env: str | None,
     admin_token_file: str | None,
     liveness_s: float,
+    metrics: tuple[str, ...],
 ) -> None:
     """Serve the web console: health, transactions, producer groups, and admin actions.
 
@@ -144,6 +171,7 @@ def console(
         admin_token=token,
         liveness_s=liveness_s,
         allowed_hosts=allowed_hosts or (_LOOPBACK_NAMES if host in _LOOPBACK else ("*",)),
+        coordinator_metrics=coordinator_metrics(metrics),
     )
     app = build_app(settings)
     mode = (
