@@ -3,12 +3,10 @@
 The CLI reads flags, ``TXBRIDGE_*`` env vars and ``--config file.toml``, configures
 logging and installs SIGTERM/SIGINT handlers; the library does none of that.
 
-The service imports nothing of the tooling (:mod:`txbridge.tools`), so this module declares its
-Kafka options itself, with the names and env vars of the ``txbridge`` command's
-(:mod:`txbridge.tools.cli.options`); both take the bootstrap variable and the one-line errors
-from :mod:`txbridge._command_line`. Run as ``txbridge coordinator``, it resolves its bootstrap
-as every subcommand does (the local broker when none is given), through :data:`BOOTSTRAP_RESOLVER`;
-run as ``python -m coordinator``, it needs one.
+Its Kafka options have the names and env vars of every ``txbridge`` subcommand's, and its
+bootstrap servers are resolved as theirs are (:func:`txbridge.settings.resolve_bootstrap`):
+run as ``txbridge coordinator``, it falls back on the local broker; run as ``python -m
+coordinator``, it needs one.
 """
 
 from __future__ import annotations
@@ -23,16 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from txbridge._command_line import BOOTSTRAP_ENV, one_line_errors
 from txbridge.client_config import COMMAND_CONFIG_ENV
-from txbridge.errors import ConfigurationError
+from txbridge.settings import BOOTSTRAP_ENV, one_line_errors, resolve_bootstrap
 
 if TYPE_CHECKING:
     from txbridge.client_config import ClientConfig
-
-#: The key in the click context's ``meta`` of a ``resolve_bootstrap(bootstrap, *, client)`` that
-#: replaces the plain reachability check (the ``txbridge`` group sets it).
-BOOTSTRAP_RESOLVER = "txbridge.resolve_bootstrap"
 
 
 @click.command("coordinator")
@@ -175,21 +168,14 @@ def coordinator(
 
 
 def _resolve_bootstrap(bootstrap: str | None, client: ClientConfig) -> str:
-    """The bootstrap to use: the given one, else the client file's ``bootstrap.servers``; checked
-    with the client settings. Under ``txbridge``, its resolver (which also finds the local broker)."""
-    from txbridge.kafka import check_reachable
-
-    resolver = click.get_current_context().meta.get(BOOTSTRAP_RESOLVER)
-    if resolver is not None:
-        return str(resolver(bootstrap, client=client))
-    bootstrap = bootstrap or client.bootstrap
-    if not bootstrap:
-        raise ConfigurationError(
-            f"no bootstrap given: pass --bootstrap, set {BOOTSTRAP_ENV} or TXBRIDGE_BOOTSTRAP, "
+    return resolve_bootstrap(
+        bootstrap,
+        client=client,
+        sources=(
+            f"pass --bootstrap, set {BOOTSTRAP_ENV} or TXBRIDGE_BOOTSTRAP, "
             "or name it in --config or --command-config"
-        )
-    check_reachable(bootstrap, extra=client.librdkafka())
-    return bootstrap
+        ),
+    )
 
 
 def _end_wedged_process(wedged: Any) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from console.cli import admin_token
 from console.health import Member, NamespaceHealth, assemble
 from console.producers import groups_of, shown_url
 from console.security import Sessions, same_origin
@@ -15,7 +16,6 @@ from console.settings import AdminToken, ConsoleSettings
 from console.transactions import PendingRow, matches, pending_by_group, pending_rows
 from txbridge.admin import Registered
 from txbridge.errors import ConfigurationError
-from txbridge.tools.cli.console import admin_token
 from txbridge.wire import ProducerInstance, Topics
 
 NS = "__txbridge"
