@@ -16,7 +16,6 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -143,11 +142,13 @@ def coordinator(
     logging.getLogger("coordinator").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    flags["bootstrap"] = bootstrap or _bootstrap_from(config_path)
+    flags["bootstrap"] = bootstrap or None
     if secrets:
         flags["secrets"] = parse_pairs(secrets, "--secret")
+    # The one read of each source: flags, TXBRIDGE_* variables, the TOML file (docs/coordinator.md).
     config = CoordinatorConfig.load(flags=flags, env=os.environ, toml_path=config_path)
     provider = install_provider(os.environ) if config.tracing else None
+    # Then what names the Kafka when none of them does: the client file, else the local broker.
     config = config.replace(bootstrap=_resolve_bootstrap(config.bootstrap or None, config.client_config))
     service = Coordinator(config, on_wedged=_end_wedged_process)
 
@@ -187,15 +188,3 @@ def _end_wedged_process(wedged: Any) -> None:
         handler.flush()
     faulthandler.dump_traceback(all_threads=True)
     os._exit(EXIT_WEDGED)
-
-
-def _bootstrap_from(config_path: str | None) -> str | None:
-    """The bootstrap from TXBRIDGE_BOOTSTRAP or the TOML file, so --bootstrap may be omitted."""
-    from coordinator.config import read_toml
-
-    if os.environ.get("TXBRIDGE_BOOTSTRAP"):
-        return os.environ["TXBRIDGE_BOOTSTRAP"]
-    if config_path is None:
-        return None
-    value = read_toml(Path(config_path)).get("bootstrap")
-    return str(value) if value else None

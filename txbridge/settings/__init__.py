@@ -2,7 +2,7 @@
 
 :mod:`.options` declares the options (``--bootstrap``, ``--command-config``, ``-X``) and prints
 errors as one line; :mod:`.bootstrap` resolves the bootstrap servers from their sources in the
-documented order (docs/configuration.md). Every layer with commands uses these; none imports the
+documented order (docs/cli.md). Every layer with commands uses these; none imports the
 ``cli`` package that assembles the ``txbridge`` command.
 """
 
