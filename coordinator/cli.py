@@ -16,15 +16,17 @@ import logging
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from txbridge.client_config import COMMAND_CONFIG_ENV
 from txbridge.settings import BOOTSTRAP_ENV, one_line_errors, resolve_bootstrap
 
-if TYPE_CHECKING:
-    from txbridge.client_config import ClientConfig
+#: What to pass when no source names the bootstrap servers (``python -m coordinator``).
+_SOURCES = (
+    f"pass --bootstrap, set {BOOTSTRAP_ENV} or TXBRIDGE_BOOTSTRAP, or name it in --config or --command-config"
+)
 
 
 @click.command("coordinator")
@@ -149,7 +151,8 @@ def coordinator(
     config = CoordinatorConfig.load(flags=flags, env=os.environ, toml_path=config_path)
     provider = install_provider(os.environ) if config.tracing else None
     # Then what names the Kafka when none of them does: the client file, else the local broker.
-    config = config.replace(bootstrap=_resolve_bootstrap(config.bootstrap or None, config.client_config))
+    bootstrap = resolve_bootstrap(config.bootstrap or None, client=config.client_config, sources=_SOURCES)
+    config = config.replace(bootstrap=bootstrap)
     service = Coordinator(config, on_wedged=_end_wedged_process)
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -166,17 +169,6 @@ def coordinator(
         if provider is not None:
             provider.shutdown()  # exports the spans still batched
     sys.exit(0)
-
-
-def _resolve_bootstrap(bootstrap: str | None, client: ClientConfig) -> str:
-    return resolve_bootstrap(
-        bootstrap,
-        client=client,
-        sources=(
-            f"pass --bootstrap, set {BOOTSTRAP_ENV} or TXBRIDGE_BOOTSTRAP, "
-            "or name it in --config or --command-config"
-        ),
-    )
 
 
 def _end_wedged_process(wedged: Any) -> None:
