@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 
 from console import AdminToken, ConsoleSettings, build_app
+from servers.broker import free_port
 from tests.coordinator.conftest import _state_invariants, check_server, env  # noqa: F401  (fixtures)
-from txbridge.tools.local.broker import free_port
 
 TOKEN = "console-test-admin-token-0123456789"  # noqa: S105 - a test-only credential
 CHROMIUM = Path("/usr/bin/chromium")

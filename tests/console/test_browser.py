@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from servers.broker import free_port
 from tests.console.conftest import TOKEN, LiveConsole, screenshot
 from tests.coordinator.check_server import CheckServer, Misbehaviour
 from tests.coordinator.conftest import PARTITIONS, Env, eventually
 from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge import kafka
-from txbridge.tools.local.broker import free_port
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from console.checks import GroupChecks, merge, metrics_urls, parse
+from console.cli import admin_token, coordinator_metrics
 from console.health import Member, NamespaceHealth, assemble
 from console.producers import groups_of, shown_url, with_checks
 from console.security import Sessions, same_origin
@@ -17,7 +18,6 @@ from console.settings import AdminToken, ConsoleSettings
 from console.transactions import PendingRow, matches, pending_by_group, pending_rows
 from txbridge.admin import Registered
 from txbridge.errors import ConfigurationError
-from txbridge.tools.cli.console import admin_token, coordinator_metrics
 from txbridge.wire import ProducerInstance, Topics
 
 NS = "__txbridge"

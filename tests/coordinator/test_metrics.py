@@ -19,14 +19,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator import health
+from servers.broker import free_port
+from servers.coordinator_process import CoordinatorProcess
 from tests.coordinator.check_server import CheckServer, Misbehaviour
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import wait_for
 from tests.unit.test_alerts import names_used
 from txbridge import kafka
-from txbridge.tools.local.broker import free_port
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration

@@ -237,7 +237,7 @@ def test_an_install_without_opentelemetry_traces_nothing_and_the_coordinator_say
 def test_the_cost_benchmark_runs_each_mode_and_the_untraced_ones_keep_nothing() -> None:
     small = ["--transactions", "20", "--hooks", "200", "--rounds", "1"]
     result = subprocess.run(
-        [sys.executable, "-m", "txbridge.tools.bench.tracing_cost", *small],
+        [sys.executable, "-m", "bench.tracing_cost", *small],
         capture_output=True,
         text=True,
         check=True,
