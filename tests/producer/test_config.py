@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from txbridge import Message, TransactionProducer, TxState
-from txbridge._runtime import runtime_of
 from txbridge.errors import ConfigurationError, KafkaUnavailableError, TransactionStateError
+from txbridge.producer.runtime import runtime_of
 from txbridge.tools.local.broker import free_port
 from txbridge.wire import Topics, half_partition
 
