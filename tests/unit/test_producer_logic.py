@@ -256,6 +256,45 @@ def test_a_transaction_refuses_what_the_coordinator_could_not_republish_and_writ
     assert len(written) == 1
 
 
+def test_a_transaction_commits_only_once_its_halves_are_acknowledged_and_ends_once() -> None:
+    catalog, written = TopicCatalog(), list[Any]()
+    catalog.update({"orders": 2}, listed_at=0.0)
+    tx = _factory(catalog, written)()
+    tx.enqueue([Message("orders", b"v")])
+    with pytest.raises(TransactionStateError, match="half records are not all acknowledged"):
+        tx.decide(TxState.COMMIT)  # its half record is still in flight
+    tx.take_pending()
+    tx.settle([])
+    tx.decide(TxState.COMMIT)
+
+    for state in (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN):
+        with pytest.raises(TransactionStateError, match=r"cannot (go from COMMITTED|commit)"):
+            tx.decide(state)  # a transaction ends once
+    with pytest.raises(TransactionStateError, match="COMMITTED: no more messages"):
+        tx.enqueue([Message("orders", b"late")])  # nothing is sent after its op record
+    assert [record[0] for record in written] == ["__txbridge_half", "__txbridge_op"]
+    assert tx.phase is TxPhase.COMMITTED
+
+
+def test_a_transaction_whose_half_failed_sends_nothing_more_and_can_only_roll_back() -> None:
+    catalog, written = TopicCatalog(), list[Any]()
+    catalog.update({"orders": 2}, listed_at=0.0)
+    tx = _factory(catalog, written)()
+    tx.enqueue([Message("orders", b"v")])
+    tx.take_pending()
+    lost = TransactionStateError("not acknowledged")
+    with pytest.raises(TransactionStateError, match="not acknowledged"):
+        tx.settle_or_raise([lost])
+    with pytest.raises(TransactionStateError, match="already failed to write a half record"):
+        tx.enqueue([Message("orders", b"w")])
+    assert tx.exit_decision(None)[0] is TxState.ROLLBACK  # a clean exit cannot commit it
+    with pytest.raises(TransactionStateError, match="not all acknowledged"):
+        tx.decide(TxState.COMMIT)
+    tx.decide(TxState.ROLLBACK)
+    assert [record[0] for record in written] == ["__txbridge_half", "__txbridge_op"]
+    assert tx.outcome(TxState.ROLLBACK, lost, ()).state is TxState.ROLLBACK
+
+
 def test_max_message_bytes_must_be_a_positive_integer() -> None:
     for bad in (0, -1, 1.5, "1MB", True):
         with pytest.raises(ConfigurationError, match="max_message_bytes"):
