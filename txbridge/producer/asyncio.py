@@ -277,6 +277,7 @@ class AsyncTransaction(ProducerTransaction[_Ack]):
         self.settle_or_raise(await self.bridge.wait(self.take_pending()))
 
     async def __aenter__(self) -> AsyncTransaction:
+        self._traced = tracing.current(self.trace)
         self._traced.__enter__()
         return self
 

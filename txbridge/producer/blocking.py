@@ -185,6 +185,7 @@ class Transaction(ProducerTransaction[Future[Delivered]]):
         self.settle_or_raise(wait_all(self.take_pending(), self._runtime.ack_timeout_s))
 
     def __enter__(self) -> Transaction:
+        self._traced = tracing.current(self.trace)
         self._traced.__enter__()
         return self
 

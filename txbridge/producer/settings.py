@@ -204,6 +204,14 @@ class ProducerSettings:
         return Topics(self.namespace)
 
     @cached_property
+    def half_topic(self) -> str:
+        return self.topics.half
+
+    @cached_property
+    def op_topic(self) -> str:
+        return self.topics.op
+
+    @cached_property
     def encoder(self) -> RecordEncoder:
         """The encoder of this instance's half and op records."""
         return RecordEncoder(

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from enum import StrEnum
 from functools import lru_cache
-from types import MappingProxyType
 from typing import Any, ClassVar, Generic, TypeVar
 
 from txbridge import limits, tracing, wire
@@ -94,18 +94,16 @@ class ProducerTransaction(Generic[H]):
     """
 
     #: The allowed transitions; a phase with none is final.
-    TRANSITIONS: ClassVar[Mapping[TxPhase, frozenset[TxPhase]]] = MappingProxyType(
-        {
-            TxPhase.NEW: frozenset({TxPhase.SENDING, TxPhase.ROLLED_BACK, TxPhase.COMMITTED}),
-            TxPhase.SENDING: frozenset({TxPhase.PREPARED, TxPhase.ROLLED_BACK}),
-            TxPhase.PREPARED: frozenset(
-                {TxPhase.SENDING, TxPhase.COMMITTED, TxPhase.ROLLED_BACK, TxPhase.UNKNOWN}
-            ),
-            TxPhase.COMMITTED: frozenset(),
-            TxPhase.ROLLED_BACK: frozenset(),
-            TxPhase.UNKNOWN: frozenset(),
-        }
-    )
+    TRANSITIONS: ClassVar[Mapping[TxPhase, frozenset[TxPhase]]] = {
+        TxPhase.NEW: frozenset({TxPhase.SENDING, TxPhase.ROLLED_BACK, TxPhase.COMMITTED}),
+        TxPhase.SENDING: frozenset({TxPhase.PREPARED, TxPhase.ROLLED_BACK}),
+        TxPhase.PREPARED: frozenset(
+            {TxPhase.SENDING, TxPhase.COMMITTED, TxPhase.ROLLED_BACK, TxPhase.UNKNOWN}
+        ),
+        TxPhase.COMMITTED: frozenset(),
+        TxPhase.ROLLED_BACK: frozenset(),
+        TxPhase.UNKNOWN: frozenset(),
+    }
 
     __slots__ = (
         "_catalog",
@@ -124,6 +122,9 @@ class ProducerTransaction(Generic[H]):
         "trace",
         "tx_id",
     )
+
+    #: Set when a ``with`` block is entered: the transaction's span is current inside it.
+    _traced: AbstractContextManager[Any]
 
     def __init__(
         self,
@@ -147,8 +148,6 @@ class ProducerTransaction(Generic[H]):
         self.result: TransactionResult | None = None
         #: The transaction's span (None unless the application records traces: txbridge.tracing).
         self.trace = tracing.begin_transaction(self.tx_id, settings.group)
-        # Entered and left with a ``with`` block: the transaction's span is current inside it.
-        self._traced = tracing.current(self.trace)
 
     # ---------------------------------------------------------------- the phase
 
@@ -223,7 +222,7 @@ class ProducerTransaction(Generic[H]):
             partition = self.partition = _half_partition(order_key, settings.partitions)
         self.advance(TxPhase.SENDING)
         self.messages.extend(messages)
-        write, topic = self._write, settings.topics.half
+        write, topic = self._write, settings.half_topic
         for half in halves:
             self._pending.append(write(topic, partition, half.key, half.value, half.headers))
 
@@ -328,7 +327,7 @@ class ProducerTransaction(Generic[H]):
         key, value = settings.encoder.op(
             self.tx_id, state, count=len(self.messages) if state is TxState.COMMIT else None, reason=reason
         )
-        return self._write(settings.topics.op, self.partition, key, value, None)
+        return self._write(settings.op_topic, self.partition, key, value, None)
 
     def outcome(
         self, state: TxState, error: BaseException | None, op_failures: Sequence[BaseException]
