@@ -2,7 +2,7 @@
 
 Where each part lives:
 
-- :mod:`~txbridge.producer.transaction`: :class:`ProducerTransaction`, one transaction's whole
+- :mod:`~txbridge.producer.transaction`: ``ProducerTransaction``, one transaction's whole
   state (phase table, messages, partition, records in flight); it writes, never waits.
 - :mod:`~txbridge.producer.blocking`: :class:`TransactionProducer` and :class:`Transaction`,
   which wait on futures.
@@ -18,6 +18,5 @@ Where each part lives:
 from __future__ import annotations
 
 from txbridge.producer.blocking import Transaction, TransactionProducer
-from txbridge.producer.transaction import ProducerTransaction
 
-__all__ = ["ProducerTransaction", "Transaction", "TransactionProducer"]
+__all__ = ["Transaction", "TransactionProducer"]
