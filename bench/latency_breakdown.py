@@ -689,7 +689,8 @@ def render(results: list[RunResult], columns: tuple[str, ...] = MAIN) -> str:
 
 def _single_producer() -> None:
     """Make the producers write op records with the half records' producer (as before)."""
-    from txbridge import _runtime, delivery
+    from txbridge import delivery
+    from txbridge.producer import runtime as _runtime
 
     class Single(delivery.DeliveryPump):
         def __init__(self, *args: Any, **kwargs: Any) -> None:

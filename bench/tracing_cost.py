@@ -97,24 +97,29 @@ def _hooks(count: int, rounds: int) -> tuple[float, int, int]:
 def _transactions(count: int, rounds: int) -> float:
     """µs per single-message transaction through the producer's in-memory path (best round)."""
     from txbridge import Message
-    from txbridge._core import ProducerSettings, TopicCatalog, TransactionFactory, op_outcome
+    from txbridge.producer.catalog import TopicCatalog
+    from txbridge.producer.settings import ProducerSettings
+    from txbridge.producer.transaction import ProducerTransaction
     from txbridge.wire import TxState
 
     catalog = TopicCatalog()
     catalog.update({"orders": 12}, listed_at=0.0)
     settings = ProducerSettings.build("broker:9092", "orders", b"secret", partitions=12)
-    factory = TransactionFactory(settings, lambda *record: None, catalog)
+
+    def write(*record: Any) -> None:
+        return None
+
     message = [Message("orders", b"x" * 200, key=b"customer-7")]
     best = float("inf")
     for _ in range(rounds):
         started = time.thread_time_ns()
         for _ in itertools.repeat(None, count):
-            tx = factory.open()
+            tx = ProducerTransaction(settings, catalog, write)
             tx.enqueue(message)
             tx.take_pending()
             tx.settle(())
             tx.decide(TxState.COMMIT)
-            op_outcome(tx, TxState.COMMIT, None, ())
+            tx.outcome(TxState.COMMIT, None, ())
         best = min(best, (time.thread_time_ns() - started) / count / 1000)
     return best
 

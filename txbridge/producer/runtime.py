@@ -1,144 +1,47 @@
-"""What the blocking and the asyncio producers run on: one :class:`ProducerRuntime` each.
+"""One producer instance's parts and lifecycle, under either producer: :class:`ProducerRuntime`.
 
 The runtime owns everything that is neither blocking nor awaited: the settings
-(:class:`ProducerOptions`, checked here), the check function and the check
-server, the registry heartbeat, the shared Kafka producer (:class:`DeliveryPump`),
-the topic catalog and its listings, the transaction factories and the lifecycle
-(NEW, STARTED, CLOSED). :class:`~txbridge.producer.TransactionProducer` adds the
-blocking transaction API, :class:`~txbridge.aio.AsyncTransactionProducer` the
-awaitable one and its delivery-report bridge; neither calls the other.
+(checked here), the check function and the check server, the registry
+heartbeat, the shared Kafka producer (:class:`~txbridge.delivery.DeliveryPump`),
+the topic catalog and its listings, and the lifecycle (NEW, STARTED, CLOSED).
+:class:`~txbridge.producer.TransactionProducer` adds the blocking transaction API,
+:class:`~txbridge.aio.AsyncTransactionProducer` the awaitable one; neither calls the other.
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from enum import StrEnum
-from typing import Any, Required, TypedDict, TypeVar
+from typing import Any
 
 from starlette.applications import Starlette
 
 from txbridge import kafka
-from txbridge._core import (
-    OpenTransaction,
-    ProducerSettings,
-    RecordWriter,
-    TopicCatalog,
-    TransactionFactory,
-    order_key_bytes,
-    settles_unknown,
-)
 from txbridge.checkback import CHECK_PATH, CheckServer, build_check_app
 from txbridge.client_config import ClientConfig
 from txbridge.delivery import DeliveryPump
 from txbridge.errors import ConfigurationError, KafkaOperationError, TransactionStateError
+from txbridge.producer.catalog import TopicCatalog
+from txbridge.producer.outcome import settles_unknown
+from txbridge.producer.settings import (
+    CheckFunction,
+    ExecuteFunction,
+    ProducerOptions,
+    ProducerSettings,
+    check_option_names,
+)
 from txbridge.registry import Heartbeat
-from txbridge.serializers import Serializer
-from txbridge.transaction import LocalTransaction, Message, TransactionListener, check_source, is_decisive
+from txbridge.transaction import Message, TransactionListener, check_source, is_decisive
 
 logger = logging.getLogger(__name__)
 
-H = TypeVar("H")
-
-ExecuteFunction = Callable[[LocalTransaction, Any], Any]
-CheckFunction = Callable[[LocalTransaction], Any]
-
 #: Seconds a topic listing may take before a send fails (nothing written).
 METADATA_TIMEOUT_S = 10.0
-
-
-class ProducerOptions(TypedDict, total=False):
-    """The keyword settings of both producers (everything after ``bootstrap`` and ``group``).
-
-    :class:`~txbridge.TransactionProducer` and :class:`~txbridge.AsyncTransactionProducer`
-    take exactly these, checked by mypy (``**options: Unpack[ProducerOptions]``) and, for a
-    name that is not one of them, at run time (``TypeError`` naming it).
-
-    Attributes:
-        secret: the group's HMAC secret for back-check signatures (never logged). Required.
-        listener: a :class:`~txbridge.TransactionListener` (execute + check), or:
-        check: a check function ``check(txn) -> TxState`` (e.g. ``barrier.check``).
-        namespace: the txbridge topic prefix (as given to ``txbridge init``).
-        partitions: partitions of ``<ns>_half``/``<ns>_op``; default: their count, read at start.
-            A value that disagrees with the topics is refused at start, and so is a count that
-            changes under a running producer (its keys would move to other half partitions).
-        instance_id: this instance's id (default ``host-pid-random``).
-        check_host: interface of the built-in check server (default ``127.0.0.1``).
-        check_port: its port; 0 (default) picks a free one.
-        serve_checks: False to mount ``check_app`` in your own ASGI server instead (default True).
-        advertised_url: the check URL put in the registry (default from host and port).
-        value_serializer: turns message values into bytes (default: bytes as they are).
-        key_serializer: turns message keys into bytes.
-        heartbeat_interval_s: seconds between registry heartbeats (default 1; each says it, so a
-            coordinator that hears none for 2.5 intervals asks another live instance about this
-            one's transactions at once when the check is decisive, instead of after the check delay).
-        max_message_bytes: must match the coordinator's ``max_message_bytes`` (default 1 MiB):
-            a larger message (as :func:`txbridge.limits.record_size` counts it republished) is
-            refused before its half record is written, instead of quarantined once committed.
-        settle_unknown: when the local transaction ends UNKNOWN (or raises), ask the check
-            function at once (then after 50 and 250 ms) and write its COMMIT or ROLLBACK
-            instead of leaving the outcome to a back-check seconds later. Default (None): only
-            when the check is marked :func:`~txbridge.decisive` (the barrier's ``check`` is):
-            an ordinary check asked too early could answer ROLLBACK for a commit still on its
-            way, which is what the coordinator's check delay guards against.
-        check_source: the source of truth the check answers from, said in every half record and
-            heartbeat: a coordinator asks another instance about this one's transactions only
-            when that instance says the same source. Default: a barrier's check says its
-            database's identity; any other check answers for this instance only
-            (``"instance"``). ``"group"``: the check answers for every instance of the group
-            (one shared source of truth); any other name: the instances that say that name read
-            one source of truth. See :func:`txbridge.wire.can_answer`.
-        client_config: the cluster's client settings (security), shared by every part: a
-            :class:`~txbridge.client_config.ClientConfig` (e.g. ``ClientConfig.load("client.properties")``)
-            or a dict of Java or librdkafka names.
-        extra_config: librdkafka settings on top of txbridge's (idempotent, acks=all) and of
-            ``client_config``.
-    """
-
-    secret: Required[bytes | str]
-    listener: TransactionListener | None
-    check: CheckFunction | None
-    namespace: str
-    partitions: int | None
-    instance_id: str | None
-    check_host: str
-    check_port: int
-    serve_checks: bool
-    advertised_url: str | None
-    value_serializer: Serializer | None
-    key_serializer: Serializer | None
-    heartbeat_interval_s: float
-    max_message_bytes: int
-    settle_unknown: bool | None
-    check_source: str | None
-    client_config: ClientConfig | Mapping[str, Any] | None
-    extra_config: dict[str, Any] | None
-
-
-#: Every name of :class:`ProducerOptions` (required or not).
-OPTION_NAMES = ProducerOptions.__required_keys__ | ProducerOptions.__optional_keys__
-
-
-def check_option_names(owner: str, options: Mapping[str, Any]) -> None:
-    """Refuse a keyword that is not a :class:`ProducerOptions` name, as Python refuses one.
-
-    Raises:
-        TypeError: naming the keyword, and the option it is closest to.
-    """
-    unknown = sorted(set(options) - OPTION_NAMES)
-    if unknown:
-        name = unknown[0]
-        close = difflib.get_close_matches(name, OPTION_NAMES, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise TypeError(
-            f"{owner}() got an unexpected keyword argument {name!r}{hint}; "
-            f"its options are txbridge.ProducerOptions: {', '.join(sorted(OPTION_NAMES))}"
-        )
 
 
 class _Lifecycle(StrEnum):
@@ -187,7 +90,7 @@ class ProducerRuntime:
         self.pump = DeliveryPump(
             self.settings.bootstrap, self.settings.extra_config, urgent_topics=(self.settings.topics.op,)
         )
-        #: Partition counts of the real topics, shared by every transaction factory.
+        #: Partition counts of the real topics, read by every transaction.
         self.catalog = TopicCatalog()
         self._metadata_lock = threading.Lock()  # one listing at a time; the others use its answer
         self._server: CheckServer | None = None
@@ -315,24 +218,6 @@ class ProducerRuntime:
             )
 
     # ---------------------------------------------------------------- transactions
-
-    def factory(self, write: RecordWriter[H]) -> TransactionFactory[H]:
-        """Transactions whose records go through ``write`` (the asyncio producer's, per event loop).
-
-        Raises:
-            TransactionStateError: the producer is not started (the half topic's count is read then).
-        """
-        self.require_started()
-        return TransactionFactory(self.settings, write, self.catalog)
-
-    def open(self, transactions: TransactionFactory[H], order_key: Any = None) -> OpenTransaction[H]:
-        """A new transaction of ``transactions``.
-
-        Raises:
-            TransactionStateError: the producer is not started.
-        """
-        self.require_started()
-        return transactions.open(order_key_bytes(self.settings, order_key))
 
     def execute_of(self, execute: ExecuteFunction | None) -> ExecuteFunction:
         """``execute``, else the listener's ``execute_local_transaction``."""

@@ -29,28 +29,19 @@ from types import TracebackType
 from typing import Any, Unpack
 
 from txbridge import tracing
-from txbridge._core import (
-    SETTLED_REASON,
-    OpenTransaction,
-    TransactionBlock,
-    TransactionFactory,
-    checked_answer,
-    half_failure,
-    local_failure,
-    normalise_messages,
-    op_outcome,
-    settle_unknown,
-)
-from txbridge._runtime import ExecuteFunction, ProducerOptions, ProducerRuntime, ProducerSurface
 from txbridge.delivery import Delivered, wait_all
-from txbridge.transaction import LocalTransaction, Message, TransactionResult
+from txbridge.producer.outcome import SETTLED_REASON, run_local, settle_unknown
+from txbridge.producer.runtime import ProducerRuntime, ProducerSurface
+from txbridge.producer.settings import ExecuteFunction, ProducerOptions
+from txbridge.producer.transaction import ProducerTransaction, normalise_messages, order_key_bytes
+from txbridge.transaction import Message, TransactionResult
 from txbridge.wire import TxState
 
 
 class TransactionProducer(ProducerSurface):
     """A transactional producer instance of a producer group.
 
-    It runs on a :class:`~txbridge._runtime.ProducerRuntime` of its own (check server,
+    It runs on a :class:`~txbridge.producer.runtime.ProducerRuntime` of its own (check server,
     heartbeat, shared Kafka producer, topic listings, lifecycle) and adds the blocking
     transaction API. :class:`~txbridge.aio.AsyncTransactionProducer` takes the same arguments.
 
@@ -67,7 +58,6 @@ class TransactionProducer(ProducerSurface):
 
     def __init__(self, bootstrap: str, group: str, **options: Unpack[ProducerOptions]) -> None:
         super().__init__(bootstrap, group, options)
-        self._transactions: TransactionFactory[Future[Delivered]] | None = None  # made at the first open
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -94,13 +84,6 @@ class TransactionProducer(ProducerSurface):
         self.close()
 
     # ---------------------------------------------------------------- transactions
-
-    def _open(self, order_key: Any = None) -> OpenTransaction[Future[Delivered]]:
-        """A new transaction whose records are futures."""
-        runtime = self._runtime
-        if self._transactions is None:  # after start(): the factory takes the half topic's count
-            self._transactions = runtime.factory(runtime.pump.write)
-        return runtime.open(self._transactions, order_key)
 
     def send_in_transaction(
         self,
@@ -134,14 +117,15 @@ class TransactionProducer(ProducerSurface):
         run = runtime.execute_of(execute)
         messages = normalise_messages(message)
         runtime.know_topics(messages)
-        tx = self._open()
+        tx = Transaction(runtime)
         tx.enqueue(messages)
         tx.settle(wait_all(tx.take_pending(), runtime.ack_timeout_s))
         if tx.half_error is not None:
-            return self._rollback_after_half_failure(tx)
+            state, error, reason = tx.half_failure()
+            return tx._finish(state, error, reason=reason)
         with tracing.current(tx.trace):  # the application's spans in the local transaction are its children
-            state, error = run_local(run, tx.local_view(), arg)
-        return self._finish(tx, state, error)
+            state, error = run_local(run, tx.local, arg)
+        return tx._finish(state, error)
 
     def transaction(self, order_key: Any = None) -> Transaction:
         """A transaction as a context manager (several messages, one local transaction).
@@ -150,41 +134,10 @@ class TransactionProducer(ProducerSurface):
             order_key: picks the half partition (default: the first message's key, else
                 the tx id). Transactions with the same order key are republished in commit order.
         """
-        return Transaction(self, self._runtime, self._open(order_key))
-
-    def _rollback_after_half_failure(self, tx: OpenTransaction[Future[Delivered]]) -> TransactionResult:
-        state, error, reason = half_failure(tx)
-        return self._finish(tx, state, error, reason=reason)
-
-    def _finish(
-        self,
-        tx: OpenTransaction[Future[Delivered]],
-        state: TxState,
-        error: BaseException | None,
-        *,
-        reason: str = "",
-    ) -> TransactionResult:
-        runtime = self._runtime
-        if state is TxState.UNKNOWN and runtime.settles_unknown and tx.partition is not None:
-            settled = settle_unknown(runtime.check, tx.local_view())
-            if settled is not TxState.UNKNOWN:
-                state, reason = settled, SETTLED_REASON
-        future = tx.decide(state, reason=reason)
-        return op_outcome(tx, state, error, wait_all([future], runtime.ack_timeout_s) if future else [])
+        return Transaction(self._runtime, order_key)
 
 
-def run_local(
-    execute: ExecuteFunction, txn: LocalTransaction, arg: Any
-) -> tuple[TxState, BaseException | None]:
-    """Run the user's local transaction: its answer as a TxState, an exception as UNKNOWN."""
-    try:
-        answer = execute(txn, arg)
-    except Exception as exc:  # RocketMQ's rule: the local transaction's failure is UNKNOWN, not ROLLBACK
-        return local_failure(txn, exc)
-    return checked_answer(txn, answer), None
-
-
-class Transaction(TransactionBlock[Future[Delivered]]):
+class Transaction(ProducerTransaction[Future[Delivered]]):
     """A transaction opened by :meth:`TransactionProducer.transaction`.
 
     ``send()`` waits for the half record's acknowledgement by default, so any local
@@ -195,11 +148,12 @@ class Transaction(TransactionBlock[Future[Delivered]]):
         result: the :class:`TransactionResult`, set when the block exits.
     """
 
-    def __init__(
-        self, producer: TransactionProducer, runtime: ProducerRuntime, tx: OpenTransaction[Future[Delivered]]
-    ) -> None:
-        super().__init__(tx)
-        self._producer = producer
+    __slots__ = ("_runtime",)
+
+    def __init__(self, runtime: ProducerRuntime, order_key: Any = None) -> None:
+        runtime.require_started()
+        settings = runtime.settings
+        super().__init__(settings, runtime.catalog, runtime.pump.write, order_key_bytes(settings, order_key))
         self._runtime = runtime
 
     def send(self, message: Message | Sequence[Message], *, wait: bool = True) -> None:
@@ -218,7 +172,7 @@ class Transaction(TransactionBlock[Future[Delivered]]):
         """
         messages = normalise_messages(message)
         self._runtime.know_topics(messages)
-        self._tx.enqueue(messages)
+        self.enqueue(messages)
         if wait:
             self.prepare()
 
@@ -228,9 +182,10 @@ class Transaction(TransactionBlock[Future[Delivered]]):
         Raises:
             KafkaOperationError: one was not; the transaction can only roll back.
         """
-        self._settled(wait_all(self._tx.take_pending(), self._runtime.ack_timeout_s))
+        self.settle_or_raise(wait_all(self.take_pending(), self._runtime.ack_timeout_s))
 
     def __enter__(self) -> Transaction:
+        self._traced = tracing.current(self.trace)
         self._traced.__enter__()
         return self
 
@@ -238,9 +193,21 @@ class Transaction(TransactionBlock[Future[Delivered]]):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         # Settle records still in flight first, so the op record follows every half record.
-        self._tx.settle(wait_all(self._tx.take_pending(), self._runtime.ack_timeout_s))
-        state, error, reason, to_raise = self._exit_decision(exc)
-        self.result = self._producer._finish(self._tx, state, error, reason=reason)
+        self.settle(wait_all(self.take_pending(), self._runtime.ack_timeout_s))
+        state, error, reason, to_raise = self.exit_decision(exc)
+        self._finish(state, error, reason=reason)
         self._traced.__exit__(exc_type, exc, tb)
         if to_raise is not None:
             raise to_raise from None
+
+    def _finish(self, state: TxState, error: BaseException | None, *, reason: str = "") -> TransactionResult:
+        """Settle an UNKNOWN with a decisive check, write the op record, wait for it."""
+        runtime = self._runtime
+        if state is TxState.UNKNOWN and runtime.settles_unknown and self.partition is not None:
+            settled = settle_unknown(runtime.check, self.local)
+            if settled is not TxState.UNKNOWN:
+                state, reason = settled, SETTLED_REASON
+        future = self.decide(state, reason=reason)
+        return self.outcome(
+            state, error, wait_all([future], runtime.ack_timeout_s) if future is not None else []
+        )
