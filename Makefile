@@ -30,7 +30,7 @@ TEST_WORKERS  ?= 3
 MATRIX_SCOPE  ?= full
 MATRIX_CASES  ?=
 # make lock: the pyspark constraints.txt pins; the newest whose Kafka source jars Maven Central
-# serves (txbridge/tools/local/jars.py SPARK_KAFKA_SERVED), since the demo and the tests need them.
+# serves (servers/jars.py SPARK_KAFKA_SERVED), since the demo and the tests need them.
 LOCK_PYSPARK  ?= 4.2.0
 
 # The versions come from constraints.txt, so a fresh clone installs what CI ran; pip ignores

@@ -28,8 +28,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from console import actions
-from console.health import NamespaceHealth, now_ms, read_health
-from console.producers import groups_of
+from console.checks import ChecksRead, metrics_urls, read_checks
+from console.health import NamespaceHealth, now_ms, read_health, read_members
+from console.producers import groups_of, with_checks
 from console.security import SESSION_COOKIE, Session, Sessions, same_origin
 from console.settings import ConsoleSettings
 from console.transactions import (
@@ -100,6 +101,12 @@ def _utc(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.3g} s"
+
+
 def _lag(value: int | None) -> str:
     return "?" if value is None else f"{value:,}"
 
@@ -116,7 +123,7 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.templates.filters.update(age=_age, utc=_utc, lag=_lag)
+        self.templates.filters.update(age=_age, utc=_utc, lag=_lag, ms=_ms)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -270,16 +277,35 @@ class Console:
         except TxBridgeError as exc:
             return self._page(request, session, fresh, "producers.html", 503, namespace=ns, error=str(exc))
         groups = groups_of(registered, pending, expired, now_ms(), s.liveness_s)
+        checks = self._checks_of(ns)
         return self._page(
             request,
             session,
             fresh,
             "producers.html",
             namespace=ns,
-            groups=groups,
+            groups=with_checks(groups, checks.by_group),
+            checks=checks,
             liveness_s=s.liveness_s,
             error="",
         )
+
+    def _checks_of(self, ns: str) -> ChecksRead:
+        """The check figures of ``ns``'s coordinators, from their metrics where the console was told
+        they are; what could not be read is listed, never raised: the page is shown without it."""
+        s = self.settings
+        where = s.metrics_of(ns)
+        if not where:
+            return ChecksRead()
+        members = []
+        if any(one.isdigit() for one in where):
+            try:
+                members = read_members(s.bootstrap, s.group_of(ns), Topics(ns).half, s.client)[1]
+            except TxBridgeError as exc:
+                failed = ChecksRead(configured=True)
+                failed.unavailable.append((f"the members of {s.group_of(ns)}", str(exc)))
+                return failed
+        return read_checks(metrics_urls(where, members), ns)
 
     def login_page(self, request: Request) -> Response:
         session, fresh = self._session(request)

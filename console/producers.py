@@ -1,39 +1,29 @@
 """The producer groups page: live instances, their check URLs, and what Kafka holds of their checks.
 
-Pure: it takes :func:`txbridge.admin.list_producers`' instances and the transactions page's rows.
-The per-request check latency and failure counts live in the coordinators' memory and metrics
-only; what a group's checks have left in Kafka is shown instead: pending transactions with the
-number of checks each had, those no check could reach (and why), and expired ones not resolved.
+Pure: it takes :func:`txbridge.admin.list_producers`' instances and the transactions page's rows:
+pending transactions with the number of checks each had, those no check could reach (and why),
+and expired ones not resolved. The check requests' latency and failures, which live in the
+coordinators' memory, are added from their metrics (:mod:`console.checks`, :func:`with_checks`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING
 
+from console.security import shown_url
 from console.transactions import ExpiredRow, PendingRow
 from txbridge.admin import Registered
 
-__all__ = ["SILENT_INTERVALS", "GroupView", "InstanceView", "groups_of", "shown_url"]
+if TYPE_CHECKING:
+    from console.checks import GroupChecks
+
+__all__ = ["SILENT_INTERVALS", "GroupView", "InstanceView", "groups_of", "shown_url", "with_checks"]
 
 #: Not heard for this many of its said heartbeat intervals, an instance is silent: the
 #: coordinators ask it last (the rule of coordinator/checks/registry.py, docs/wire-format.md).
 SILENT_INTERVALS = 2.5
-
-
-def shown_url(url: str) -> str:
-    """A check URL as a page may show it: without credentials, query or fragment (a token may hide there)."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return "(not a URL)"
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{port}" if port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 @dataclass(frozen=True)
@@ -58,6 +48,7 @@ class GroupView:
     not_asked: int = 0  # pending transactions no check could reach lately
     problem: str = ""  # the latest reason none could
     expired_unresolved: int = 0
+    requests: GroupChecks | None = None  # its check requests as the coordinators count them
 
     @property
     def live(self) -> int:
@@ -111,3 +102,12 @@ def groups_of(
         if e.decision is None:
             of(e.group).expired_unresolved += 1
     return sorted(groups.values(), key=lambda g: g.group)
+
+
+def with_checks(groups: list[GroupView], by_group: Mapping[str, GroupChecks]) -> list[GroupView]:
+    """``groups`` with their check requests' figures; a group only the coordinators know of (its
+    instances gone and nothing pending) is added: its failures are what an operator looks for."""
+    views = {g.group: g for g in groups}
+    for name, figures in by_group.items():
+        views.setdefault(name, GroupView(name)).requests = figures
+    return sorted(views.values(), key=lambda g: g.group)

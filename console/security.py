@@ -11,7 +11,8 @@ is accepted only when all of these hold:
 - for an action, the session signed in with the admin token.
 
 Sessions live in this process's memory only: a restart signs everybody out, which is the safe
-side for an admin credential.
+side for an admin credential. :func:`shown_url` is how any URL reaches a page: without the
+credentials, query or fragment it may carry.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["SESSION_COOKIE", "Session", "Sessions", "same_origin"]
+__all__ = ["SESSION_COOKIE", "Session", "Sessions", "same_origin", "shown_url"]
 
 SESSION_COOKIE = "txbridge_console"
 #: A session unused this long is forgotten (an admin signs in again).
@@ -113,3 +114,17 @@ def same_origin(origin: str | None, referer: str | None, own: str) -> bool:
         parts = urlsplit(referer)
         return f"{parts.scheme}://{parts.netloc}" == own
     return False
+
+
+def shown_url(url: str) -> str:
+    """A check URL as a page may show it: without credentials, query or fragment (a token may hide there)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "(not a URL)"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

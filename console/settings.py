@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit
 
 from txbridge.errors import ConfigurationError
 from txbridge.wire import default_coordinator_group
@@ -53,6 +54,9 @@ class ConsoleSettings:
             time (the coordinators' ``producer_liveness_s``).
         allowed_hosts: the host names the console answers to (its requests' ``Host``; ``*``: any);
             others are refused, so a page rebinding its own name to this address reads nothing.
+        coordinator_metrics: where a namespace's coordinators serve ``/metrics`` (key ``""``: every
+            namespace not named): a port, scraped on each member of the coordinators' group, or
+            URLs. Empty: the producer groups page shows no check latency or failures.
     """
 
     bootstrap: str
@@ -62,10 +66,25 @@ class ConsoleSettings:
     admin_token: AdminToken | None = None
     liveness_s: float = 10.0
     allowed_hosts: tuple[str, ...] = ("*",)
+    coordinator_metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "client", MappingProxyType(dict(self.client)))
         object.__setattr__(self, "groups", MappingProxyType(dict(self.groups)))
+        object.__setattr__(self, "coordinator_metrics", MappingProxyType(dict(self.coordinator_metrics)))
+        for namespace, where in self.coordinator_metrics.items():
+            for one in where:
+                port = one.isdigit() and 0 < int(one) < 65536
+                if not port and urlsplit(one).scheme not in {"http", "https"}:
+                    raise ConfigurationError(
+                        f"coordinator metrics of {namespace or 'every namespace'}: {one!r} is neither a "
+                        "TCP port nor an http(s) URL: give the coordinators' metrics_port, or their "
+                        "/metrics URLs"
+                    )
+
+    def metrics_of(self, namespace: str) -> tuple[str, ...]:
+        """Where the coordinators of ``namespace`` serve their metrics (empty: not known)."""
+        return self.coordinator_metrics.get(namespace) or self.coordinator_metrics.get("", ())
 
     @property
     def read_only(self) -> bool:

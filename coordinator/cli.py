@@ -3,12 +3,10 @@
 The CLI reads flags, ``TXBRIDGE_*`` env vars and ``--config file.toml``, configures
 logging and installs SIGTERM/SIGINT handlers; the library does none of that.
 
-The service imports nothing of the tooling (:mod:`txbridge.tools`), so this module declares its
-Kafka options itself, with the names and env vars of the ``txbridge`` command's
-(:mod:`txbridge.tools.cli.options`); both take the bootstrap variable and the one-line errors
-from :mod:`txbridge._command_line`. Run as ``txbridge coordinator``, it resolves its bootstrap
-as every subcommand does (the local broker when none is given), through :data:`BOOTSTRAP_RESOLVER`;
-run as ``python -m coordinator``, it needs one.
+Its Kafka options have the names and env vars of every ``txbridge`` subcommand's, and its
+bootstrap servers are resolved as theirs are (:func:`txbridge.settings.resolve_bootstrap`):
+run as ``txbridge coordinator``, it falls back on the local broker; run as ``python -m
+coordinator``, it needs one.
 """
 
 from __future__ import annotations
@@ -18,21 +16,17 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from txbridge._command_line import BOOTSTRAP_ENV, one_line_errors
 from txbridge.client_config import COMMAND_CONFIG_ENV
-from txbridge.errors import ConfigurationError
+from txbridge.settings import BOOTSTRAP_ENV, one_line_errors, resolve_bootstrap
 
-if TYPE_CHECKING:
-    from txbridge.client_config import ClientConfig
-
-#: The key in the click context's ``meta`` of a ``resolve_bootstrap(bootstrap, *, client)`` that
-#: replaces the plain reachability check (the ``txbridge`` group sets it).
-BOOTSTRAP_RESOLVER = "txbridge.resolve_bootstrap"
+#: What to pass when no source names the bootstrap servers (``python -m coordinator``).
+_SOURCES = (
+    f"pass --bootstrap, set {BOOTSTRAP_ENV} or TXBRIDGE_BOOTSTRAP, or name it in --config or --command-config"
+)
 
 
 @click.command("coordinator")
@@ -150,12 +144,15 @@ def coordinator(
     logging.getLogger("coordinator").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    flags["bootstrap"] = bootstrap or _bootstrap_from(config_path)
+    flags["bootstrap"] = bootstrap or None
     if secrets:
         flags["secrets"] = parse_pairs(secrets, "--secret")
+    # The one read of each source: flags, TXBRIDGE_* variables, the TOML file (docs/coordinator.md).
     config = CoordinatorConfig.load(flags=flags, env=os.environ, toml_path=config_path)
     provider = install_provider(os.environ) if config.tracing else None
-    config = config.replace(bootstrap=_resolve_bootstrap(config.bootstrap or None, config.client_config))
+    # Then what names the Kafka when none of them does: the client file, else the local broker.
+    bootstrap = resolve_bootstrap(config.bootstrap or None, client=config.client_config, sources=_SOURCES)
+    config = config.replace(bootstrap=bootstrap)
     service = Coordinator(config, on_wedged=_end_wedged_process)
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -174,24 +171,6 @@ def coordinator(
     sys.exit(0)
 
 
-def _resolve_bootstrap(bootstrap: str | None, client: ClientConfig) -> str:
-    """The bootstrap to use: the given one, else the client file's ``bootstrap.servers``; checked
-    with the client settings. Under ``txbridge``, its resolver (which also finds the local broker)."""
-    from txbridge.kafka import check_reachable
-
-    resolver = click.get_current_context().meta.get(BOOTSTRAP_RESOLVER)
-    if resolver is not None:
-        return str(resolver(bootstrap, client=client))
-    bootstrap = bootstrap or client.bootstrap
-    if not bootstrap:
-        raise ConfigurationError(
-            f"no bootstrap given: pass --bootstrap, set {BOOTSTRAP_ENV} or TXBRIDGE_BOOTSTRAP, "
-            "or name it in --config or --command-config"
-        )
-    check_reachable(bootstrap, extra=client.librdkafka())
-    return bootstrap
-
-
 def _end_wedged_process(wedged: Any) -> None:
     """A Kafka call outlived its timeout (coordinator/monitoring/watchdog.py): end the process, so that a
     supervisor starts it again (compose: restart: unless-stopped). It cannot be interrupted."""
@@ -201,15 +180,3 @@ def _end_wedged_process(wedged: Any) -> None:
         handler.flush()
     faulthandler.dump_traceback(all_threads=True)
     os._exit(EXIT_WEDGED)
-
-
-def _bootstrap_from(config_path: str | None) -> str | None:
-    """The bootstrap from TXBRIDGE_BOOTSTRAP or the TOML file, so --bootstrap may be omitted."""
-    from coordinator.config import read_toml
-
-    if os.environ.get("TXBRIDGE_BOOTSTRAP"):
-        return os.environ["TXBRIDGE_BOOTSTRAP"]
-    if config_path is None:
-        return None
-    value = read_toml(Path(config_path)).get("bootstrap")
-    return str(value) if value else None

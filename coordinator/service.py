@@ -167,6 +167,7 @@ class Coordinator:
                 self._gauges,
                 labelled=self._more_gauges,
                 histograms=(self.cycle.visible, parts.sources.checker.latency),
+                counters=(parts.sources.checker.failures,),
                 info={"namespace": cfg.namespace, "group": cfg.group_id, "instance_id": cfg.instance_id},
             )
             self._metrics_server = health.serve(

@@ -27,10 +27,10 @@ from txbridge.errors import ConfigurationError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from servers.coordinator_process import CoordinatorProcess
     from spark_pipelines.rocketmq import RocketMQSetup, RocketMQTarget
     from spark_pipelines.streaming import CustomerCounts
     from txbridge.client_config import ClientConfig
-    from txbridge.tools.local.coordinator_process import CoordinatorProcess
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def rocketmq_setup(
 
 
 def _local_broker_running() -> bool:
-    from txbridge.tools.local.broker import LocalKafka
+    from servers.broker import LocalKafka
 
     return LocalKafka.from_home().status().running
 
@@ -187,7 +187,7 @@ def _stop(options: DemoOptions, running: _Running) -> None:
     if running.setup is not None:
         running.setup.stop()
     if running.started_broker and not options.keep_broker:
-        from txbridge.tools.local.broker import LocalKafka
+        from servers.broker import LocalKafka
 
         LocalKafka.from_home().stop()
 
@@ -324,10 +324,10 @@ def _quiet_s(setup: RocketMQSetup | None) -> float:
 def _rocketmq_facts(
     setup: RocketMQSetup, target: RocketMQTarget | None, config: RunConfig, result: WorkloadResult
 ) -> dict[str, Any]:
+    from servers.jars import ROCKETMQ_VERSION
     from spark_pipelines.paths.rocketmq_path import summarize
     from spark_pipelines.rocketmq import DEMO_TRANSACTION_SETTINGS, ROCKETMQ_DEFAULTS
     from spark_pipelines.watcher import load_received
-    from txbridge.tools.local.jars import ROCKETMQ_VERSION
 
     started = target is not None and target.local is not None
     facts: dict[str, Any] = {

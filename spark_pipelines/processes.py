@@ -2,7 +2,7 @@
 
 Crashes are real: the runner SIGKILLs a producer process at its planned crash
 point and starts a fresh one for the remaining orders; the coordinator (launched
-by :class:`txbridge.tools.local.coordinator_process.CoordinatorProcess`, as ``txbridge bench`` does) is
+by :class:`servers.coordinator_process.CoordinatorProcess`, as ``txbridge bench`` does) is
 SIGKILLed once mid-run and restarted.
 """
 
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from servers.coordinator_process import CoordinatorProcess
 from spark_pipelines.faults import FaultPlan
 from spark_pipelines.workload import SECRET_ENV, RunConfig
 from txbridge.errors import TxBridgeError
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
 
 if TYPE_CHECKING:
     from txbridge.client_config import ClientConfig

@@ -1,6 +1,6 @@
 """The RocketMQ of the ``rocketmq`` path: one the demo starts and stops, or an existing one.
 
-The demo's own RocketMQ is :class:`txbridge.tools.local.rocketmq.LocalRocketMQ` in
+The demo's own RocketMQ is :class:`servers.rocketmq.LocalRocketMQ` in
 ``<cache>/rocketmq-demo`` on ports the OS says are free (so neither a
 ``txbridge rocketmq start`` instance nor anything on 8081 or 9876 is in the way),
 with :data:`DEMO_TRANSACTION_SETTINGS`. An existing RocketMQ is given by its proxy's
@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from servers import jars
+from servers.broker import free_port, port_in_use
+from servers.rocketmq import CLUSTER_NAME, LocalRocketMQ, free_broker_port
 from txbridge.errors import BrokerError, ConfigurationError
-from txbridge.tools.local import jars
-from txbridge.tools.local.broker import free_port, port_in_use
-from txbridge.tools.local.rocketmq import CLUSTER_NAME, LocalRocketMQ, free_broker_port
 
 logger = logging.getLogger(__name__)
 

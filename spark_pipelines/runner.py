@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from servers.coordinator_process import CoordinatorProcess, CoordinatorProcessError
 from spark_pipelines.faults import FaultPlan
 from spark_pipelines.paths import CHECKED_PATHS, KAFKA_PATHS, PATHS, ROCKETMQ
 from spark_pipelines.processes import PathResult, ProducerRunner, StartLine
 from spark_pipelines.watcher import RocketMQWatcher, VisibilityWatcher
 from spark_pipelines.workload import RunConfig
 from txbridge import kafka
-from txbridge.tools.local.coordinator_process import CoordinatorProcess, CoordinatorProcessError
 
 if TYPE_CHECKING:
     from txbridge.client_config import ClientConfig

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from txbridge.tools.local import jars
+from servers import jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -4,7 +4,7 @@ Kafka comes from, in order:
 
 1. ``KAFKA_BOOTSTRAP_SERVERS``: an existing cluster (it must allow transactions);
 2. a testcontainers Kafka, when a Docker engine answers (``TXBRIDGE_TEST_DOCKER=0`` skips it);
-3. the local broker of :mod:`txbridge.tools.local.broker`, on free ports in a temp folder.
+3. the local broker of :mod:`servers.broker`, on free ports in a temp folder.
 
 PostgreSQL (``postgres_url``) comes from ``TXBRIDGE_TEST_POSTGRES_URL`` (a SQLAlchemy URL of
 a database the tests may create and drop tables in), else from the ``pgserver`` package:
@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from servers.broker import LocalKafka, free_port
 from tests.kafka_helpers import delete_namespaces
 from txbridge import kafka
-from txbridge.tools.local.broker import LocalKafka, free_port
 from txbridge.topics import init_topics
 
 if TYPE_CHECKING:

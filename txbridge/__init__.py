@@ -11,11 +11,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from txbridge._runtime import ProducerOptions
     from txbridge.aio import AsyncTransactionProducer
     from txbridge.barrier import SqlAlchemyBarrier, SqliteBarrier
     from txbridge.errors import TxBridgeError
     from txbridge.producer import TransactionProducer
+    from txbridge.producer.settings import ProducerOptions
     from txbridge.serializers import AvroSerializer, BytesSerializer, StringSerializer
     from txbridge.transaction import (
         LocalTransaction,
@@ -34,7 +34,7 @@ _WHERE = {
     "BytesSerializer": "txbridge.serializers",
     "LocalTransaction": "txbridge.transaction",
     "Message": "txbridge.transaction",
-    "ProducerOptions": "txbridge._runtime",
+    "ProducerOptions": "txbridge.producer.settings",
     "SqlAlchemyBarrier": "txbridge.barrier",
     "SqliteBarrier": "txbridge.barrier",
     "StringSerializer": "txbridge.serializers",

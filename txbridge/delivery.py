@@ -191,7 +191,8 @@ class DeliveryPump:
     def write(
         self, topic: str, partition: int, key: bytes, value: bytes | None, headers: Headers | None
     ) -> Future[Delivered]:
-        """:meth:`produce` as a transaction's record writer (positional, like ``_core.RecordWriter``)."""
+        """:meth:`produce` as a transaction's record writer (positional: a
+        :data:`~txbridge.producer.transaction.RecordWriter`)."""
         return self.produce(topic, partition=partition, key=key, value=value, headers=headers)
 
     def close(self, timeout: float = 30.0) -> None:

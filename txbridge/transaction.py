@@ -1,31 +1,17 @@
-"""A transaction's data and lifecycle: messages, the local-transaction view, results, phases.
+"""What a transaction is to the application: its messages, the local-transaction view, results,
+the listener and the check function's marks.
 
-Pure logic, no I/O: the producers (blocking and asyncio) drive a
-:class:`TransactionLifecycle` through its phases and encode half and op records
-with a :class:`RecordEncoder`.
-
-Phases and allowed transitions (one table, one guarded setter)::
-
-    NEW ──send──> SENDING ──halves acked──> PREPARED ──> COMMITTED | ROLLED_BACK | UNKNOWN
-     │               │                         │
-     │               └──────> ROLLED_BACK      └──send──> SENDING (another message, context form)
-     ├──────────────────────> ROLLED_BACK  (exception before any message)
-     └──────────────────────> COMMITTED    (empty transaction: nothing is written)
+Pure data and rules, no I/O. The producer's state of one transaction in flight
+(phases, records) is :class:`txbridge.producer.transaction.ProducerTransaction`.
 """
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast, runtime_checkable
 
 from txbridge import wire
-from txbridge.errors import SerializationError, TransactionStateError
-from txbridge.serializers import Serializer
-from txbridge.tracing import has_traceparent
 from txbridge.wire import TxState
 
 HeadersArg = Sequence[tuple[str, bytes]] | Mapping[str, bytes]
@@ -116,63 +102,6 @@ class TransactionListener(Protocol):
     def check_local_transaction(self, txn: LocalTransaction) -> TxState: ...
 
 
-class TxPhase(StrEnum):
-    NEW = "NEW"
-    SENDING = "SENDING"
-    PREPARED = "PREPARED"
-    COMMITTED = "COMMITTED"
-    ROLLED_BACK = "ROLLED_BACK"
-    UNKNOWN = "UNKNOWN"
-
-
-_TRANSITIONS: dict[TxPhase, frozenset[TxPhase]] = {
-    TxPhase.NEW: frozenset({TxPhase.SENDING, TxPhase.ROLLED_BACK, TxPhase.COMMITTED}),
-    TxPhase.SENDING: frozenset({TxPhase.PREPARED, TxPhase.ROLLED_BACK}),
-    TxPhase.PREPARED: frozenset({TxPhase.SENDING, TxPhase.COMMITTED, TxPhase.ROLLED_BACK, TxPhase.UNKNOWN}),
-    TxPhase.COMMITTED: frozenset(),
-    TxPhase.ROLLED_BACK: frozenset(),
-    TxPhase.UNKNOWN: frozenset(),
-}
-
-_FINAL_PHASE = {
-    TxState.COMMIT: TxPhase.COMMITTED,
-    TxState.ROLLBACK: TxPhase.ROLLED_BACK,
-    TxState.UNKNOWN: TxPhase.UNKNOWN,
-}
-
-
-def phase_of(state: TxState) -> TxPhase:
-    """The final phase an outcome leads to."""
-    return _FINAL_PHASE[state]
-
-
-@dataclass
-class TransactionLifecycle:
-    """The phase of one transaction, changed only through :meth:`advance`."""
-
-    tx_id: str
-    phase: TxPhase = TxPhase.NEW
-    history: list[TxPhase] = field(default_factory=list)
-
-    def can(self, target: TxPhase) -> bool:
-        return target in _TRANSITIONS[self.phase]
-
-    def advance(self, target: TxPhase) -> None:
-        """Move to ``target``.
-
-        Raises:
-            TransactionStateError: the table forbids it (e.g. send after the decision).
-        """
-        if target not in _TRANSITIONS[self.phase]:
-            raise TransactionStateError(f"transaction {self.tx_id} cannot go from {self.phase} to {target}")
-        self.history.append(self.phase)
-        self.phase = target
-
-    @property
-    def finished(self) -> bool:
-        return not _TRANSITIONS[self.phase]
-
-
 def coerce_state(value: Any) -> TxState:
     """A callback's answer as a TxState; anything unrecognised is UNKNOWN (never COMMIT)."""
     if isinstance(value, TxState):
@@ -183,126 +112,6 @@ def coerce_state(value: Any) -> TxState:
         except ValueError:
             return TxState.UNKNOWN
     return TxState.UNKNOWN
-
-
-def serialize_key(serializer: Serializer, key: Any) -> bytes | None:
-    try:
-        return serializer.serialize(key)
-    except SerializationError:
-        raise
-    except Exception as exc:  # a user serializer may raise anything; report it in txbridge's tree
-        raise SerializationError(f"key serializer {serializer!r} failed: {exc}") from exc
-
-
-class HalfRecord(NamedTuple):
-    """A half record ready to produce: its Kafka key and value, its headers, the serialized message key."""
-
-    key: bytes
-    value: bytes | None
-    headers: list[tuple[str, bytes]]
-    message_key: bytes | None
-
-
-class RecordEncoder:
-    """Encodes one producer instance's half and op records (wire format v1).
-
-    The same bytes as :meth:`wire.HalfMessage.to_headers` and :meth:`wire.OpRecord.encode`
-    (a unit test pins it), with what every record of the instance shares (version,
-    group and instance headers, the op record's JSON fields) encoded once: this is
-    the producer's per-transaction hot path.
-
-    Args:
-        group: the producer group.
-        instance: this instance's id.
-        key_serializer: turns message keys into bytes.
-        value_serializer: turns message values into bytes.
-        source: the source of truth this instance's check answers from (:func:`check_source`).
-    """
-
-    def __init__(
-        self,
-        group: str,
-        instance: str,
-        key_serializer: Serializer,
-        value_serializer: Serializer,
-        source: str | None = None,
-    ) -> None:
-        self.key_serializer = key_serializer
-        self._source = None if source is None else (wire.H_SOURCE, source.encode())
-        self.value_serializer = value_serializer
-        self._version = (wire.H_VERSION, str(wire.VERSION).encode())
-        self._group = (wire.H_GROUP, group.encode())
-        self._instance = (wire.H_INSTANCE, instance.encode())
-        who = f'"group":{json.dumps(group)},"instance":{json.dumps(instance)}'
-        self._op_head = f'{{"v":{wire.VERSION},"tx":"'
-        self._op_after_tx = {
-            state: f'","state":"{state.value}","source":"{wire.OpSource.PRODUCER.value}",{who},"ts":'
-            for state in (TxState.COMMIT, TxState.ROLLBACK)
-        }
-
-    def halves(
-        self,
-        tx_id: str,
-        messages: Sequence[Message],
-        first_seq: int,
-        trace_headers: Sequence[tuple[str, bytes]] = (),
-    ) -> list[HalfRecord]:
-        """The half records of ``messages``, numbered from ``first_seq``.
-
-        ``trace_headers`` (``traceparent``, ``tracestate``: the transaction's span) go into every
-        record whose message does not carry a ``traceparent`` of its own.
-
-        Raises:
-            SerializationError: a key or value cannot be serialized (nothing is written then).
-        """
-        tx = tx_id.encode()
-        ts = (wire.H_TS, str(time.time_ns() // 1_000_000).encode())
-        records = []
-        for seq, msg in enumerate(messages, first_seq):
-            try:
-                value = self.value_serializer.serialize(msg.value)
-            except SerializationError:
-                raise
-            except Exception as exc:  # see serialize_key
-                raise SerializationError(f"value serializer {self.value_serializer!r} failed: {exc}") from exc
-            key = serialize_key(self.key_serializer, msg.key)
-            headers = [
-                self._version,
-                (wire.H_TX, tx),
-                (wire.H_SEQ, str(seq).encode()),
-                (wire.H_TOPIC, msg.topic.encode()),
-                self._group,
-                self._instance,
-                ts,
-            ]
-            if msg.partition is not None:
-                headers.append((wire.H_PARTITION, str(msg.partition).encode()))
-            if key is not None:
-                headers.append((wire.H_KEY, key))
-            if msg.check_after is not None:
-                headers.append((wire.H_CHECK_AFTER, repr(float(msg.check_after)).encode()))
-            if value is None:
-                headers.append((wire.H_NULL, b"1"))
-            if self._source is not None:
-                headers.append(self._source)
-            if msg.headers:
-                headers.extend(msg.header_pairs)
-            if trace_headers and not has_traceparent(msg.header_pairs):
-                headers.extend(trace_headers)
-            records.append(HalfRecord(tx, value, headers, key))
-        return records
-
-    def op(self, tx_id: str, state: TxState, *, count: int | None, reason: str = "") -> tuple[bytes, bytes]:
-        """``(key, value)`` of the producer's COMMIT or ROLLBACK op record.
-
-        ``tx_id`` is one of this producer's UUIDs, so it needs no JSON escaping.
-        """
-        body = self._op_head + tx_id + self._op_after_tx[state] + str(time.time_ns() // 1_000_000)
-        if count is not None:
-            body += f',"count":{count}'
-        if reason:
-            body += f',"reason":{json.dumps(reason)}'
-        return tx_id.encode(), (body + "}").encode()
 
 
 def local_transaction_from_check(request: wire.CheckRequest) -> LocalTransaction:

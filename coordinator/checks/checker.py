@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from coordinator.commit import tracing
 from coordinator.config import CoordinatorConfig
-from coordinator.monitoring.metrics import Histogram
+from coordinator.monitoring.metrics import Histogram, LabelledCounter
 from txbridge.wire import (
     SIGNATURE_HEADER,
     CheckBatch,
@@ -96,9 +96,20 @@ class Checker:
         self._single_only: set[str] = set()  # URLs that answered a batch with 400
         self._reported: set[tuple[str, str]] = set()  # (group, problem) already logged at ERROR
         self.in_flight_txs: set[str] = set()
-        #: Every back-check request's time, answered or failed (the checker's threads observe it).
+        #: Every back-check request's time, answered or failed, by producer group (the checker's
+        #: threads observe it). A group is a label once a request was sent to it: it had a live
+        #: instance and a secret, so the groups are the operator's few, not any a half names.
         self.latency = Histogram(
-            "check_request_seconds", "back-check HTTP requests: time to the answer or the failure"
+            "check_request_seconds",
+            "back-check HTTP requests: time to the answer or the failure",
+            label="group",
+        )
+        #: The requests of :attr:`latency` that got no answer, by group and :func:`failure_kind`.
+        self.failures = LabelledCounter(
+            "check_request_failures",
+            "back-check HTTP requests that got no answer: timeout, refused (no connection), dropped "
+            "(closed without a response), http_error (a status other than 200), error (another)",
+            ("group", "kind"),
         )
         self._spans = tracing.spans_for(config.tracing)
 
@@ -273,7 +284,7 @@ class Checker:
             return self._ask_one_by_one(url, jobs, secret)
         batch = CheckBatch(jobs[0].request.group, tuple(j.request for j in jobs))
         try:
-            response = self._post(url, batch.encode(), secret)
+            response = self._post(url, batch.encode(), secret, batch.group, batch=True)
         except httpx.HTTPError as exc:
             states = dict.fromkeys((j.request.tx_id for j in jobs), TxState.UNKNOWN)
             return states, type(exc).__name__, not _dropped(exc)
@@ -299,7 +310,7 @@ class Checker:
         reached = False
         for job in jobs:
             try:
-                response = self._post(url, job.request.encode(), secret)
+                response = self._post(url, job.request.encode(), secret, job.request.group)
             except httpx.HTTPError as exc:
                 states[job.request.tx_id], detail = TxState.UNKNOWN, type(exc).__name__
                 reached |= not _dropped(exc)
@@ -309,7 +320,11 @@ class Checker:
             states[job.request.tx_id], detail = state, f"HTTP {response.status_code} -> {state.value}"
         return states, detail, reached
 
-    def _post(self, url: str, body: bytes, secret: bytes) -> httpx.Response:
+    def _post(
+        self, url: str, body: bytes, secret: bytes, group: str, *, batch: bool = False
+    ) -> httpx.Response:
+        """POST a check; its time and any failure counted for ``group`` (a batch's 400 is not a
+        failure: a producer that predates batches, asked again one by one)."""
         assert self._pool is not None, "Checker.start() first"
         headers = {
             "Content-Type": "application/json",
@@ -318,9 +333,15 @@ class Checker:
         client = self._http()
         started = time.monotonic()
         try:
-            return client.post(url, content=body, headers=headers)
-        finally:
-            self.latency.observe(time.monotonic() - started)
+            response = client.post(url, content=body, headers=headers)
+        except Exception as exc:
+            self.latency.observe(time.monotonic() - started, group)
+            self.failures.inc(group, failure_kind(exc))
+            raise
+        self.latency.observe(time.monotonic() - started, group)
+        if response.status_code != 200 and not (batch and response.status_code == 400):
+            self.failures.inc(group, "http_error")
+        return response
 
     def _http(self) -> httpx.Client:
         with self._client_lock:  # not self._lock: the loop's free_slots() must not wait for an import
@@ -343,6 +364,19 @@ class Checker:
             client, self._client = self._client, None
         if client is not None:
             client.close()
+
+
+def failure_kind(exc: Exception) -> str:
+    """What kind of failure a check request's exception is, for the ``kind`` label."""
+    import httpx
+
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx.ConnectError):
+        return "refused"
+    if _dropped(exc):
+        return "dropped"
+    return "error"
 
 
 def _dropped(exc: Exception) -> bool:

@@ -11,7 +11,7 @@ the partitions it owns, in the order their producers wrote them, at most
 
 - COMMIT: the messages are published and a marker is written to ``<ns>_expired``, in
   one Kafka transaction, through the same exactly-once step as ``txbridge admin
-  resolve`` (:func:`txbridge._admin_once.decide_once`: fenced per transaction, so an
+  resolve`` (:func:`txbridge.admin._once.decide_once`: fenced per transaction, so an
   operator resolving it at the same moment, or another coordinator, cannot publish it
   twice);
 - ROLLBACK: a ROLLBACK marker, so it is not asked about again;

@@ -7,7 +7,8 @@ that is not declared is a type error (mypy), and ``/metrics`` exports every memb
 
 Beside them: gauges read at scrape time (:class:`Gauge`, labelled or not), the few
 latencies kept as histograms (:class:`Histogram`: a bisect and two additions an
-observation), ``txbridge_coordinator_info`` naming the coordinator's namespace, group and
+observation), the back-checks' failures by group and kind (:class:`LabelledCounter`),
+``txbridge_coordinator_info`` naming the coordinator's namespace, group and
 instance (dashboards and alerts join on it), and :func:`pending_by_age`, the ages of the
 pending transactions computed from the states at scrape time. The dashboard and the alert
 rules of ``compose/`` use these names; ``docs/operations.md`` says what each alert means.
@@ -189,29 +190,66 @@ class Histogram:
     """A Prometheus histogram, kept without prometheus_client (imported only to serve it).
 
     Observed on the loop's and the checker's threads: a lock, a bisect and two additions.
+    With a ``label``, one series per label value (``observe(seconds, value)``), made at its
+    first observation; the label's values must be few (a producer group's name, say), each
+    is a series of every bucket. Without one, the single series is served from the start.
     """
 
-    def __init__(self, name: str, description: str, buckets: Sequence[float] = LATENCY_BUCKETS) -> None:
-        self.name, self.description = name, description
+    def __init__(
+        self, name: str, description: str, buckets: Sequence[float] = LATENCY_BUCKETS, *, label: str = ""
+    ) -> None:
+        self.name, self.description, self.label = name, description, label
         self.buckets = tuple(sorted(buckets))
-        self._counts = [0] * (len(self.buckets) + 1)  # the last: above every bound (+Inf)
-        self._sum = 0.0
+        # per label value: the counts (the last: above every bound, +Inf) and the sum
+        self._series: dict[str, tuple[list[int], list[float]]] = {} if label else {"": self._new()}
         self._lock = threading.Lock()
 
-    def observe(self, seconds: float) -> None:
-        with self._lock:
-            self._counts[bisect.bisect_left(self.buckets, seconds)] += 1
-            self._sum += seconds
+    def _new(self) -> tuple[list[int], list[float]]:
+        return [0] * (len(self.buckets) + 1), [0.0]
 
-    def snapshot(self) -> tuple[list[tuple[str, float]], float]:
-        """Cumulative ``(le, count)`` buckets, ``+Inf`` last, and the sum of the observations."""
+    def observe(self, seconds: float, value: str = "") -> None:
         with self._lock:
-            counts, total = list(self._counts), self._sum
+            counts, total = self._series.get(value) or self._series.setdefault(value, self._new())
+            counts[bisect.bisect_left(self.buckets, seconds)] += 1
+            total[0] += seconds
+
+    def values(self) -> list[str]:
+        """The label values observed so far (``[""]`` without a label)."""
+        with self._lock:
+            return sorted(self._series)
+
+    def snapshot(self, value: str = "") -> tuple[list[tuple[str, float]], float]:
+        """Cumulative ``(le, count)`` buckets, ``+Inf`` last, and the sum of the observations
+        (of one label value; all zero for one not observed)."""
+        with self._lock:
+            counts, total = self._series.get(value) or self._new()
+            counts, seconds = list(counts), total[0]
         cumulative, running = [], 0
         for bound, count in zip((*map(_bound, self.buckets), "+Inf"), counts, strict=True):
             running += count
             cumulative.append((bound, float(running)))
-        return cumulative, total
+        return cumulative, seconds
+
+
+class LabelledCounter:
+    """A counter with labels (``txbridge_coordinator_<name>_total``), counted from any thread.
+
+    A series is made at its first count; the labels' values must be few.
+    """
+
+    def __init__(self, name: str, description: str, labels: Sequence[str]) -> None:
+        self.name, self.description, self.labels = name, description, tuple(labels)
+        self._counts: Counter[tuple[str, ...]] = Counter()
+        self._lock = threading.Lock()
+
+    def inc(self, *values: str) -> None:
+        assert len(values) == len(self.labels), (values, self.labels)
+        with self._lock:
+            self._counts[values] += 1
+
+    def counts(self) -> dict[tuple[str, ...], int]:
+        with self._lock:
+            return dict(self._counts)
 
 
 def _bound(value: float) -> str:
@@ -334,9 +372,11 @@ class _Collector:
         labelled: Callable[[], list[Gauge]],
         histograms: Sequence[Histogram],
         info: Mapping[str, str],
+        *,
+        counters: Sequence[LabelledCounter] = (),
     ) -> None:
         self._stats, self._gauges, self._labelled = stats, gauges, labelled
-        self._histograms, self._info = histograms, info
+        self._histograms, self._info, self._counters = histograms, info, counters
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import (
@@ -354,6 +394,13 @@ class _Collector:
             family = CounterMetricFamily(f"txbridge_coordinator_{stat}", stat.description)
             family.add_metric([], float(self._stats.get(stat, 0)))
             yield family
+        for counter in self._counters:
+            family = CounterMetricFamily(
+                f"txbridge_coordinator_{counter.name}", counter.description, labels=counter.labels
+            )
+            for values, count in sorted(counter.counts().items()):
+                family.add_metric(list(values), float(count))
+            yield family
         for name, value in self._gauges().items():
             gauge = GaugeMetricFamily(f"txbridge_coordinator_{name}", name.replace("_", " "))
             gauge.add_metric([], value)
@@ -365,9 +412,13 @@ class _Collector:
                 gauge.add_metric([key] if one.label else [], value)
             yield gauge
         for histogram in self._histograms:
-            buckets, total = histogram.snapshot()
-            latency = HistogramMetricFamily(f"txbridge_coordinator_{histogram.name}", histogram.description)
-            latency.add_metric([], buckets, total)
+            labels = [histogram.label] if histogram.label else []
+            latency = HistogramMetricFamily(
+                f"txbridge_coordinator_{histogram.name}", histogram.description, labels=labels
+            )
+            for label_value in histogram.values():
+                buckets, total = histogram.snapshot(label_value)
+                latency.add_metric([label_value] if labels else [], buckets, total)
             yield latency
 
 
@@ -378,6 +429,7 @@ def make_registry(
     labelled: Callable[[], list[Gauge]] = list,
     histograms: Sequence[Histogram] = (),
     info: Mapping[str, str] | None = None,
+    counters: Sequence[LabelledCounter] = (),
 ) -> CollectorRegistry:
     """A private registry (several coordinators may run in one process, e.g. in tests).
 
@@ -387,9 +439,10 @@ def make_registry(
         labelled: more gauges, read at each scrape (labelled or with their own help text).
         histograms: the latencies.
         info: the labels of ``txbridge_coordinator_info`` (none: not served).
+        counters: the labelled counters (beside the :class:`Stat` ones).
     """
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(stats, gauges, labelled, histograms, info or {}))
+    registry.register(_Collector(stats, gauges, labelled, histograms, info or {}, counters=counters))
     return registry

@@ -1,6 +1,6 @@
 """The Spark standalone cluster of the ``spark_cluster`` tests: started once per session.
 
-A master and two workers (:class:`txbridge.tools.local.spark_cluster.LocalSparkCluster`, run by
+A master and two workers (:class:`servers.spark_cluster.LocalSparkCluster`, run by
 pyspark's own ``bin/spark-class``) on 127.0.0.1 and free ports, in ``<cache>/spark-cluster``
 of a temp folder, so ``txbridge spark status`` with ``TXBRIDGE_CACHE=<cache>`` finds it.
 Each worker offers 1 core and 1 GiB, the size of one executor with Spark's default
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from txbridge.tools.local.spark_cluster import LocalSparkCluster
+from servers.spark_cluster import LocalSparkCluster
 
 logger = logging.getLogger(__name__)
 

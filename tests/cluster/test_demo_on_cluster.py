@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pyspark
 import pytest
 
+from servers.spark_cluster import LocalSparkCluster
 from spark_pipelines.compare import PathMetrics, compare
 from spark_pipelines.report import load_metrics
 from spark_pipelines.streaming import CountSink, CustomerCounts
@@ -36,7 +37,6 @@ from spark_pipelines.watcher import load_visibility
 from spark_pipelines.workload import RunConfig
 from tests.cluster.conftest import SessionSparkCluster
 from txbridge.errors import BrokerError
-from txbridge.tools.local.spark_cluster import LocalSparkCluster
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,7 +81,7 @@ def cluster_run(
     command = [
         sys.executable,
         "-m",
-        "txbridge.tools.cli.main",
+        "cli.main",
         "demo",
         *("--bootstrap", kafka_bootstrap, "--master", spark_cluster.cluster.master_url),
         *("--orders", str(ORDERS), "--customers", "8", "--seed", "18"),
@@ -183,7 +183,7 @@ def test_the_streaming_count_on_the_cluster_survives_a_restart_and_equals_local_
 
 def test_spark_status_names_the_cluster_and_its_workers(spark_cluster: SessionSparkCluster) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "txbridge.tools.cli.main", "spark", "status"],
+        [sys.executable, "-m", "cli.main", "spark", "status"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -202,7 +202,7 @@ def test_a_taken_master_port_is_a_one_line_error(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "txbridge.tools.cli.main", "spark", "start", "--master-port", str(port)],
+            [sys.executable, "-m", "cli.main", "spark", "start", "--master-port", str(port)],
             capture_output=True,
             text=True,
             timeout=60,

@@ -28,11 +28,11 @@ import psutil
 import pytest
 
 from coordinator.config import CoordinatorConfig, Secrets
+from servers.broker import free_port
 from tests.cluster.conftest import SessionSparkCluster
 from tests.secure.conftest import running_coordinator
 from tests.spark_sink.conftest import read_topic
 from tests.spark_sink.drivers import assert_once_in_order, finish_driver, start_driver, wait_for_file
-from txbridge.tools.local.broker import free_port
 from txbridge.topics import init_topics
 
 pytestmark = [

@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 
 from console import AdminToken, ConsoleSettings, build_app
+from servers.broker import free_port
 from tests.coordinator.conftest import _state_invariants, check_server, env  # noqa: F401  (fixtures)
-from txbridge.tools.local.broker import free_port
 
 TOKEN = "console-test-admin-token-0123456789"  # noqa: S105 - a test-only credential
 CHROMIUM = Path("/usr/bin/chromium")
@@ -55,16 +55,20 @@ def serve(settings: ConsoleSettings) -> LiveConsole:
 
 @pytest.fixture
 def console_factory() -> Iterator[Callable[..., LiveConsole]]:
-    """``console_factory(bootstrap, namespace, group, admin=True)``: a console serving one namespace."""
+    """``console_factory(bootstrap, namespace, group, admin=True, metrics=())``: a console serving
+    one namespace (``metrics``: where its coordinators serve /metrics, a port or URLs)."""
     started: list[LiveConsole] = []
 
-    def make(bootstrap: str, namespace: str, group: str, *, admin: bool = True) -> LiveConsole:
+    def make(
+        bootstrap: str, namespace: str, group: str, *, admin: bool = True, metrics: tuple[str, ...] = ()
+    ) -> LiveConsole:
         settings = ConsoleSettings(
             bootstrap,
             namespaces=(namespace,),
             groups={namespace: group},
             admin_token=AdminToken(TOKEN, "the test") if admin else None,
             allowed_hosts=("127.0.0.1", "localhost"),  # as txbridge console on loopback
+            coordinator_metrics={namespace: metrics} if metrics else {},
         )
         live = serve(settings)
         started.append(live)

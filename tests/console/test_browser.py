@@ -1,7 +1,9 @@
 """The console in a real browser against a real Kafka and coordinator: a transaction expires, is
 found on the page by its key, resolved COMMIT there, and published exactly once; a second
 operator's resolve of it from a page loaded before shows the decision already made. A
-quarantined one is requeued from the page once its topic exists, and published once."""
+quarantined one is requeued from the page once its topic exists, and published once. The
+producer groups page shows each group's check requests, failures by kind and latency, as the
+coordinator's metrics count them, and says so when those cannot be read."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from typing import Any
 
 import pytest
 
+from servers.broker import free_port
 from tests.console.conftest import TOKEN, LiveConsole, screenshot
-from tests.coordinator.check_server import CheckServer
-from tests.coordinator.conftest import Env, eventually
-from tests.coordinator.wire_producer import Msg
+from tests.coordinator.check_server import CheckServer, Misbehaviour
+from tests.coordinator.conftest import PARTITIONS, Env, eventually
+from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge import kafka
 from txbridge.wire import TxState
@@ -37,6 +40,12 @@ def _flash(driver: Any) -> str:
 
     found = WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.flash"))
     return " ".join(f.get_attribute("class") + ": " + f.text for f in found)
+
+
+def _seconds(shown: str) -> float:
+    """A time as the page shows it ("128 ms", "1 s") in seconds."""
+    number, unit = shown.split()
+    return float(number) / (1000 if unit == "ms" else 1)
 
 
 def _sign_in(driver: Any, console: LiveConsole) -> None:
@@ -144,7 +153,6 @@ def test_an_expired_transaction_is_found_resolved_on_the_page_and_published_once
     group_text = " ".join(_by_id(browser, "group-orders").text.split())
     assert re.search(rf"inst-1 live \d+s ago {re.escape(check_server.url)}", group_text), group_text
     assert "1 pending" in group_text
-    screenshot(browser, "producers")
 
 
 def test_a_quarantined_transaction_is_requeued_from_the_page_once_its_topic_exists(
@@ -190,3 +198,64 @@ def test_a_quarantined_transaction_is_requeued_from_the_page_once_its_topic_exis
     assert [(s.key, s.value, s.headers.get("txb.tx")) for s in seen] == [
         (b"order-44", b"order 44", new_tx.encode())
     ]
+
+
+def test_the_producer_groups_page_shows_each_groups_check_requests_failures_and_latency(
+    env: Env,
+    check_server: CheckServer,
+    topic_factory: Callable[..., str],
+    console_factory: Callable[..., LiveConsole],
+    browser: Any,
+) -> None:
+    topic = topic_factory()
+    # orders: the first check times out, the second is answered 503, the third UNKNOWN (an
+    # answer, not a failure), the fourth COMMIT.
+    odd = {1: Misbehaviour(delay_s=1.0), 2: Misbehaviour(status=503)}
+    check_server.misbehave = lambda number, _checks: odd.get(number)
+    check_server.script = lambda _req: TxState.COMMIT if check_server.requests >= 4 else TxState.UNKNOWN
+    env.producer.heartbeat(check_server.url)
+    # Another group's only instance advertises a port nobody listens on: every request is refused.
+    refusing = WireProducer(env.bootstrap, env.namespace, PARTITIONS, group="refusing")
+    refusing.heartbeat(f"http://127.0.0.1:{free_port()}/txbridge/check")
+    port = free_port()
+    handle = env.start(metrics_port=port, max_checks=5, check_timeout_s=0.5)
+    group = handle.service.config.group_id
+    tx_id = env.producer.transaction([Msg(topic, b"order 45", key=b"order-45")], TxState.UNKNOWN)
+    refusing.halves([Msg(topic, b"order 46", key=b"order-46")])
+    assert [s.headers.get("txb.tx") for s in wait_for(env.bootstrap, topic, 1)] == [tx_id.encode()]
+
+    # The console finds the coordinator as a member of its group, and scrapes it on its port.
+    console = console_factory(env.bootstrap, env.namespace, group, admin=False, metrics=(str(port),))
+    page = f"{console.url}/ns/{env.namespace}/producers"
+    browser.get(page)
+    orders = " ".join(_by_id(browser, "checks-orders").text.split())
+    # requests, answered, failed, failures by kind, mean, p50, p99, slowest
+    time = r"(\d+ ms|[\d.]+ s)"
+    found = re.search(rf"\bslowest 4 2 2 timeout 1, http_error 1 {time} {time} {time} < {time}$", orders)
+    assert found, orders
+    mean, _p50, p99, slowest = map(_seconds, found.groups())
+    assert mean >= 0.125  # the timeout alone took check_timeout_s, 0.5 s, of the 4 requests
+    assert 0.25 <= p99 <= 1.0  # in the bucket of the timeout: (0.25, 0.5] or (0.5, 1]
+    assert slowest in {0.5, 1.0}
+    refused = " ".join(_by_id(browser, f"checks-{refusing.group}").text.split())
+    found = re.search(r"\bslowest (\d+) 0 (\d+) refused (\d+) ", refused)
+    assert found, refused
+    assert found[1] == found[2] == found[3], refused  # every request failed, each refused
+    assert int(found[1]) >= 1
+    sources = _by_id(browser, "checks-sources").text
+    assert f"summed over the 1 coordinator(s) read: http://127.0.0.1:{port}/metrics" in " ".join(
+        sources.split()
+    )
+    screenshot(browser, "producers")
+
+    # Where no coordinator's metrics can be read, the page says so and shows the rest.
+    nobody = free_port()
+    blind = console_factory(env.bootstrap, env.namespace, group, admin=False, metrics=(str(nobody),))
+    browser.get(f"{blind.url}/ns/{env.namespace}/producers")
+    text = " ".join(_by_id(browser, "group-orders").text.split())
+    assert re.search(rf"inst-1 (live|gone) \d+s ago {re.escape(check_server.url)}", text), text
+    assert "Check requests: unavailable" in text
+    assert (
+        f"Unavailable: http://127.0.0.1:{nobody}/metrics (ConnectError)"
+        in _by_id(browser, "checks-sources").text
+    )

@@ -1,5 +1,6 @@
 """The console's pure parts, without a broker: health from what was read, the rows and their
-search, producer liveness and shown URLs, sessions and origins, the admin token's sources."""
+search, producer liveness and shown URLs, the check figures read from the coordinators' metrics,
+sessions and origins, the admin token's sources."""
 
 from __future__ import annotations
 
@@ -8,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from console.checks import GroupChecks, merge, metrics_urls, parse
+from console.cli import admin_token, coordinator_metrics
 from console.health import Member, NamespaceHealth, assemble
-from console.producers import groups_of, shown_url
+from console.producers import groups_of, shown_url, with_checks
 from console.security import Sessions, same_origin
 from console.settings import AdminToken, ConsoleSettings
 from console.transactions import PendingRow, matches, pending_by_group, pending_rows
 from txbridge.admin import Registered
 from txbridge.errors import ConfigurationError
-from txbridge.tools.cli.console import admin_token
 from txbridge.wire import ProducerInstance, Topics
 
 NS = "__txbridge"
@@ -211,3 +213,73 @@ def test_the_admin_token_comes_from_a_variable_or_a_file_and_is_never_shown(
         admin_token("CONSOLE_SHORT", None)
     assert "short" not in str(raised.value)
     assert repr(AdminToken(secret, "$X")) == "AdminToken(from $X, ***)"
+
+
+def _metrics(
+    namespace: str, group: str, buckets: list[tuple[str, int]], seconds: float, failures: dict
+) -> str:
+    """A coordinator's /metrics text with one group's check requests, as the coordinator serves it."""
+    m = "txbridge_coordinator_"
+    lines = [f'{m}info{{namespace="{namespace}",group="g",instance_id="c1"}} 1.0']
+    lines += [f'{m}check_request_seconds_bucket{{group="{group}",le="{le}"}} {n}' for le, n in buckets]
+    lines += [f'{m}check_request_seconds_count{{group="{group}"}} {buckets[-1][1]}']
+    lines += [f'{m}check_request_seconds_sum{{group="{group}"}} {seconds}']
+    lines += [
+        f'{m}check_request_failures_total{{group="{group}",kind="{k}"}} {n}' for k, n in failures.items()
+    ]
+    lines += [f"{m}checks_total 7.0"]  # not a group's: ignored
+    return "\n".join(lines) + "\n"
+
+
+def test_check_figures_are_summed_over_the_coordinators_by_group() -> None:
+    one_ns, one = parse(_metrics(NS, "orders", [("0.01", 2), ("0.1", 3), ("+Inf", 4)], 5.2, {"timeout": 1}))
+    _, other = parse(_metrics(NS, "orders", [("0.01", 0), ("0.1", 4), ("+Inf", 4)], 0.2, {"refused": 2}))
+    _, refunds = parse(_metrics(NS, "refunds", [("0.01", 1), ("0.1", 1), ("+Inf", 1)], 0.005, {}))
+
+    groups = merge([one, other, refunds])
+
+    assert one_ns == NS
+    orders = groups["orders"]
+    assert (orders.requests, orders.failed, orders.answered) == (8, 3, 5)
+    assert orders.failure_list() == [("timeout", 1), ("refused", 2)]
+    assert orders.mean_s == pytest.approx(5.4 / 8)
+    assert orders.buckets == {0.01: 2, 0.1: 7, float("inf"): 8}
+    # As histogram_quantile: the median is the 4th of 8, interpolated in (0.01, 0.1]; the p99 is
+    # in +Inf: the highest finite bound; every request took less than no finite bound.
+    assert orders.quantile(0.5) == pytest.approx(0.01 + 0.09 * (4 - 2) / (7 - 2))
+    assert orders.quantile(0.99) == 0.1
+    assert orders.slowest_below_s is None
+    assert (groups["refunds"].failed, groups["refunds"].slowest_below_s) == (0, 0.01)
+    assert GroupChecks().quantile(0.5) is None
+
+
+def test_coordinators_metrics_are_found_on_the_groups_members_or_at_urls_given() -> None:
+    members = [Member("c1", "10.0.0.1", (0,)), Member("c2", "fe80::1", (1,)), Member("c3", "", ())]
+
+    assert metrics_urls(("9464", "http://c9:1/metrics"), members) == [
+        "http://10.0.0.1:9464/metrics",
+        "http://[fe80::1]:9464/metrics",
+        "http://c9:1/metrics",
+    ]
+    settings = ConsoleSettings("b:9092", coordinator_metrics={"": ("9464",), "other": ("https://o/metrics",)})
+    assert settings.metrics_of(NS) == ("9464",)
+    assert settings.metrics_of("other") == ("https://o/metrics",)
+    for wrong in ("0", "99999", "c1:9464", "file:///etc/passwd"):
+        with pytest.raises(ConfigurationError, match="neither a TCP port nor an http"):
+            ConsoleSettings("b:9092", coordinator_metrics={"": (wrong,)})
+    assert coordinator_metrics(("9464", "orders=9465", "orders=http://c:1/metrics?a=b")) == {
+        "": ("9464",),
+        "orders": ("9465", "http://c:1/metrics?a=b"),
+    }
+    assert coordinator_metrics(("http://c:1/metrics?a=b",)) == {"": ("http://c:1/metrics?a=b",)}
+    with pytest.raises(ConfigurationError, match="NAMESPACE"):
+        coordinator_metrics(("orders=",))
+
+
+def test_a_group_only_the_coordinators_know_of_is_listed_with_its_checks() -> None:
+    figures = GroupChecks(requests=3, failures={"refused": 3})
+    known = groups_of([], [], [], 0, 10.0)
+
+    (view,) = with_checks(known, {"gone": figures})
+
+    assert (view.group, view.live, view.requests) == ("gone", 0, figures)

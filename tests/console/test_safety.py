@@ -15,14 +15,14 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from cli.main import main
+from servers.broker import free_port
 from tests.console.conftest import TOKEN, LiveConsole
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge.admin import list_expired
-from txbridge.tools.cli.main import main
-from txbridge.tools.local.broker import free_port
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration

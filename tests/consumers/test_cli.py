@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _txbridge(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "txbridge.tools.cli.main", *args],
+        [sys.executable, "-m", "cli.main", *args],
         check=False,
         cwd=ROOT,
         capture_output=True,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from coordinator.state.republisher import copy_aside, plan_republish
-from txbridge._admin_once import H_ADMIN, REQUEUE, RESOLVE, Marker, decode_marker, fence_id
-from txbridge._quarantine import Quarantined
+from txbridge.admin._once import H_ADMIN, REQUEUE, RESOLVE, Marker, decode_marker, fence_id
+from txbridge.admin._quarantine import Quarantined
 from txbridge.wire import HalfMessage, TxState
 
 

@@ -10,11 +10,11 @@ import pytest
 from click.testing import CliRunner, Result
 from confluent_kafka import Producer
 
+from cli.main import main
 from tests.coordinator.conftest import PARTITIONS, Env, RunningCoordinator, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge import kafka
-from txbridge.tools.cli.main import main
 from txbridge.wire import OpSource, TxState, decode_op
 
 pytestmark = pytest.mark.integration

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from cli.main import main
 from coordinator.config import Secrets
+from servers.broker import free_port
 from tests.coordinator.check_server import CheckServer, Misbehaviour
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, RunningCoordinator, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic
-from txbridge.tools.cli.main import main
-from txbridge.tools.local.broker import free_port
 from txbridge.wire import CheckRequest, TxState, half_partition, new_tx_id
 
 pytestmark = pytest.mark.integration

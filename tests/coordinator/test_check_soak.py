@@ -37,11 +37,11 @@ from typing import Any
 import pytest
 
 from coordinator.config import Secrets
+from servers.broker import free_port
 from tests.coordinator.check_server import CheckServer, Misbehaviour
 from tests.coordinator.conftest import Env, RunningCoordinator
 from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import read_topic
-from txbridge.tools.local.broker import free_port
 from txbridge.wire import CheckRequest, TxState, new_tx_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]

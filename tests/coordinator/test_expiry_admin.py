@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from click.testing import CliRunner
 
+from cli.main import main
 from coordinator.state.republisher import copy_aside
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
@@ -15,7 +16,6 @@ from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge import kafka
 from txbridge.admin import list_expired
-from txbridge.tools.cli.main import main
 from txbridge.wire import HalfMessage, OpSource, TxState, decode_op
 
 pytestmark = pytest.mark.integration

@@ -7,11 +7,11 @@ from collections.abc import Callable
 import pytest
 from click.testing import CliRunner
 
+from cli.main import main
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge.tools.cli.main import main
 from txbridge.wire import CheckRequest, TxState
 
 pytestmark = pytest.mark.integration

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicPartition
 
+from servers.coordinator_process import CoordinatorProcess
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge import kafka
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from coordinator.group import membership
+from servers.coordinator_process import CoordinatorProcess
 from tests.coordinator.conftest import SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic
 from txbridge.errors import ConfigurationError
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration

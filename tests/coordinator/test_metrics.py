@@ -1,10 +1,10 @@
 """What a real coordinator's /metrics serves to the dashboard and the alert rules of compose/.
 
 One coordinator on the local broker, scraped as Prometheus would: a committed transaction, one
-its producer answers UNKNOWN until it expires, one of a group nobody can be asked about (past its
-check budget), and a Kafka transaction left open on ``<ns>_state`` (its last stable offset
-stuck). Each metric the dashboard and the alerts read moves with them, and every name they use
-is one this coordinator serves.
+its producer answers with a 503 (a failed request) and then UNKNOWN until it expires, one of a
+group nobody can be asked about (past its check budget), and a Kafka transaction left open on
+``<ns>_state`` (its last stable offset stuck). Each metric the dashboard and the alerts read
+moves with them, and every name they use is one this coordinator serves.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.group import health
-from tests.coordinator.check_server import CheckServer
+from servers.broker import free_port
+from servers.coordinator_process import CoordinatorProcess
+from tests.coordinator.check_server import CheckServer, Misbehaviour
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import wait_for
 from tests.unit.test_alerts import names_used
 from txbridge import kafka
-from txbridge.tools.local.broker import free_port
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration
@@ -57,6 +57,8 @@ def test_the_metrics_follow_what_the_coordinator_does(
     monkeypatch.setattr(health, "STATE_LOOK_INTERVAL_S", 0.2)
     topic = topic_factory()
     check_server.script = lambda _req: TxState.UNKNOWN
+    # The first request is answered 503: an UNKNOWN answer to the transaction, a failed request.
+    check_server.misbehave = lambda number, _checks: Misbehaviour(status=503) if number == 1 else None
     env.producer.heartbeat(check_server.url)
     port = free_port()
     # A check budget of 0.5 + 0.3 + 2 * 0.5 = 1.8 s; the UNKNOWN one expires after two answers.
@@ -88,7 +90,10 @@ def test_the_metrics_follow_what_the_coordinator_does(
     assert value(samples, f"{m}commit_to_visible_seconds_count") == 1.0
     assert 0 < value(samples, f"{m}commit_to_visible_seconds_sum") < 30
     assert value(samples, f"{m}checks_unknown_total") == 2.0  # the two answers before the expiry
-    assert value(samples, f"{m}check_request_seconds_count") >= 2.0
+    assert value(samples, f"{m}check_request_seconds_count", group=env.producer.group) == 2.0
+    assert (
+        value(samples, f"{m}check_request_failures_total", group=env.producer.group, kind="http_error") == 1.0
+    )
     assert len(check_server.calls_for(unknown)) == 2
     # The ghost's transaction is all that is pending: past its budget, in its age band.
     assert value(samples, f"{m}pending_transactions") == 1.0

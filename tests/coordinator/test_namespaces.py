@@ -9,10 +9,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from servers.broker import free_port
 from tests.coordinator.conftest import PARTITIONS, Env, RunningCoordinator, eventually
 from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge.tools.local.broker import free_port
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration

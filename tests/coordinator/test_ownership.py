@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
+from servers.coordinator_process import CoordinatorProcess
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import Seen, read_topic
 from txbridge import kafka
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import CheckRequest, TxState, half_partition, new_tx_id
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,11 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from cli.main import main
+from servers.broker import free_port
 from tests.coordinator.conftest import SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
-from txbridge.tools.cli.main import main
-from txbridge.tools.local.broker import free_port
 from txbridge.wire import POSITIONS_KEY, TxState
 
 pytestmark = pytest.mark.integration

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from servers.coordinator_process import READY_MARK, CoordinatorProcess, CoordinatorProcessError
 from tests.coordinator.conftest import SECRET, Env
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import wait_for
-from txbridge.tools.local.coordinator_process import READY_MARK, CoordinatorProcess, CoordinatorProcessError
 from txbridge.wire import TxState
 
 pytestmark = pytest.mark.integration

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from bench.floor import floor_latency
+from bench.runner import MODES, BenchRun
 from txbridge import kafka
-from txbridge.tools.bench.floor import floor_latency
-from txbridge.tools.bench.runner import MODES, BenchRun
 
 pytestmark = pytest.mark.integration
 

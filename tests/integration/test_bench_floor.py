@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from txbridge.tools.bench.floor import floor_latency
+from bench.floor import floor_latency
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
+from bench.kafka_native import native_transactions
 from txbridge import kafka
-from txbridge.tools.bench.kafka_native import native_transactions
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from txbridge.tools.bench import node_kill
+from bench import node_kill
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from txbridge.tools.bench import scaleout
-from txbridge.tools.bench.kafka_native import BenchError
-from txbridge.tools.bench.runner import MODES, BenchRun
-from txbridge.tools.bench.txbridge_runs import PARTITIONS
+from bench import scaleout
+from bench.kafka_native import BenchError
+from bench.runner import MODES, BenchRun
+from bench.txbridge_runs import PARTITIONS
 
 pytestmark = pytest.mark.integration
 

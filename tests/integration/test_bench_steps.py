@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from txbridge.tools.bench.runner import BenchRun, Mode
+from bench.runner import BenchRun, Mode
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from servers.broker import LocalKafka, free_port
 from tests.kafka_helpers import read_topic
 from txbridge import kafka
 from txbridge.errors import BrokerError, KafkaOperationError
-from txbridge.tools.local.broker import LocalKafka, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -185,7 +185,7 @@ def test_spark_kafka_source_reads_exactly_the_committed_records(
 def _cli(*args: str, cache: Path) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "txbridge.tools.cli.main", *args],
+        [sys.executable, "-m", "cli.main", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka.admin import ConfigResource, ResourceType
 
+from servers.broker import INTERNAL_SEGMENT_BYTES, shrink_internal_segments
 from txbridge import kafka
-from txbridge.tools.local.broker import INTERNAL_SEGMENT_BYTES, shrink_internal_segments
 
 pytestmark = pytest.mark.integration
 

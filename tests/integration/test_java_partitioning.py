@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from servers import jars
 from tests.coordinator.conftest import PARTITIONS, Env, eventually
 from tests.coordinator.wire_producer import Msg, WireProducer
 from tests.kafka_helpers import wait_for
 from tests.unit.test_partitioner import JAVA_12
-from txbridge.tools.local import jars
 from txbridge.wire import Topics, TxState
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from servers.coordinator_process import READY_MARK
 from tests.consumers.conftest import FAST_GROUP
 from tests.kafka_helpers import eventually, read_topic, wait_for
 from tests.tracing_helpers import recording
@@ -32,7 +33,6 @@ from txbridge.consumer import (
     ConsumeOrderlyStatus,
     OrderlyConsumer,
 )
-from txbridge.tools.local.coordinator_process import READY_MARK
 from txbridge.wire import H_TX, Topics
 
 pytestmark = pytest.mark.integration

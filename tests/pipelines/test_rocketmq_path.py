@@ -22,6 +22,8 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
+from cli.main import main
+from servers import jars
 from spark_pipelines import schema
 from spark_pipelines.faults import Fault, FaultPlan
 from spark_pipelines.paths.rocketmq_path import CHECKS_LOG, TRANSACTIONS_LOG
@@ -31,8 +33,6 @@ from spark_pipelines.watcher import load_received
 from spark_pipelines.workload import RunConfig
 from tests.kafka_helpers import read_topic
 from txbridge.errors import BrokerError
-from txbridge.tools.cli.main import main
-from txbridge.tools.local import jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from click.testing import CliRunner
 
+from cli.main import main
 from spark_pipelines import schema
 from spark_pipelines.report import load_metrics
 from spark_pipelines.sink_compare import DEFAULT_ROWS
 from spark_pipelines.workload import RunConfig
 from tests.kafka_helpers import read_topic
-from txbridge.tools.cli.main import main
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

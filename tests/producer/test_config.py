@@ -8,10 +8,10 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from servers.broker import free_port
 from txbridge import Message, TransactionProducer, TxState
-from txbridge._runtime import runtime_of
 from txbridge.errors import ConfigurationError, KafkaUnavailableError, TransactionStateError
-from txbridge.tools.local.broker import free_port
+from txbridge.producer.runtime import runtime_of
 from txbridge.wire import Topics, half_partition
 
 from .conftest import PARTITIONS, SECRET

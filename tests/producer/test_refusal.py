@@ -19,8 +19,8 @@ from coordinator.config import CoordinatorConfig, Secrets
 from coordinator.service import Coordinator
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge import AsyncTransactionProducer, LocalTransaction, Message, TransactionProducer, TxState, kafka
-from txbridge._runtime import runtime_of
 from txbridge.errors import KafkaOperationError, MessageTooLargeError, UnknownTopicError
+from txbridge.producer.runtime import runtime_of
 from txbridge.wire import Topics
 
 from .conftest import PARTITIONS, SECRET

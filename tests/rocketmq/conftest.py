@@ -1,6 +1,6 @@
 """The local RocketMQ of the ``rocketmq`` tests: started once per session.
 
-A name server and a proxy with its broker embedded (:class:`txbridge.tools.local.rocketmq.LocalRocketMQ`)
+A name server and a proxy with its broker embedded (:class:`servers.rocketmq.LocalRocketMQ`)
 on free ports in ``<cache>/rocketmq`` of a temp cache folder whose ``jars`` link to the real
 cache's, so ``txbridge rocketmq ...`` with ``TXBRIDGE_CACHE=<cache>`` finds it without a second
 download. The fixture yields the running instance and that cache; the instance's ``endpoint`` is
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from txbridge.tools.local import jars
-from txbridge.tools.local.rocketmq import LocalRocketMQ
+from servers import jars
+from servers.rocketmq import LocalRocketMQ
 
 logger = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from typing import Any
 import psutil
 import pytest
 
+from servers import jars
+from servers.broker import free_port
+from servers.rocketmq import CLUSTER_NAME
 from tests.rocketmq.conftest import SessionRocketMQ
-from txbridge.tools.local import jars
-from txbridge.tools.local.broker import free_port
-from txbridge.tools.local.rocketmq import CLUSTER_NAME
 
 pytestmark = [pytest.mark.rocketmq, pytest.mark.integration]
 

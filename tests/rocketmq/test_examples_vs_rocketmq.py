@@ -39,6 +39,7 @@ from rocketmq import (
     TransactionResolution,
 )
 
+from servers.rocketmq import CLUSTER_NAME, LocalRocketMQ
 from tests.consumers.conftest import wait_committed
 from tests.rocketmq.conftest import SessionRocketMQ
 from txbridge.consumer import (
@@ -54,7 +55,6 @@ from txbridge.consumer import (
 from txbridge.consumer.retry import DEFAULT_MAX_RECONSUME
 from txbridge.errors import BrokerError, ConfigurationError
 from txbridge.ordered import OrderedProducer
-from txbridge.tools.local.rocketmq import CLUSTER_NAME, LocalRocketMQ
 
 pytestmark = [pytest.mark.rocketmq, pytest.mark.integration]
 

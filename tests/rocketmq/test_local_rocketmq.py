@@ -24,11 +24,11 @@ from rocketmq import (
     TransactionResolution,
 )
 
+from cli.main import main
+from servers.broker import _pid_alive, free_port
+from servers.rocketmq import TRANSACTION_SETTINGS, LocalRocketMQ, free_broker_port
 from tests.rocketmq.conftest import SessionRocketMQ
 from txbridge.errors import BrokerError
-from txbridge.tools.cli.main import main
-from txbridge.tools.local.broker import _pid_alive, free_port
-from txbridge.tools.local.rocketmq import TRANSACTION_SETTINGS, LocalRocketMQ, free_broker_port
 
 pytestmark = pytest.mark.rocketmq
 

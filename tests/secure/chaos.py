@@ -24,18 +24,18 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from coordinator.config import CoordinatorConfig
-from tests.secure import chaos_producer
-from tests.secure.conftest import SecureKafka
-from txbridge import kafka as txkafka
-from txbridge.tools.local.cluster import LocalCluster
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
-from txbridge.tools.local.placement import (
+from servers.cluster import LocalCluster
+from servers.coordinator_process import CoordinatorProcess
+from servers.placement import (
     OFFSETS_TOPIC,
     TRANSACTION_LOG,
     coordinator_node,
     leaders,
     partition_for,
 )
+from tests.secure import chaos_producer
+from tests.secure.conftest import SecureKafka
+from txbridge import kafka as txkafka
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics
 

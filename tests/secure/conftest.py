@@ -1,6 +1,6 @@
 """The secured, replicated cluster of the ``cluster`` tests: started once per session.
 
-Three KRaft nodes of :class:`txbridge.tools.local.cluster.LocalCluster` on free ports in a
+Three KRaft nodes of :class:`servers.cluster.LocalCluster` on free ports in a
 temp folder: SASL_SSL with SCRAM-SHA-512, mutual TLS between the nodes,
 ``StandardAuthorizer`` with nothing allowed without an ACL, replication factor 3 and
 ``min.insync.replicas`` 2. The fixture yields the bootstrap list, the admin's librdkafka
@@ -31,9 +31,9 @@ from confluent_kafka.admin import (
 
 from coordinator.config import CoordinatorConfig
 from coordinator.service import Coordinator
+from servers.cluster import LocalCluster
 from txbridge import kafka as txkafka
-from txbridge.tools.acls import Acl
-from txbridge.tools.local.cluster import LocalCluster
+from txbridge.acls import Acl
 
 logger = logging.getLogger(__name__)
 

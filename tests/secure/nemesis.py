@@ -49,9 +49,9 @@ from enum import StrEnum
 from confluent_kafka.admin import AdminClient
 
 from coordinator.service import REPLICATED_SESSION_TIMEOUT_MS
+from servers.cluster import LocalCluster
+from servers.coordinator_process import CoordinatorProcess, CoordinatorProcessError
 from tests.secure.chaos import Producers, longest_gap, wait_in_sync, wait_serving
-from txbridge.tools.local.cluster import LocalCluster
-from txbridge.tools.local.coordinator_process import CoordinatorProcess, CoordinatorProcessError
 
 logger = logging.getLogger(__name__)
 

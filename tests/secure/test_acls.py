@@ -1,6 +1,6 @@
 """The ACLs of ``txbridge acls``, proven on the secured cluster.
 
-Each role's principal gets exactly the ACLs :func:`txbridge.tools.acls.role_acls` computes,
+Each role's principal gets exactly the ACLs :func:`txbridge.acls.role_acls` computes,
 nothing else: the whole transaction path works (a commit, a rollback, a back-check,
 an expired transaction resumed when its group comes back), a read_committed consumer
 sees each committed message once, and every role is refused what it must not do,
@@ -21,13 +21,13 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException
 
+from cli.main import main
 from coordinator.config import CoordinatorConfig, Secrets
 from tests.kafka_helpers import delete_namespaces, delete_topics
 from tests.secure.conftest import SecureKafka, running_coordinator, wait_granted, wait_readable
 from txbridge import Message, TransactionProducer, TxState
 from txbridge import kafka as txkafka
-from txbridge.tools.acls import Acl, apply_acls, role_acls
-from txbridge.tools.cli.main import main
+from txbridge.acls import Acl, apply_acls, role_acls
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from servers.placement import java_string_hash, partition_for
 from tests.secure.chaos import longest_gap, tally
 from tests.secure.chaos_producer import key_of, value_of
-from txbridge.tools.local.placement import java_string_hash, partition_for
 
 
 def test_java_string_hash_matches_java() -> None:

@@ -23,11 +23,11 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource
 
 from coordinator.config import CoordinatorConfig, Secrets
+from servers.cluster import LocalCluster
 from tests.kafka_helpers import delete_namespaces
 from tests.secure.conftest import SecureKafka, read_committed, running_coordinator
 from txbridge import Message, TransactionProducer, TxState, kafka
 from txbridge.errors import BrokerError
-from txbridge.tools.local.cluster import LocalCluster
 from txbridge.topics import internal_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -138,7 +138,7 @@ def test_the_java_client_properties_file_names_the_admin_over_sasl_ssl(secure_ka
 
 def _cli(kafka_cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "txbridge.tools.cli.main", *args],
+        [sys.executable, "-m", "cli.main", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from servers.coordinator_process import CoordinatorProcess
 from spark_pipelines import schema
 from spark_pipelines.compare import read_events
 from spark_pipelines.streaming import CustomerCounts
@@ -28,7 +29,6 @@ from tests.kafka_helpers import delete_namespaces
 from tests.secure.conftest import SecureKafka, read_committed
 from txbridge import Message, TransactionProducer, TxState, kafka
 from txbridge.client_config import ClientConfig
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.wire import Topics
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def _run(
         k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "TXBRIDGE_COMMAND_CONFIG")
     }
     result = subprocess.run(
-        [sys.executable, "-m", "txbridge.tools.cli.main", *args],
+        [sys.executable, "-m", "cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

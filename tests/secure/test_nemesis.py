@@ -44,6 +44,7 @@ from pathlib import Path
 
 import pytest
 
+from servers.coordinator_process import CoordinatorProcess
 from tests.kafka_helpers import delete_namespaces
 from tests.secure.chaos import (
     OFFSETS_TOPIC,
@@ -66,7 +67,6 @@ from tests.secure.chaos_producer import key_of
 from tests.secure.conftest import SecureKafka, read_committed
 from tests.secure.nemesis import Applied, Nemesis, draw_schedule
 from txbridge import kafka
-from txbridge.tools.local.coordinator_process import CoordinatorProcess
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics, half_partition
 

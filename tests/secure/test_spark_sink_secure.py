@@ -37,10 +37,10 @@ from tests.spark_sink.drivers import (
     wait_for_file,
 )
 from txbridge import kafka as txkafka
+from txbridge.acls import apply_acls, role_acls
 from txbridge.spark import H_BATCH
 from txbridge.spark.decide import PAUSE_ENV
 from txbridge.spark.decisions import parse_label
-from txbridge.tools.acls import apply_acls, role_acls
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics
 

@@ -1,4 +1,4 @@
-"""What ``txbridge.tools.acls`` grants each role, how it renders them, and what it refuses (no broker)."""
+"""What ``txbridge.acls`` grants each role, how it renders them, and what it refuses (no broker)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import shlex
 
 import pytest
 
+from txbridge.acls import Acl, render_commands, render_table, role_acls
 from txbridge.errors import ConfigurationError
-from txbridge.tools.acls import Acl, render_commands, render_table, role_acls
 
 
 def _grants(acls: list[Acl]) -> set[tuple[str, str, bool, str]]:
@@ -206,7 +206,7 @@ def test_commands_without_a_bootstrap_name_a_variable() -> None:
 def test_the_command_prints_the_table_and_the_kafka_acls_lines_without_contacting_kafka() -> None:
     from click.testing import CliRunner
 
-    from txbridge.tools.cli.main import main
+    from cli.main import main
 
     result = CliRunner().invoke(
         main,
@@ -231,7 +231,7 @@ def test_the_command_prints_the_table_and_the_kafka_acls_lines_without_contactin
 def test_the_command_reports_bad_input_in_one_line() -> None:
     from click.testing import CliRunner
 
-    from txbridge.tools.cli.main import main
+    from cli.main import main
 
     result = CliRunner().invoke(main, ["acls", "--role", "consumer", "--principal", "User:b", "--topic", "t"])
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from txbridge.aio import _AckBridge
 from txbridge.delivery import DeliveryPump
 from txbridge.errors import KafkaOperationError, TransactionStateError
+from txbridge.producer.asyncio import _AckBridge
 
 
 class _Msg:

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from txbridge.tools.bench import steady_load
-from txbridge.tools.bench.node_kill import Kill, PathTimes, figure_values, lost_and_duplicated, stall
-from txbridge.tools.local import placement
+from bench import steady_load
+from bench.node_kill import Kill, PathTimes, figure_values, lost_and_duplicated, stall
+from servers import placement
 from txbridge.wire import partition_transactional_id
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import click
 import pytest
 
-from txbridge.tools.bench import steps
-from txbridge.tools.bench.kafka_native import Figure
-from txbridge.tools.bench.runner import MODES, BenchRun
-from txbridge.tools.bench.steps import REGISTRY, STEPS, Step, StepRun, lookup
-from txbridge.tools.cli.bench import bench
+from bench import steps
+from bench.cli import bench
+from bench.kafka_native import Figure
+from bench.runner import MODES, BenchRun
+from bench.steps import REGISTRY, STEPS, Step, StepRun, lookup
 
 ORDER = (
     "raw",
@@ -97,8 +97,8 @@ def test_a_step_keeps_every_figure_it_measured_and_returns_its_own(
 
 def test_the_registry_loads_without_the_bench_extra() -> None:
     """The command's options come from it: no psutil, rich or step module is imported with it."""
-    heavy = ("psutil", "rich", "txbridge.tools.bench.kafka_native", "txbridge.tools.bench.runner")
-    code = f"import sys, txbridge.tools.bench.steps\nprint([m for m in {heavy!r} if m in sys.modules])\n"
+    heavy = ("psutil", "rich", "bench.kafka_native", "bench.runner")
+    code = f"import sys, bench.steps\nprint([m for m in {heavy!r} if m in sys.modules])\n"
 
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
 

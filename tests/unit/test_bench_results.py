@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from txbridge.tools.bench.kafka_native import BenchError, CpuMeter, Figure, latency_figure, percentile
-from txbridge.tools.bench.results import ratios
+from bench.kafka_native import BenchError, CpuMeter, Figure, latency_figure, percentile
+from bench.results import ratios
 
 
 def fig(name: str, per_s: float) -> Figure:

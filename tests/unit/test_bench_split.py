@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from txbridge.tools.bench.txbridge_runs import latency_split
+from bench.txbridge_runs import latency_split
 
 
 def test_each_part_runs_from_one_stamp_to_the_next() -> None:

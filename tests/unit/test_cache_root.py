@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from txbridge.tools.local import jars
+from servers import jars
 
 ROOT = Path(__file__).resolve().parents[2]
 

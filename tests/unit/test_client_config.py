@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from servers.certs import ensure_cluster_tls
 from txbridge.client_config import (
     PLAIN_LOGIN,
     SCRAM_LOGIN,
@@ -18,7 +19,6 @@ from txbridge.client_config import (
     parse_properties,
 )
 from txbridge.errors import ConfigurationError
-from txbridge.tools.local.certs import ensure_cluster_tls
 
 PASSWORD = "s3cr3t-Pa55"  # noqa: S105 - a test value that must never be shown
 

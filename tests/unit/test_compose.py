@@ -28,12 +28,12 @@ import click
 import pytest
 import yaml
 
+from cli.main import main
 from coordinator.config import _ENV_SIMPLE, ENV_PREFIX, CoordinatorConfig, read_toml
+from servers.broker import free_port
 from tests.unit.installs import absent_modules, run_without
 from tests.unit.test_alerts import promtool
 from txbridge.client_config import ClientConfig
-from txbridge.tools.cli.main import main
-from txbridge.tools.local.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
@@ -270,9 +270,7 @@ def test_the_image_installs_txbridge_with_the_coordinator_extra_only() -> None:
 
 
 _IMAGE_RUNNER = (
-    "import coordinator.service\n"
-    "from txbridge.tools.cli.main import main\n"
-    "main(sys.argv[1:], prog_name='txbridge')\n"
+    "import coordinator.service\nfrom cli.main import main\nmain(sys.argv[1:], prog_name='txbridge')\n"
 )
 
 

@@ -17,23 +17,28 @@ from importlib import metadata
 import pytest
 from packaging.requirements import Requirement
 
+from cli.main import _EXTRAS, _PARTLY
 from tests.unit.installs import absent_modules, canonical, closure, declared, run_without
-from txbridge.tools.cli.main import _EXTRAS, _PARTLY
 
-#: Tools, not the SDK: the CLI, the local servers (Kafka, the secured cluster, RocketMQ, ...), the bench.
-TOOLS = ("txbridge.tools",)
-#: ... of which these serve the base install's own commands (the txbridge command, smoke, setup, acls).
+#: Beside the SDK, what serves the base install's own commands: the txbridge command (every
+#: layer's command module, which it loads to list them), smoke, setup and the local broker.
 BASE_TOOLS = (
-    "txbridge.tools",
-    "txbridge.tools.acls",
-    "txbridge.tools.cli",
-    "txbridge.tools.local.broker",
-    "txbridge.tools.local.jars",
+    "bench.cli",
+    "cli",
+    "console.cli",
+    "coordinator.cli",
+    "servers.broker",
+    "servers.cli",
+    "servers.cli.kafka",
+    "servers.cli.rocketmq",
+    "servers.cli.spark",
+    "servers.jars",
+    "spark_pipelines.cli",
 )
 #: Tool modules that import their extra's packages when loaded, and that extra.
 EXTRA_OF = {
-    "txbridge.tools.bench.runner": "bench",
-    "txbridge.tools.local.certs": "local",
+    "bench.runner": "bench",
+    "servers.certs": "local",
     "txbridge.spark": "spark-sink",  # the Spark sink: the one part of the SDK that needs pyspark
     "console.app": "console",  # the web console's pages: jinja2
 }
@@ -46,12 +51,8 @@ def _modules(package: str) -> list[str]:
 
 
 def _sdk_modules() -> list[str]:
-    sdk = [
-        n
-        for n in _modules("txbridge")
-        if not any(n == t or n.startswith(t + ".") for t in (*TOOLS, *EXTRA_OF))
-    ]
-    cli = _modules("txbridge.tools.cli")
+    sdk = [n for n in _modules("txbridge") if not any(n == t or n.startswith(t + ".") for t in EXTRA_OF)]
+    cli = _modules("cli")
     return sorted([*sdk, *BASE_TOOLS, *cli])
 
 
@@ -97,7 +98,8 @@ def test_each_tool_module_needs_its_extra_and_imports_with_it(module: str, extra
 
 
 def test_every_module_imports_with_all_the_extras() -> None:
-    modules = [m for p in ("txbridge", "coordinator", "spark_pipelines") for m in _modules(p)]
+    packages = ("txbridge", "coordinator", "console", "servers", "spark_pipelines", "bench", "cli")
+    modules = [m for p in packages for m in _modules(p)]
     code = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)\n"
 
     result = run_without(code, ["all"], args=[m for m in modules if not m.endswith("__main__")])
@@ -105,7 +107,7 @@ def test_every_module_imports_with_all_the_extras() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-_CLI = "from txbridge.tools.cli.main import main\nmain(sys.argv[1:], prog_name='txbridge')\n"
+_CLI = "from cli.main import main\nmain(sys.argv[1:], prog_name='txbridge')\n"
 
 
 def test_the_base_install_lists_every_command_and_what_to_install_for_the_missing() -> None:

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from servers import broker
+from servers.broker import free_port, port_free, port_in_use
+from servers.rocketmq import free_broker_port
 from txbridge.errors import BrokerError
-from txbridge.tools.local import broker
-from txbridge.tools.local.broker import free_port, port_free, port_in_use
-from txbridge.tools.local.rocketmq import free_broker_port
 
 HOST = "127.0.0.1"
 

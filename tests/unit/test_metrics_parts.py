@@ -13,7 +13,15 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.monitoring.metrics import Gauge, Histogram, check_budget_s, make_registry, pending_by_age
+from coordinator.checks.checker import failure_kind
+from coordinator.monitoring.metrics import (
+    Gauge,
+    Histogram,
+    LabelledCounter,
+    check_budget_s,
+    make_registry,
+    pending_by_age,
+)
 from coordinator.state.partition import PartitionState, PendingTx
 from coordinator.state.scheduler import CheckPolicy
 
@@ -103,3 +111,46 @@ def test_gauges_histograms_and_the_info_are_served_as_prometheus_reads_them() ->
     assert samples[(f"{m}commit_to_visible_seconds_bucket", (("le", "+Inf"),))] == 1.0
     assert samples[(f"{m}commit_to_visible_seconds_count", ())] == 1.0
     assert samples[(f"{m}commit_to_visible_seconds_sum", ())] == 0.05
+
+
+def test_the_check_metrics_are_served_by_group_and_failure_kind() -> None:
+    latency = Histogram("check_request_seconds", "checks", buckets=(0.1, 1.0), label="group")
+    failures = LabelledCounter("check_request_failures", "failed", ("group", "kind"))
+    latency.observe(0.05, "orders")
+    latency.observe(2.0, "orders")
+    latency.observe(0.5, "refunds")
+    failures.inc("orders", "timeout")
+
+    text = generate_latest(make_registry(Counter(), dict, histograms=[latency], counters=[failures])).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+    m = "txbridge_coordinator_check_request_"
+    assert samples[(f"{m}seconds_count", (("group", "orders"),))] == 2.0
+    assert samples[(f"{m}seconds_bucket", (("group", "orders"), ("le", "0.1")))] == 1.0
+    assert samples[(f"{m}seconds_bucket", (("group", "refunds"), ("le", "1.0")))] == 1.0
+    assert samples[(f"{m}seconds_sum", (("group", "refunds"),))] == 0.5
+    assert samples[(f"{m}failures_total", (("group", "orders"), ("kind", "timeout")))] == 1.0
+    assert not [k for k in samples if k[0] == f"{m}failures_total" and ("group", "refunds") in k[1]]
+    # A labelled histogram serves no series before its first observation; an unlabelled one a zero.
+    assert latency.snapshot("nobody") == ([("0.1", 0.0), ("1.0", 0.0), ("+Inf", 0.0)], 0.0)
+
+
+def test_a_failed_check_request_is_counted_under_its_kind() -> None:
+    import httpx
+
+    request = httpx.Request("POST", "http://127.0.0.1:1/check")
+    kinds = {
+        "timeout": httpx.ReadTimeout("slow", request=request),
+        "refused": httpx.ConnectError("refused", request=request),
+        "dropped": httpx.RemoteProtocolError(
+            "Server disconnected without sending a response.", request=request
+        ),
+        "error": httpx.UnsupportedProtocol("ftp", request=request),
+    }
+
+    assert {kind: failure_kind(exc) for kind, exc in kinds.items()} == {k: k for k in kinds}
+    assert failure_kind(httpx.ConnectTimeout("slow", request=request)) == "timeout"

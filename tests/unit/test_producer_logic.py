@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -9,7 +11,6 @@ import pytest
 from coordinator.config import CoordinatorConfig
 from coordinator.state.republisher import plan_republish, record_size
 from txbridge import AvroSerializer, BytesSerializer, LocalTransaction, Message, StringSerializer, TxState
-from txbridge._core import ProducerSettings, TopicCatalog, TransactionFactory
 from txbridge.errors import (
     ConfigurationError,
     MessageRejectedError,
@@ -20,14 +21,11 @@ from txbridge.errors import (
     UnknownTopicError,
 )
 from txbridge.limits import DEFAULT_MAX_MESSAGE_BYTES, republished_size
-from txbridge.transaction import (
-    RecordEncoder,
-    TransactionLifecycle,
-    TransactionListener,
-    TxPhase,
-    coerce_state,
-    local_transaction_from_check,
-)
+from txbridge.producer.catalog import TopicCatalog
+from txbridge.producer.records import RecordEncoder
+from txbridge.producer.settings import ProducerSettings
+from txbridge.producer.transaction import ProducerTransaction, TxPhase
+from txbridge.transaction import TransactionListener, coerce_state, local_transaction_from_check
 from txbridge.wire import CheckMessage, CheckRequest, OpRecord, OpSource, decode_half, decode_op, new_tx_id
 
 SCHEMA = {
@@ -52,7 +50,8 @@ def test_message_normalises_headers_and_validates() -> None:
 
 
 def test_lifecycle_allows_only_the_table() -> None:
-    life = TransactionLifecycle("tx")
+    settings = ProducerSettings.build("broker:9092", "g", b"secret", partitions=1)
+    life = ProducerTransaction(settings, TopicCatalog(), lambda *record: None)
     life.advance(TxPhase.SENDING)
     with pytest.raises(TransactionStateError, match="SENDING to COMMITTED"):
         life.advance(TxPhase.COMMITTED)  # never commit with half records in flight
@@ -220,10 +219,12 @@ def test_the_topic_catalog_trusts_a_listing_for_the_topics_it_showed_only() -> N
     assert catalog.stale(orders, 122.0)
 
 
-def _factory(catalog: TopicCatalog, written: list[Any], **options: Any) -> TransactionFactory[None]:
+def _factory(
+    catalog: TopicCatalog, written: list[Any], **options: Any
+) -> Callable[[], ProducerTransaction[None]]:
     options.setdefault("partitions", 12)  # a started producer has read it from <ns>_half
     settings = ProducerSettings.build("broker:9092", "g", b"secret", **options)
-    return TransactionFactory(settings, lambda *record: written.append(record), catalog)
+    return partial(ProducerTransaction, settings, catalog, lambda *record: written.append(record))
 
 
 def test_a_transaction_refuses_what_the_coordinator_could_not_republish_and_writes_nothing() -> None:
@@ -240,7 +241,7 @@ def test_a_transaction_refuses_what_the_coordinator_could_not_republish_and_writ
         (Message("orders", b"v" * 200), MessageTooLargeError, "raise max_message_bytes on the coordinator"),
     ]
     for message, error, text in refusals:
-        tx = factory.open()
+        tx = factory()
         with pytest.raises(error, match=text) as refused:
             tx.enqueue([message])
         assert isinstance(refused.value, MessageRejectedError)
@@ -250,9 +251,48 @@ def test_a_transaction_refuses_what_the_coordinator_could_not_republish_and_writ
         assert (tx.phase, tx.messages, tx.partition) == (TxPhase.NEW, [], None)
     assert written == []
 
-    tx = factory.open()
+    tx = factory()
     tx.enqueue([Message("orders", b"v", partition=1)])
     assert len(written) == 1
+
+
+def test_a_transaction_commits_only_once_its_halves_are_acknowledged_and_ends_once() -> None:
+    catalog, written = TopicCatalog(), list[Any]()
+    catalog.update({"orders": 2}, listed_at=0.0)
+    tx = _factory(catalog, written)()
+    tx.enqueue([Message("orders", b"v")])
+    with pytest.raises(TransactionStateError, match="half records are not all acknowledged"):
+        tx.decide(TxState.COMMIT)  # its half record is still in flight
+    tx.take_pending()
+    tx.settle([])
+    tx.decide(TxState.COMMIT)
+
+    for state in (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN):
+        with pytest.raises(TransactionStateError, match=r"cannot (go from COMMITTED|commit)"):
+            tx.decide(state)  # a transaction ends once
+    with pytest.raises(TransactionStateError, match="COMMITTED: no more messages"):
+        tx.enqueue([Message("orders", b"late")])  # nothing is sent after its op record
+    assert [record[0] for record in written] == ["__txbridge_half", "__txbridge_op"]
+    assert tx.phase is TxPhase.COMMITTED
+
+
+def test_a_transaction_whose_half_failed_sends_nothing_more_and_can_only_roll_back() -> None:
+    catalog, written = TopicCatalog(), list[Any]()
+    catalog.update({"orders": 2}, listed_at=0.0)
+    tx = _factory(catalog, written)()
+    tx.enqueue([Message("orders", b"v")])
+    tx.take_pending()
+    lost = TransactionStateError("not acknowledged")
+    with pytest.raises(TransactionStateError, match="not acknowledged"):
+        tx.settle_or_raise([lost])
+    with pytest.raises(TransactionStateError, match="already failed to write a half record"):
+        tx.enqueue([Message("orders", b"w")])
+    assert tx.exit_decision(None)[0] is TxState.ROLLBACK  # a clean exit cannot commit it
+    with pytest.raises(TransactionStateError, match="not all acknowledged"):
+        tx.decide(TxState.COMMIT)
+    tx.decide(TxState.ROLLBACK)
+    assert [record[0] for record in written] == ["__txbridge_half", "__txbridge_op"]
+    assert tx.outcome(TxState.ROLLBACK, lost, ()).state is TxState.ROLLBACK
 
 
 def test_max_message_bytes_must_be_a_positive_integer() -> None:

@@ -21,11 +21,10 @@ from txbridge import (
     TransactionProducer,
     TxState,
 )
-from txbridge._core import ProducerSettings
-from txbridge._runtime import OPTION_NAMES
 from txbridge.client_config import ClientConfig
 from txbridge.errors import ConfigurationError
 from txbridge.limits import DEFAULT_MAX_MESSAGE_BYTES
+from txbridge.producer.settings import OPTION_NAMES, ProducerSettings
 from txbridge.wire import DEFAULT_NAMESPACE
 
 PRODUCERS = [TransactionProducer, AsyncTransactionProducer]

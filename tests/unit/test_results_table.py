@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from txbridge.tools.bench import results_table
-from txbridge.tools.bench.kafka_native import Figure
-from txbridge.tools.bench.results import write_json
+from bench import results_table
+from bench.kafka_native import Figure
+from bench.results import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,8 +128,6 @@ def test_the_committed_page_is_what_the_newest_committed_run_gives() -> None:
     expected = results_table.generate(ROOT / "bench" / "results", root=ROOT)
     committed = (ROOT / "docs" / "results" / "current.md").read_text()
 
-    assert committed == expected, (
-        "docs/results/current.md is out of date: run python -m txbridge.tools.bench.results_table"
-    )
+    assert committed == expected, "docs/results/current.md is out of date: run python -m bench.results_table"
     # and the page is a real run's: a full table, not a stub
     assert committed.count("\n| ") > 30

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from txbridge.tools.local import startup
-from txbridge.tools.local.startup import StartupWatch
+from servers import startup
+from servers.startup import StartupWatch
 
 
 def test_a_start_that_keeps_logging_is_waited_for_past_the_quiet_limit(tmp_path: Path) -> None:
@@ -37,6 +37,6 @@ def test_a_long_start_says_that_it_still_waits(
 ) -> None:
     monkeypatch.setattr(startup, "NOTE_EVERY_S", 0.0)
     watch = StartupWatch([tmp_path / "server.log"], quiet_s=60, what="the test server")
-    with caplog.at_level(logging.INFO, logger="txbridge.tools.local.startup"):
+    with caplog.at_level(logging.INFO, logger="servers.startup"):
         assert not watch.hung()
     assert "the test server is still starting" in caplog.text

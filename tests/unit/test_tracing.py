@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -20,8 +21,10 @@ from coordinator.state.republisher import OutRecord, plan_republish
 from tests.tracing_helpers import recording
 from tests.unit.installs import absent_modules, run_without
 from txbridge import Message, tracing
-from txbridge._core import ProducerSettings, TopicCatalog, TransactionFactory, op_outcome
 from txbridge.errors import ConfigurationError, MessageTooLargeError
+from txbridge.producer.catalog import TopicCatalog
+from txbridge.producer.settings import ProducerSettings
+from txbridge.producer.transaction import ProducerTransaction
 from txbridge.wire import CheckMessage, CheckRequest, TxState, decode_half
 
 
@@ -31,11 +34,11 @@ def exporter() -> Iterator[InMemorySpanExporter]:
         yield memory
 
 
-def _factory(written: list[Any], **options: Any) -> TransactionFactory[None]:
+def _factory(written: list[Any], **options: Any) -> Callable[[], ProducerTransaction[None]]:
     catalog = TopicCatalog()
     catalog.update({"orders": 2}, listed_at=0.0)
     settings = ProducerSettings.build("broker:9092", "g", b"secret", partitions=4, **options)
-    return TransactionFactory(settings, lambda *record: written.append(record), catalog)
+    return partial(ProducerTransaction, settings, catalog, lambda *record: written.append(record))
 
 
 def _headers(record: tuple[Any, ...]) -> dict[str, bytes]:
@@ -46,12 +49,12 @@ def test_each_half_record_carries_the_transactions_span_and_a_message_keeps_its_
     exporter: InMemorySpanExporter,
 ) -> None:
     written: list[Any] = []
-    tx = _factory(written).open()
+    tx = _factory(written)()
     own = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     tx.enqueue([Message("orders", b"a"), Message("orders", b"b", headers={"traceparent": own})])
     tx.take_pending()
     tx.settle([])
-    op_outcome(tx, TxState.COMMIT, None, [])
+    tx.outcome(TxState.COMMIT, None, [])
 
     [span] = exporter.get_finished_spans()
     context = span.context
@@ -72,10 +75,10 @@ def test_each_half_record_carries_the_transactions_span_and_a_message_keeps_its_
 def test_the_trace_headers_count_toward_max_message_bytes() -> None:
     message = Message("orders", b"v" * 100)
     limit = 64 + 100 + len("txb.tx") + 36  # what the coordinator counts without trace headers
-    _factory([], max_message_bytes=limit).open().enqueue([message])  # fits exactly, untraced
+    _factory([], max_message_bytes=limit)().enqueue([message])  # fits exactly, untraced
 
     with recording() as exporter:
-        traced = _factory([], max_message_bytes=limit).open()
+        traced = _factory([], max_message_bytes=limit)()
         with pytest.raises(MessageTooLargeError, match="is 272 bytes"):  # + traceparent, 11 + 55
             traced.enqueue([message])
 
@@ -87,7 +90,7 @@ def test_the_trace_headers_count_toward_max_message_bytes() -> None:
 def test_without_a_provider_nothing_is_recorded_or_carried() -> None:
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
     written: list[Any] = []
-    tx = _factory(written).open()
+    tx = _factory(written)()
     tx.enqueue([Message("orders", b"a")])
 
     assert tx.trace is None
@@ -113,7 +116,7 @@ def test_the_republish_span_is_the_producers_child_and_its_messages_carry_it(
     exporter: InMemorySpanExporter,
 ) -> None:
     written: list[Any] = []
-    tx = _factory(written).open()
+    tx = _factory(written)()
     tx.enqueue([Message("orders", b"a", headers={"user": b"1"})])
     half = decode_half(b"a", written[0][4])
     plan = plan_republish([half], 10_000, lambda topic: 2)
@@ -207,14 +210,16 @@ def test_the_coordinator_uses_a_provider_the_application_set(exporter: InMemoryS
 INSTALL_WITHOUT_OTEL = """
 from coordinator.commit.tracing import spans_for
 from txbridge import Message, tracing
-from txbridge._core import ProducerSettings, TopicCatalog, TransactionFactory
+from txbridge.producer.catalog import TopicCatalog
+from txbridge.producer.settings import ProducerSettings
+from txbridge.producer.transaction import ProducerTransaction
 from txbridge.errors import ConfigurationError
 
 catalog = TopicCatalog()
 catalog.update({"orders": 1}, listed_at=0.0)
 written = []
 settings = ProducerSettings.build("broker:9092", "g", b"secret", partitions=1)
-tx = TransactionFactory(settings, lambda *record: written.append(record), catalog).open()
+tx = ProducerTransaction(settings, catalog, lambda *record: written.append(record))
 tx.enqueue([Message("orders", b"v")])
 assert tx.trace is None and tracing.tracer() is None
 assert [name for name, _ in written[0][4] if name in tracing.TRACE_HEADERS] == []
@@ -237,7 +242,7 @@ def test_an_install_without_opentelemetry_traces_nothing_and_the_coordinator_say
 def test_the_cost_benchmark_runs_each_mode_and_the_untraced_ones_keep_nothing() -> None:
     small = ["--transactions", "20", "--hooks", "200", "--rounds", "1"]
     result = subprocess.run(
-        [sys.executable, "-m", "txbridge.tools.bench.tracing_cost", *small],
+        [sys.executable, "-m", "bench.tracing_cost", *small],
         capture_output=True,
         text=True,
         check=True,

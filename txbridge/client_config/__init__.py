@@ -55,7 +55,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from txbridge._secrets import MASK, is_secret
 from txbridge.client_config._canonical import Canonicalised
 from txbridge.client_config._jaas import PLAIN_LOGIN, SCRAM_LOGIN
 from txbridge.client_config._java import java_settings
@@ -63,6 +62,7 @@ from txbridge.client_config._librdkafka import check_librdkafka, java_only_probl
 from txbridge.client_config._properties import parse_overrides, parse_properties
 from txbridge.client_config._setting import Canonical, Setting, by_order, shown
 from txbridge.errors import ConfigurationError
+from txbridge.kafka.secrets import MASK, is_secret
 
 __all__ = [
     "COMMAND_CONFIG_ENV",

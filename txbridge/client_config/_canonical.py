@@ -11,8 +11,8 @@ import difflib
 from collections.abc import Sequence
 from typing import Any
 
-from txbridge._java_client_names import JAVA_CLIENT_NAMES
 from txbridge.client_config._jaas import parse_jaas
+from txbridge.client_config._java_client_names import JAVA_CLIENT_NAMES
 from txbridge.client_config._librdkafka import librdkafka_has
 from txbridge.client_config._setting import Canonical, Setting
 from txbridge.errors import ConfigurationError

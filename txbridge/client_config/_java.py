@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from txbridge._java_client_names import JAVA_CLIENT_NAMES
 from txbridge.client_config._canonical import RENAMED
 from txbridge.client_config._jaas import PLAIN_LOGIN, SCRAM_LOGIN, jaas_entry
+from txbridge.client_config._java_client_names import JAVA_CLIENT_NAMES
 from txbridge.client_config._setting import Canonical
 from txbridge.errors import ConfigurationError
 

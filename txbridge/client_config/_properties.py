@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from txbridge._secrets import MASK, is_secret
 from txbridge.client_config._setting import Setting
 from txbridge.errors import ConfigurationError
+from txbridge.kafka.secrets import MASK, is_secret
 
 
 def parse_properties(text: str) -> list[tuple[str, str, int]]:

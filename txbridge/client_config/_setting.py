@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from txbridge._secrets import MASK, is_secret
+from txbridge.kafka.secrets import MASK, is_secret
 
 
 def shown(name: str, value: Any) -> str:

@@ -32,10 +32,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from txbridge._secrets import MASK, is_secret
 from txbridge.errors import ConfigurationError, KafkaOperationError, KafkaUnavailableError, TxBridgeError
 from txbridge.kafka.config import Config, client_config
 from txbridge.kafka.errors import to_error
+from txbridge.kafka.secrets import MASK, is_secret
 
 __all__ = [
     "AclBinding",

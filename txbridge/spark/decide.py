@@ -19,13 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from txbridge import kafka
-from txbridge._admin_once import AlreadyDecidedError
-from txbridge._side_topics import read_committed, watermarks
-from txbridge.admin import list_expired, resolve
-from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError
+from txbridge.admin import AlreadyDecidedError, list_expired, resolve
+from txbridge.admin.side_topics import read_committed, watermarks
+from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError, WireFormatError
 from txbridge.spark.decisions import BatchDecision, JournalEntry, TxRef, decode_record, sink_topic
 from txbridge.spark.options import SinkOptions
-from txbridge.errors import WireFormatError
 from txbridge.wire import POSITIONS_KEY, OpRecord, OpSource, Positions, Topics, TxState
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""The benchmark behind ``txbridge bench`` (the command: :mod:`bench.cli`)."""

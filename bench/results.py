@@ -1,0 +1,223 @@
+"""The benchmark's table and JSON, with the machine they came from."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.kafka_native import Figure
+
+
+def machine() -> dict[str, Any]:
+    import psutil
+
+    from servers import jars
+    from txbridge import kafka
+
+    return {
+        "cpu_cores": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        **kafka.versions(),  # librdkafka's and confluent_kafka's
+        "kafka": jars.kafka_version(),
+        "rocketmq": jars.ROCKETMQ_VERSION,
+        "rocketmq_python_client": _version("rocketmq-python-client"),
+    }
+
+
+def commit() -> str | None:
+    """The checkout's short commit, with ``-dirty`` when tracked files differ from it; None
+    outside a git checkout (an installed wheel)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]  # bench/results.py
+    if not (root / ".git").exists():  # not a checkout of txbridge, whatever repository holds it
+        return None
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"],
+            capture_output=True,
+            check=False,  # 1: the work tree differs from HEAD
+            timeout=10,
+        ).returncode
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty == 1 else head
+
+
+def _version(distribution: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def ratios(figures: Sequence[Figure]) -> dict[str, float]:
+    by_name = {f.name: f for f in figures}
+    out: dict[str, float] = {}
+    for top, base, label in (
+        ("txbridge end to end", "raw produce", "txbridge / raw produce"),
+        ("txbridge end to end", "native txn per message", "txbridge / native txn per message"),
+        ("floor end to end", "raw produce", "floor / raw produce"),
+        ("txbridge end to end", "floor end to end", "txbridge / floor"),
+        ("txbridge end to end", "rocketmq txn end to end", "txbridge / rocketmq txn"),
+        ("rocketmq txn end to end", "rocketmq plain send", "rocketmq txn / rocketmq plain send"),
+    ):
+        if top in by_name and base in by_name and by_name[base].msgs_per_s > 0:
+            out[label] = by_name[top].msgs_per_s / by_name[base].msgs_per_s
+    # Latency: how far txbridge's commit-to-visible p50 is above the floor's, at the same rate.
+    txbridge, floor = by_name.get("txbridge commit-to-visible"), by_name.get("floor commit-to-visible")
+    if txbridge is not None and floor is not None and floor.values.get("p50_ms", 0.0) > 0:
+        out["txbridge / floor latency p50"] = txbridge.values["p50_ms"] / floor.values["p50_ms"]
+    # Against RocketMQ at its commit-to-visible rate (the rocketmq step times txbridge at it too):
+    # the goals are txbridge's p50 and p99 at most RocketMQ's, so ratios at most 1.
+    txbridge = by_name.get("txbridge commit-to-visible (RocketMQ's rate)")
+    rmq = by_name.get("rocketmq commit-to-visible")
+    if txbridge is not None and rmq is not None:
+        for percentile in ("p50", "p99"):
+            if rmq.values.get(f"{percentile}_ms", 0.0) > 0:
+                out[f"txbridge / rocketmq commit-to-visible {percentile}"] = (
+                    txbridge.values[f"{percentile}_ms"] / rmq.values[f"{percentile}_ms"]
+                )
+    # What stands between them: a Kafka transaction begun after the decision, at the same rate.
+    kafka_txn = by_name.get("kafka txn after decision (RocketMQ's rate)")
+    if kafka_txn is not None and kafka_txn.values.get("p50_ms", 0.0) > 0:
+        if rmq is not None and rmq.values.get("p50_ms", 0.0) > 0:
+            out["kafka txn after decision / rocketmq commit-to-visible p50"] = (
+                kafka_txn.values["p50_ms"] / rmq.values["p50_ms"]
+            )
+        if txbridge is not None:
+            out["txbridge / kafka txn after decision p50"] = (
+                txbridge.values["p50_ms"] / kafka_txn.values["p50_ms"]
+            )
+    return out
+
+
+def write_json(
+    figures: Sequence[Figure],
+    out_dir: Path,
+    *,
+    mode: str,
+    bootstrap: str,
+    skipped: Mapping[str, str] | None = None,
+) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = out_dir / f"bench-{mode}-{stamp}.json"
+    data = {
+        "date": stamp,
+        "mode": mode,
+        "commit": commit(),
+        "bootstrap": bootstrap,
+        "machine": machine(),
+        "figures": [
+            {
+                "name": f.name,
+                "messages": f.messages,
+                "seconds": round(f.seconds, 3),
+                "values": {k: round(v, 3) for k, v in f.values.items()},
+                "params": f.params,
+            }
+            for f in figures
+        ],
+        "ratios": {k: round(v, 3) for k, v in ratios(figures).items()},
+        "skipped": dict(skipped or {}),
+    }
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+_UNITS = {
+    "msgs_per_s": "msgs/s",
+    "mb_per_s": "MB/s",
+    "txn_per_s": "txn/s",
+    "txn_p50_ms": "txn p50 ms",
+    "txn_p99_ms": "txn p99 ms",
+    "broker_cpu_us_per_msg": "broker CPU µs/msg",
+    "coordinator_cpu_us_per_msg": "coordinator CPU µs/msg",
+    "producers_cpu_us_per_msg": "producers' CPU µs/msg",
+    "producer_cpu_us_per_msg": "producer CPU µs/msg",
+    "reader_cpu_us_per_msg": "reader CPU µs/msg",
+    "republisher_cpu_us_per_msg": "republisher CPU µs/msg",
+    "producer_and_reader_cpu_us_per_msg": "producer + reader CPU µs/msg",
+    "seconds_to_first_republish": "s from the kill to the first republish",
+    "survivor_partitions_max_visible_s": "max commit-to-visible s on the partitions that stayed",
+    "unseen": "committed but not seen (must be 0)",
+    "instance_cpu_us_per_msg_min": "per-instance CPU µs per message it republished, min",
+    "instance_cpu_us_per_msg_max": "per-instance CPU µs per message it republished, max",
+    "instance_idle_cpu_ms_per_s": "per-instance idle CPU ms/s",
+    "partitions_per_instance_min": "half partitions per instance, min",
+    "partitions_per_instance_max": "half partitions per instance, max",
+    "latency_rate_msgs_per_s": "commit-to-visible at msgs/s",
+    "load_msgs_per_s": "steady load msgs/s",
+    "seen_once": "committed, seen exactly once",
+    "steady_partition_pause_s": "steady: longest gap on one partition s",
+    "add_partition_pause_s": "add: longest pause on one partition s",
+    "add_topic_pause_s": "add: longest pause, whole topic s",
+    "add_max_visible_s": "add: max commit-to-visible s",
+    "remove_partition_pause_s": "SIGTERM: longest pause on one partition s",
+    "remove_topic_pause_s": "SIGTERM: longest pause, whole topic s",
+    "remove_max_visible_s": "SIGTERM: max commit-to-visible s",
+    "client_cpu_us_per_msg": "client CPU µs/msg",
+    "call_p50_ms": "call p50 ms",
+    "call_p99_ms": "call p99 ms",
+}
+
+
+def render(figures: Sequence[Figure]) -> Any:
+    """A rich Table of every figure, then the ratios."""
+    from rich.table import Table
+
+    table = Table(title="txbridge benchmark", show_lines=False)
+    table.add_column("benchmark")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for fig in figures:
+        first = True
+        for key, value in fig.values.items():
+            table.add_row(fig.name if first else "", _UNITS.get(key, key), f"{value:,.2f}")
+            first = False
+    for label, value in ratios(figures).items():
+        table.add_row("ratio", label, f"{value:.3f}")
+    return table
+
+
+def markdown(figures: Sequence[Figure], info: dict[str, Any]) -> str:
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d', time.gmtime())} on {info['cpu_cores']} cores, "
+        f"{info['memory_gib']} GiB, Python {info['python']}, librdkafka {info['librdkafka']}, "
+        f"Kafka {info['kafka']} (single local broker"
+        + ("; node kill: a secured 3-node cluster" if any(f.name == "node kill" for f in figures) else "")
+        + ")"
+        + (
+            f", RocketMQ {info['rocketmq']} (one broker embedded in its proxy, "
+            f"rocketmq-python-client {info['rocketmq_python_client']})."
+            if any(f.name.startswith("rocketmq") for f in figures)
+            else "."
+        ),
+        "",
+        "| benchmark | figure | value |",
+        "| --- | --- | ---: |",
+    ]
+    for fig in figures:
+        for key, value in fig.values.items():
+            lines.append(f"| {fig.name} | {_UNITS.get(key, key)} | {value:,.2f} |")
+    for label, value in ratios(figures).items():
+        lines.append(f"| ratio | {label} | {value:.3f} |")
+    return "\n".join(lines) + "\n"

@@ -1,1 +1,0 @@
-"""The benchmark behind ``txbridge bench`` (the command: :mod:`txbridge.tools.cli.bench`)."""
