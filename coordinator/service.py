@@ -104,7 +104,7 @@ class Coordinator:
         self._clients = parts.kafka.clients
         self._next_schedule = self._next_returns = 0.0  # when _look_around looks again
         self._next_log = time.monotonic() + config.log_interval_s
-        self._metrics_server: Any = None  # started by run() when there is a metrics port
+        self._servers: list[Any] = []  # the metrics server, started by run() when there is a port
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -170,8 +170,8 @@ class Coordinator:
                 counters=(parts.sources.checker.failures,),
                 info={"namespace": cfg.namespace, "group": cfg.group_id, "instance_id": cfg.instance_id},
             )
-            self._metrics_server = health.serve(
-                cfg.metrics_port, self.health, lambda: generate_latest(registry)
+            self._servers.append(
+                health.serve(cfg.metrics_port, self.health, lambda: generate_latest(registry))
             )
         self._clients.join(self.rebalancer)
         logger.info(
@@ -261,8 +261,8 @@ class Coordinator:
             if part is not None:
                 part.close()
         parts.kafka.owners.release_all()  # nothing is open: every transaction ended at its boundary
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
+        for server in self._servers:
+            server.shutdown()
         self.running.clear()
         self.health.stopped()
         parts.base.watchdog.close()
