@@ -87,8 +87,8 @@ class Knobs:
     sdk_extra: Mapping[str, Any] = field(default_factory=dict)  # the SDK producer's extra_config
     op_linger_ms: int | None = None  # txbridge.delivery.URGENT_LINGER_MS: the op records' producer
     coord_linger_ms: int | None = None  # the coordinator's transactional producer
-    fetch_wait_ms: int | None = None  # coordinator.service.FETCH_WAIT_MS
-    fetch_min_bytes: int | None = None  # coordinator.service.FETCH_MIN_BYTES
+    fetch_wait_ms: int | None = None  # coordinator.group.consumer.FETCH_WAIT_MS
+    fetch_min_bytes: int | None = None  # coordinator.group.consumer.FETCH_MIN_BYTES
     coord_extra: Mapping[str, Any] = field(default_factory=dict)  # the coordinator's extra_config
     commit_interval_ms: int = 20
     watch_wait_ms: int = 10  # the watchers' fetch.wait.max.ms (the demo's: 10)
@@ -207,7 +207,7 @@ def _time_partition_producers(timings: _Timings, linger: int | None) -> None:
 def _instrumented_coordinator(config: Any, timings: _Timings) -> Any:
     """A ``Coordinator`` that notes when its loop receives each op record and begins each boundary."""
     from coordinator import service
-    from coordinator.commit_cycle import CommitCycle
+    from coordinator.commit.cycle import CommitCycle
 
     class TimedCycle(CommitCycle):
         def start(self, *, everything: bool) -> None:
@@ -279,13 +279,13 @@ def _run_measured(coordinator: Any, fetches: list[int], ready: Any, stop: Any) -
 
 def _coordinator_main(spec: Spec, out: Any, ready: Any, stop: Any) -> None:
     """Run an instrumented coordinator until ``stop``; put its timings on ``out``."""
-    from coordinator import service
+    from coordinator.group import consumer
 
     knobs = spec.knobs
     if knobs.fetch_wait_ms is not None:
-        service.FETCH_WAIT_MS = knobs.fetch_wait_ms
+        consumer.FETCH_WAIT_MS = knobs.fetch_wait_ms
     if knobs.fetch_min_bytes is not None:
-        service.FETCH_MIN_BYTES = knobs.fetch_min_bytes
+        consumer.FETCH_MIN_BYTES = knobs.fetch_min_bytes
     timings = _Timings()
     _time_partition_producers(timings, knobs.coord_linger_ms)
     instance = f"breakdown-{uuid.uuid4().hex[:8]}"

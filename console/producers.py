@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["SILENT_INTERVALS", "GroupView", "InstanceView", "groups_of", "shown_url", "with_checks"]
 
 #: Not heard for this many of its said heartbeat intervals, an instance is silent: the
-#: coordinators ask it last (the rule of coordinator/registry.py, docs/wire-format.md).
+#: coordinators ask it last (the rule of coordinator/checks/registry.py, docs/wire-format.md).
 SILENT_INTERVALS = 2.5
 
 

@@ -1,25 +1,21 @@
 """The txbridge coordinator: republishes committed half messages inside Kafka transactions.
 
-Small collaborators, pure logic apart from I/O:
+Its packages are its parts (docs/DESIGN.md, "The coordinator's parts"):
 
+- :mod:`coordinator.state`: the owned partitions' state, pure logic: the per-partition
+  pending-transaction state machine and its indexes, back-check timing, the records the next
+  commits carry, and their one owner (:class:`coordinator.state.owned.OwnedPartitions`);
+- :mod:`coordinator.checks`: back-checks over signed HTTP, the producer registry, the brokers'
+  clock, expired transactions resumed;
+- :mod:`coordinator.commit`: one Kafka transaction per owned partition, what it carries, group
+  commit on the commit threads;
+- :mod:`coordinator.group`: the consumer group: joining, rebalancing, restoring a taken-over
+  partition, hand-over, health;
+- :mod:`coordinator.monitoring`: counters and gauges; the watchdog over blocking Kafka calls;
 - :mod:`coordinator.config`: the frozen settings (flags, ``TXBRIDGE_*`` env, TOML);
-- :mod:`coordinator.state`: the per-partition pending-transaction state machine;
-  its parts :mod:`coordinator.check_queue`, :mod:`coordinator.key_order`, :mod:`coordinator.resolved`,
-  :mod:`coordinator.commit_order` and :mod:`coordinator.unsaved`;
-- :mod:`coordinator.scheduler`: back-check timing and backoff;
-- :mod:`coordinator.checker`: signed HTTP back-checks with per-group concurrency;
-- :mod:`coordinator.registry`: live producer instances from ``<ns>_producers``;
-- :mod:`coordinator.changelog`: ``<ns>_state`` entries and their restore;
-- :mod:`coordinator.republisher`: the records (republished, set aside, op records);
-- :mod:`coordinator.commit`: what one Kafka transaction carries, in order;
-- :mod:`coordinator.writer`: the transactional producer (refusals, delivery failures);
-- :mod:`coordinator.payloads`: the payload byte budget and re-reads by offset;
-- :mod:`coordinator.metrics`: Prometheus counters and gauges;
-- :mod:`coordinator.commit_cycle`: group commit, the commit threads, rewinding a failed commit;
-- :mod:`coordinator.rebalance`: taking partitions over, keeping them, letting them go;
-- :mod:`coordinator.clients`: the group's consumer, rejoining with new clients;
-- :mod:`coordinator.shared`: what those parts share, handed to each by the service;
-- :mod:`coordinator.service`: the loop that ties them together.
+- :mod:`coordinator.assembly`: :func:`~coordinator.assembly.build` makes the parts, in
+  dependency order;
+- :mod:`coordinator.service`: the loop that runs them; :mod:`coordinator.cli`: the command.
 
 :class:`Coordinator` loads on first use, so that :mod:`coordinator.cli` (which the ``txbridge``
 command registers) imports without the ``coordinator`` extra: the command then says what to install.

@@ -137,9 +137,9 @@ def coordinator(
     Its Kafka client settings: --command-config FILE (or the TOML's client_config and [kafka]
     table) with -X KEY=VALUE on top; the start-up probe connects with them.
     """
+    from coordinator.commit.tracing import install_provider
     from coordinator.config import CoordinatorConfig, parse_pairs
     from coordinator.service import Coordinator
-    from coordinator.tracing import install_provider
 
     logging.getLogger("coordinator").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
@@ -172,9 +172,9 @@ def coordinator(
 
 
 def _end_wedged_process(wedged: Any) -> None:
-    """A Kafka call outlived its timeout (coordinator/watchdog.py): end the process, so that a
+    """A Kafka call outlived its timeout (coordinator/monitoring/watchdog.py): end the process, so that a
     supervisor starts it again (compose: restart: unless-stopped). It cannot be interrupted."""
-    from coordinator.watchdog import EXIT_WEDGED
+    from coordinator.monitoring.watchdog import EXIT_WEDGED
 
     for handler in logging.getLogger().handlers:
         handler.flush()

@@ -1,21 +1,23 @@
 """The coordinator loop: consume half + op, decide, back-check, and commit in Kafka transactions.
 
-The loop and the input are here; the parts it wires are modules of their own: the commit
-cycle (:mod:`coordinator.commit_cycle`), the rebalance callbacks (:mod:`coordinator.rebalance`),
-the clients' recovery (:mod:`coordinator.clients`), the back-checks, the restore, ownership.
+The loop and the input are here; the parts it runs are built by :func:`coordinator.assembly.build`
+and live in the sub-packages: the owned partitions' state (:mod:`coordinator.state`), the
+back-checks (:mod:`coordinator.checks`), the commits (:mod:`coordinator.commit`), the group
+(:mod:`coordinator.group`).
 
 At each commit boundary every owned partition with work commits a Kafka transaction
-of its own, under the partition's transactional id (:mod:`coordinator.ownership`):
+of its own, under the partition's transactional id (:mod:`coordinator.commit.ownership`):
 the republished messages of its ready committed transactions, op records of
 back-check verdicts and expiries, copies to ``<ns>_expired`` / ``<ns>_quarantine``,
 its ``<ns>_state`` entries, and its consumed half/op offsets (with the group
 metadata). Hence the invariant: everything below a partition's committed offsets
 is resolved, in ``<ns>_state``, or listed in the committed half offset.
 
-An abortable Kafka error aborts that partition's transaction and rewinds it: its
-state is rebuilt from ``<ns>_state`` and the consumer seeks back to its committed
-offsets. A fenced partition (another owner claimed it), a fatal error or a commit
-stuck past its timeout replaces the clients in-process (:meth:`GroupClients.rejoin`).
+An abortable Kafka error aborts that partition's transaction; the partition is set aside
+(:meth:`OwnedPartitions.rewind`) and the loop rewinds it: its state is rebuilt from
+``<ns>_state`` and the consumer seeks back to its committed offsets. A fenced partition
+(another owner claimed it), a fatal error or a commit stuck past its timeout replaces the
+clients in-process (:meth:`GroupClients.rejoin`).
 """
 
 from __future__ import annotations
@@ -23,35 +25,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from coordinator import health, membership, metrics
-from coordinator.backchecks import BackChecks
-from coordinator.broker_clock import BrokerClock
-from coordinator.checker import Checker
-from coordinator.clients import GroupClients
-from coordinator.commit_cycle import CommitCycle, KafkaCommitClients
+from coordinator.assembly import build
+from coordinator.commit.cycle import CommitCycle
+from coordinator.commit.payloads import record_size
 from coordinator.config import CoordinatorConfig
-from coordinator.copartition import check_copartitioned
-from coordinator.metrics import Stat, Stats
-from coordinator.ownership import PartitionProducers
-from coordinator.payloads import HalfReader, record_size
-from coordinator.rebalance import Rebalancer
-from coordinator.registry import ProducerRegistry
-from coordinator.republisher import Batch, quarantine_raw
-from coordinator.restore import RESTORE_WAIT_S, Restorer
-from coordinator.resume import ExpiryResumer
-from coordinator.scheduler import CheckPolicy
-from coordinator.shared import Failures, Shared, Work
-from coordinator.state import PartitionState, Phase
-from coordinator.watchdog import Watchdog, Wedged
+from coordinator.group import health, membership
+from coordinator.group.consumer import REPLICATED_SESSION_TIMEOUT_MS, SESSION_TIMEOUT_MS, fetch_settings
+from coordinator.group.copartition import check_copartitioned
+from coordinator.monitoring import metrics
+from coordinator.monitoring.metrics import Stat
+from coordinator.monitoring.watchdog import Wedged
+from coordinator.state.owned import Work
+from coordinator.state.partition import PartitionState, Phase
+from coordinator.state.republisher import quarantine_raw
 from txbridge import kafka
-from txbridge.errors import TxBridgeError, WireFormatError
-from txbridge.kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from txbridge.errors import WireFormatError
+from txbridge.kafka import Consumer, KafkaError, TopicPartition
 from txbridge.wire import (
-    Topics,
     decode_half,
     decode_op,
 )
@@ -59,55 +52,15 @@ from txbridge.wire import (
 if TYPE_CHECKING:
     import httpx
 
+#: The group consumer's settings are :mod:`coordinator.group.consumer`'s; named here too for the tools
+#: and tests that read them beside the coordinator.
+__all__ = ["REPLICATED_SESSION_TIMEOUT_MS", "SESSION_TIMEOUT_MS", "Coordinator", "fetch_settings"]
+
 logger = logging.getLogger(__name__)
 
 _BATCH = 1000  # records per consume() call
 _SCHEDULE_INTERVAL_S = 0.05  # how often due back-checks are looked for
 _RETURNS_INTERVAL_S = 0.5  # how often producers that came back or went silent are looked for
-#: The half/op consumer's fetches follow the load. The broker answers a fetch at the first
-#: record (``fetch.min.bytes`` 1), or after FETCH_WAIT_MS when there is none, so an idle
-#: coordinator fetches every FETCH_WAIT_MS; and while the loop has not yet taken what the last
-#: fetch brought (QUEUED_MIN_MESSAGES or more records waiting), librdkafka fetches again only
-#: after FETCH_QUEUE_BACKOFF_MS. At light load each record is fetched on arrival, so an op record
-#: never waits out a fetch interval; under load fetches come every FETCH_QUEUE_BACKOFF_MS with
-#: whatever accumulated, which keeps the throughput of batched fetches (``fetch.min.bytes`` 1
-#: alone costs throughput; the measurements: docs/results/settings.md).
-#: ``extra_config`` overrides all three.
-FETCH_WAIT_MS = 5
-FETCH_MIN_BYTES = 1
-QUEUED_MIN_MESSAGES = 2
-FETCH_QUEUE_BACKOFF_MS = 5
-
-
-def fetch_settings() -> dict[str, int]:
-    """The half/op consumer's fetch settings, as ``kafka.consumer`` keywords (the floor's too)."""
-    return {
-        "fetch_wait_max_ms": FETCH_WAIT_MS,
-        "fetch_min_bytes": FETCH_MIN_BYTES,
-        "queued_min_messages": QUEUED_MIN_MESSAGES,
-        "fetch_queue_backoff_ms": FETCH_QUEUE_BACKOFF_MS,
-    }
-
-
-#: A crashed instance's partitions move after the group session timeout. On one broker it is
-#: the least a broker allows by default (group.min.session.timeout.ms = 6000).
-SESSION_TIMEOUT_MS = 6_000
-#: On a cluster, Kafka's group coordinator (4.x) answers a heartbeat only once the writes it
-#: queued before it on the group's ``__consumer_offsets`` partition are replicated, and a dead
-#: follower holds them until the controller fences its node (``broker.session.timeout.ms``,
-#: 9 s by default). A shorter session is lost at every node death: the members drop their
-#: partitions, join again and restore, seconds after the partitions have leaders again. So on
-#: more than one broker the session outlasts that window (docs/coordinator.md, "Failover").
-REPLICATED_SESSION_TIMEOUT_MS = 12_000
-#: A survivor hears of a dead member's expired session only in its next heartbeat's answer, so
-#: a takeover takes (session timeout - time since the dead one's last heartbeat) + up to one
-#: interval: with the 6 s session, 4-8 s at a 2 s interval, 5.5-6.5 s at 0.5 s. The members of
-#: one rebalance heartbeat in step, so a kill at a fixed moment after a rebalance always lands
-#: at the same point of their cycle (the measurements: docs/results/settings.md).
-HEARTBEAT_INTERVAL_MS = 500
-#: The consumer may sit in one rebalance callback for as long (librdkafka otherwise leaves the
-#: group when poll() is not called for max.poll.interval.ms, 5 minutes by default).
-_MAX_POLL_INTERVAL_MS = int((RESTORE_WAIT_S + 60) * 1000)
 
 
 class Coordinator:
@@ -117,7 +70,7 @@ class Coordinator:
         config: the settings.
         transport: an httpx transport for back-checks (tests); None = real HTTP.
         on_wedged: called (from the watchdog's thread) when a blocking Kafka call outlives its
-            timeout (see :mod:`coordinator.watchdog`); the CLI ends the process there. The
+            timeout (see :mod:`coordinator.monitoring.watchdog`); the CLI ends the process there. The
             coordinator itself only logs it: a stuck call cannot be interrupted in-process.
     """
 
@@ -131,80 +84,39 @@ class Coordinator:
         *,
         on_wedged: Callable[[Wedged], None] | None = None,
     ) -> None:
+        parts = build(config, transport, on_wedged=on_wedged, cycle_class=self.cycle_class)
+        self.parts = parts
         self.config = config
-        self.topics = Topics(config.namespace)
-        self.policy = CheckPolicy(
-            config.check_delay_s,
-            config.max_checks,
-            config.check_backoff_s,
-            config.check_backoff_max_s,
-            config.max_unasked_s,
-        )
-        self.stats: Stats = Counter()
+        base = parts.base
+        self.topics = base.topics
+        self.policy = base.policy
+        self.stats = base.stats
         #: The brokers' clock: every comparison of "now" with a broker timestamp reads it.
-        self.clock = BrokerClock()
-        self.partitions: dict[int, PartitionState] = {}
-        self._positions: dict[tuple[str, int], int] = {}
-        # op partition -> its end at the previous look (see _ops_caught_up)
-        self._op_ends: dict[int, int] = {}
+        self.clock = base.clock
+        #: The owned partitions: their states, positions and the work the next commits carry.
+        self.owned = base.owned
+        self.failures = base.failures  # the clients to replace (rejoin), or the coordinator to stop
+        self.running = base.running  # set once partitions may be served (tests wait on it)
+        self.health = base.health
+        self.cycle = parts.cycle
+        self.rebalancer = parts.rebalancer
+        self._stop = base.stopping
+        self._clients = parts.kafka.clients
         self._next_schedule = self._next_returns = 0.0  # when _look_around looks again
         self._next_log = time.monotonic() + config.log_interval_s
-        self.work = Work(Batch(self.topics))  # what the next commits carry besides the states
-        self._stop = threading.Event()
-        self._session_ms: int | None = None  # asked of the cluster on first use, in _start
-        self._transport = transport
-        self._registry: ProducerRegistry | None = None
-        self._checker: Checker | None = None
-        self._resumer: ExpiryResumer | None = None
-        self._reader: HalfReader | None = None
-        self._checks: BackChecks | None = None  # made in _start, once its clients exist
-        self._restorer: Restorer | None = None  # the same
-        self._metrics_server: Any = None
-        # late-bound: the clients, made next, need the watchdog
-        self._watchdog = Watchdog(lambda wedged: self._clients.on_wedged(wedged))  # noqa: PLW0108
-        self._owners = PartitionProducers(config, self._watchdog)
-        self._kafka = KafkaCommitClients(config, self.topics, self._owners, self._client)
-        self.failures = Failures()  # the clients to replace (rejoin), or the coordinator to stop
-        # What the parts share: these same objects, changed in place by the parts.
-        self._shared = Shared(
-            config,
-            self.topics,
-            self.stats,
-            self.partitions,
-            self._positions,
-            self.work,
-            self.failures,
-            self._watchdog,
-            self._stop,
-        )
-        self._clients = GroupClients(
-            self._shared,
-            make_consumer=self._new_consumer,
-            owners=self._owners,
-            end_offsets=self._kafka,
-            on_wedged=on_wedged,
-        )
-        self._cycle: CommitCycle | None = None  # made in _start, once the half reader exists
-        self._rebalancer: Rebalancer | None = None  # made in _start, with the commit cycle
-        self.running = threading.Event()  # set once partitions may be served (tests wait on it)
-        self.health = health.Health(config, self.topics.half)
-        self._state_offsets = health.StableOffsets(config, self.topics.state)
+        self._servers: list[Any] = []  # the metrics server, started by run() when there is a port
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
-    def rebalancer(self) -> Rebalancer:
-        """The rebalance callbacks (:mod:`coordinator.rebalance`), once :meth:`run` started them."""
-        if self._rebalancer is None:
-            raise TxBridgeError("the coordinator's rebalance handling is not started")
-        return self._rebalancer
+    def partitions(self) -> Mapping[int, PartitionState]:
+        """The served partitions' states (:attr:`owned`)."""
+        return self.owned.states
 
     @property
-    def cycle(self) -> CommitCycle:
-        """The commit cycle (:mod:`coordinator.commit_cycle`), once :meth:`run` started it."""
-        if self._cycle is None:
-            raise TxBridgeError("the coordinator's commit cycle is not started")
-        return self._cycle
+    def work(self) -> Work:
+        """What the next commits carry besides the states (:attr:`owned`)."""
+        return self.owned.work
 
     def stop(self) -> None:
         """Ask the loop to finish: commit the open work, leave the group, return from ``run()``."""
@@ -231,31 +143,16 @@ class Coordinator:
             self._shutdown()
 
     def _start(self) -> None:
-        cfg = self.config
+        cfg, parts = self.config, self.parts
         check_copartitioned(cfg, self.topics)  # before anything starts: a refusal leaves nothing running
         # Before any thread or client of its own: one committer per namespace partition.
         membership.refuse_another_group(cfg, self.topics, self._session_timeout_s(), self._stop)
-        self._watchdog.start()
-        extra = dict(cfg.extra_config)
+        parts.base.watchdog.start()
         # The registry catches up in the loop: checks wait for it (BackChecks), publishing does not.
-        self._registry = ProducerRegistry(
-            cfg.bootstrap, self.topics.producers, cfg.producer_liveness_s, extra, clock=self.clock
-        )
-        self._registry.start()
-        self._checker = Checker(cfg, self._transport, now_s=self.clock.now_s)
-        self._checker.start()
-        if cfg.resume_expired:
-            self._resumer = ExpiryResumer(
-                cfg.bootstrap,
-                cfg.namespace,
-                self._checker,
-                owned=lambda: set(self.rebalancer.owned),
-                limit=cfg.resume_expired_max,
-                extra=cfg.extra_config,
-            )
-            self._resumer.start()
-        self._reader = HalfReader(cfg.bootstrap, self.topics.half, extra)
-        self._make_parts(self._checker, self._registry, self._reader)
+        parts.sources.registry.start()
+        parts.sources.checker.start()
+        if parts.sources.resumer is not None:
+            parts.sources.resumer.start()
         # Under the consumer protocol a member that joins with another subscription than its
         # instance's previous life (handed over: <ns>_state alone) is assigned afresh at once.
         if cfg.group_protocol == "consumer":
@@ -269,111 +166,28 @@ class Coordinator:
                 self.stats,
                 self._gauges,
                 labelled=self._more_gauges,
-                histograms=(self.cycle.visible, self._checker.latency),
-                counters=(self._checker.failures,),
+                histograms=(self.cycle.visible, parts.sources.checker.latency),
+                counters=(parts.sources.checker.failures,),
                 info={"namespace": cfg.namespace, "group": cfg.group_id, "instance_id": cfg.instance_id},
             )
-            self._metrics_server = health.serve(
-                cfg.metrics_port, self.health, lambda: generate_latest(registry)
+            self._servers.append(
+                health.serve(cfg.metrics_port, self.health, lambda: generate_latest(registry))
             )
-        self._clients.join()
+        self._clients.join(self.rebalancer)
         logger.info(
             "coordinator %s started: %r, extra_config keys %s", cfg.instance_id, cfg, sorted(cfg.extra_config)
         )
 
-    def _make_parts(self, checker: Checker, registry: ProducerRegistry, reader: HalfReader) -> None:
-        """The parts that work on the owned partitions, wired to each other and to the clients."""
-        cfg = self.config
-        self._restorer = Restorer(self._shared, reader=reader, now_ms=self.clock.now_ms)
-        self._checks = BackChecks(
-            cfg,
-            self.policy,
-            self.stats,
-            self.partitions,
-            batch=self.work.batch,
-            ready=self.work.ready,
-            expiring=self.work.expiring,
-            checker=checker,
-            registry=registry,
-            reader=reader,
-            now_ms=self.clock.now_ms,
-        )
-        self._cycle = self.cycle_class(
-            self._shared,
-            kafka_side=self._kafka,
-            reader=reader,
-            # late-bound: the rebalancer, made next, needs the cycle
-            rewind=lambda numbers: self.rebalancer.rewind(numbers),  # noqa: PLW0108
-        )
-        self._rebalancer = Rebalancer(
-            self._shared,
-            op_ends=self._op_ends,
-            cycle=self._cycle,
-            owners=self._owners,
-            restorer=self._restorer,
-            health=self.health,
-            running=self.running,
-            consumer=self._client,
-            offsets_client=self._kafka.offsets_client,
-        )
-        self._clients.attach(self._rebalancer, self._cycle)
-
-    def _new_consumer(self) -> Consumer:
-        """The group's half/op consumer, not yet subscribed."""
-        cfg = self.config
-        # Partition i of half and op on one member (DESIGN pitfalls): the classic protocol with the
-        # client-side range assignor, or the consumer protocol with the broker's range assignor,
-        # which gives topics of equal partition counts the same numbers (and keeps them sticky).
-        # Under the consumer protocol the session and the heartbeat are the group's settings,
-        # the broker's (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms).
-        protocol: dict[str, Any] = (
-            {"group_protocol": "consumer", "group_remote_assignor": "range"}
-            if cfg.group_protocol == "consumer"
-            else {
-                "group_protocol": "classic",
-                "partition_assignment_strategy": "range",
-                # Failover speed: a crashed instance's partitions move after this (extra_config overrides).
-                "session_timeout_ms": self._session_timeout_ms(),
-                "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
-            }
-        )
-        return kafka.consumer(
-            cfg.bootstrap,
-            cfg.group_id,
-            cfg.extra_config,
-            **protocol,
-            client_id=cfg.instance_id,
-            max_poll_interval_ms=_MAX_POLL_INTERVAL_MS,  # an assignment may wait out a foreign transaction
-            **({"group_instance_id": cfg.instance_id} if cfg.static_membership else {}),
-            **fetch_settings(),
-        )
-
     def _session_timeout_ms(self) -> int:
         """``session.timeout.ms`` from ``extra_config``, else by the cluster's size (asked once)."""
-        if self._session_ms is None:
-            given = self.config.extra_config.get("session.timeout.ms")
-            self._session_ms = int(given) if given is not None else self._default_session_timeout_ms()
-        return self._session_ms
-
-    def _default_session_timeout_ms(self) -> int:
-        cfg = self.config
-        try:
-            brokers = kafka.broker_count(cfg.bootstrap, cfg.extra_config)
-        except KafkaException as exc:  # no broker answered: the timeout that survives a node's death
-            logger.info(
-                "cluster size unknown (%s): group session timeout %d ms", exc, REPLICATED_SESSION_TIMEOUT_MS
-            )
-            return REPLICATED_SESSION_TIMEOUT_MS
-        timeout = SESSION_TIMEOUT_MS if brokers == 1 else REPLICATED_SESSION_TIMEOUT_MS
-        logger.info("%d broker(s): group session timeout %d ms", brokers, timeout)
-        return timeout
+        return self.parts.kafka.consumers.session_timeout_ms()
 
     def _session_timeout_s(self) -> float:
-        return self._session_timeout_ms() / 1000
+        return self.parts.kafka.consumers.session_timeout_s()
 
     def _hand_over(self) -> None:
         """A static member's clean stop: give the partitions to the group's other members now,
-        not after the session timeout (:mod:`coordinator.membership`). Its work is committed
+        not after the session timeout (:mod:`coordinator.group.membership`). Its work is committed
         already; the revocation commits what was consumed since."""
         cfg = self.config
         if (
@@ -435,15 +249,23 @@ class Coordinator:
 
     def _shutdown(self) -> None:
         self._clients.close()  # leaves the group: partitions move at once
-        for part in (self._resumer, self._checker, self._registry, self._reader, self._kafka, self._cycle):
+        parts = self.parts
+        for part in (
+            parts.sources.resumer,
+            parts.sources.checker,
+            parts.sources.registry,
+            parts.sources.reader,
+            parts.kafka.commit_clients,
+            self.cycle,
+        ):
             if part is not None:
                 part.close()
-        self._owners.release_all()  # nothing is open: every transaction ended at its boundary
-        if self._metrics_server is not None:
-            self._metrics_server.shutdown()
+        parts.kafka.owners.release_all()  # nothing is open: every transaction ended at its boundary
+        for server in self._servers:
+            server.shutdown()
         self.running.clear()
         self.health.stopped()
-        self._watchdog.close()
+        parts.base.watchdog.close()
         logger.info("coordinator %s stopped: %s", self.config.instance_id, dict(self.stats))
 
     def _loop(self) -> None:
@@ -462,8 +284,9 @@ class Coordinator:
         while not self._stop.is_set():
             self.health.beat()
             cycle.collect()
+            self._rewind()
             if self.failures.clients is not None:
-                self._clients.rejoin()
+                self._clients.rejoin(self.rebalancer)
                 continue
             if cycle.behind_in_flight():  # their ends start the next commits: look within a millisecond
                 wait = 0.001
@@ -478,7 +301,7 @@ class Coordinator:
                 if self.failures.clients is not None:
                     break
             if self.failures.clients is not None:
-                self._clients.rejoin()
+                self._clients.rejoin(self.rebalancer)
                 continue
             now = self._look_around(time.monotonic())
             if now >= next_tick:
@@ -487,24 +310,35 @@ class Coordinator:
             elif cycle.waiting():
                 cycle.start(everything=False)
 
+    def _rewind(self) -> None:
+        """Rebuild the partitions whose Kafka transaction was aborted (the commit cycle set them
+        aside: :meth:`OwnedPartitions.rewind`)."""
+        numbers = self.owned.to_rewind()
+        if not numbers or self.failures.clients is not None:
+            return
+        try:
+            self.rebalancer.rewind(numbers, self._client())
+        except Exception as exc:  # the consumer cannot seek or read its offsets: start afresh
+            self.failures.clients = kafka.to_error(exc, "rewinding to the committed offsets")
+
     def _look_around(self, now: float) -> float:
         """Between consuming and committing: the registry, check answers and due checks,
         gone and returning producers, unserved partitions, the periodic log line."""
-        assert self._registry is not None
-        assert self._checks is not None
-        self._registry.poll()
-        self._checks.apply_results()
+        checks = self.parts.checks
+        self.parts.sources.registry.poll()
+        checks.apply_results()
         if now >= self._next_schedule:  # check times are seconds apart: no need to look per record
-            if self._checks.registry_read():  # else every check would find no live instance yet
-                self._checks.schedule(self._ops_caught_up())
+            if checks.registry_read():  # else every check would find no live instance yet
+                checks.schedule(self._ops_caught_up())
             self._next_schedule = now + _SCHEDULE_INTERVAL_S
-        if now >= self._next_returns and self.partitions and self._checks.registry_read():
-            self._checks.expedite_gone_writers()
+        if now >= self._next_returns and self.partitions and checks.registry_read():
+            checks.expedite_gone_writers()
             # Not while an expiry is being committed: the resumer would list <ns>_expired before
             # the expiry is in it, and ask its group only at its next return (CI saw a group
             # come back within that commit). A return is looked for again at the next look.
-            if self._resumer is not None and not self.cycle.expiries_in_flight():
-                self._checks.observe_returns(self._resumer)
+            resumer = self.parts.sources.resumer
+            if resumer is not None and not self.cycle.expiries_in_flight():
+                checks.observe_returns(resumer)
             self._next_returns = now + _RETURNS_INTERVAL_S
         self.health.look()  # while it owns nothing: is any partition unserved?
         if now >= self._next_log:
@@ -534,7 +368,7 @@ class Coordinator:
             return
         topic, number = msg.topic(), msg.partition()
         state = self.partitions.get(number)
-        position = self._positions.get((topic, number), -1)
+        position = self.owned.positions.get((topic, number), -1)
         if state is None or msg.offset() < position:
             # Fetched before a rebalance that ran inside the consume() call that returned it:
             # its partition was revoked meanwhile (and is perhaps kept, or given back), or it was
@@ -542,8 +376,7 @@ class Coordinator:
             # stays where the partition's state is: the record is read again from there.
             self.stats[Stat.STALE_RECORDS] += 1
             return
-        self._positions[(topic, number)] = msg.offset() + 1
-        self.work.unsaved.add(number)
+        self.owned.advance(topic, number, msg.offset() + 1)
         if topic == self.topics.half:
             self.stats[Stat.HALF_RECORDS] += 1
             try:
@@ -625,7 +458,7 @@ class Coordinator:
         tps = [kafka.partition_at(self.topics.op, n) for n in numbers]
         ready = []
         for number, tp in zip(numbers, tps, strict=True):
-            previous = self._op_ends.get(number)
+            previous = self.owned.op_ends.get(number)
             try:  # no request: the ends (last stable offset) seen in the latest fetch response
                 low, end = self._client().get_watermark_offsets(tp, cached=True)
             except Exception:
@@ -633,9 +466,9 @@ class Coordinator:
             # librdkafka's position moves past control records and aborted records too.
             position = positions.get(number, -1)
             if position < 0:  # nothing read since the assignment: where the group committed, or the start
-                position = self._positions.get((self.topics.op, number), low)
+                position = self.owned.positions.get((self.topics.op, number), low)
             if end >= 0:
-                self._op_ends[number] = end
+                self.owned.op_ends[number] = end
             if previous is not None and position >= previous:
                 ready.append(number)
         return ready
@@ -681,7 +514,7 @@ class Coordinator:
                 "(check_delay_s, the backoffs between max_checks answers, their check_timeout_s)",
                 {"": budget(None)},
             ),
-            *self._state_offsets.gauges(),
+            *self.parts.base.state_offsets.gauges(),
         ]
 
     def _log_counts(self) -> None:

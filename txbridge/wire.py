@@ -209,7 +209,7 @@ def murmur2(data: bytes) -> int:
 # ---------------------------------------------------------------- young transactions in offset metadata
 
 #: Prefix of the metadata of a coordinator's committed half offset that lists the half
-#: records of its young transactions (see coordinator.changelog).
+#: records of its young transactions (see coordinator.commit.changelog).
 YOUNG_PREFIX = "txb1:"
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from coordinator.config import CoordinatorConfig, Secrets
 from coordinator.service import Coordinator
-from coordinator.state import PartitionState
+from coordinator.state.partition import PartitionState
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.wire_producer import WireProducer
 from tests.kafka_helpers import eventually  # noqa: F401  (the coordinator tests import it from here)

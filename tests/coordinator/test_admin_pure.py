@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.republisher import copy_aside, plan_republish
+from coordinator.state.republisher import copy_aside, plan_republish
 from txbridge.admin._once import H_ADMIN, REQUEUE, RESOLVE, Marker, decode_marker, fence_id
 from txbridge.admin._quarantine import Quarantined
 from txbridge.wire import HalfMessage, TxState

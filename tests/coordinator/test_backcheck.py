@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.payloads import HalfReader
+from coordinator.commit.payloads import HalfReader
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from coordinator.checker import Checker, CheckJob, CheckResult
+from coordinator.checks.checker import Checker, CheckJob, CheckResult
 from tests.coordinator.check_server import CheckServer, Misbehaviour
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg

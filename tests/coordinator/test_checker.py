@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from coordinator.checker import Checker, CheckJob, CheckResult
+from coordinator.checks.checker import Checker, CheckJob, CheckResult
 from coordinator.config import CoordinatorConfig, Secrets
 from txbridge.errors import SignatureError, WireFormatError
 from txbridge.wire import (

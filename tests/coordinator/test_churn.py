@@ -4,7 +4,7 @@ read_committed consumer sees against the barrier's committed rows.
 Each join and each leave rebalances the group, and the member that stays up is revoked its
 partitions while records are on their way to it. A record the loop holds when a revocation
 runs inside ``consume()`` must neither be applied to a partition it no longer serves nor be
-skipped past once the partition is given back (coordinator/rebalance.py, "kept").
+skipped past once the partition is given back (coordinator/group/rebalance.py, "kept").
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def test_a_skewed_coordinator_asks_a_live_producer_in_time_and_not_early(
 ) -> None:
     topic = topic_factory()
     shifted = shift_coordinator_clock(offset_s)
-    assert {"coordinator.backchecks", "coordinator.registry"} <= set(shifted)
+    assert {"coordinator.checks.backchecks", "coordinator.checks.registry"} <= set(shifted)
     barrier = SqliteBarrier(str(tmp_path / "orders.db"))
     handle = env.start(check_delay_s=CHECK_DELAY_S, producer_liveness_s=10.0)
 

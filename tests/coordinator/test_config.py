@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import membership
 from coordinator.config import CoordinatorConfig
+from coordinator.group import membership
 from txbridge import kafka
 from txbridge.errors import ConfigurationError
 from txbridge.wire import default_coordinator_group

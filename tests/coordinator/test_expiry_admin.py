@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from coordinator.republisher import copy_aside
+from coordinator.state.republisher import copy_aside
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from coordinator.registry import RegistryView
+from coordinator.checks.registry import RegistryView
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg

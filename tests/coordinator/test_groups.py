@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import membership
+from coordinator.group import membership
 from servers.coordinator_process import CoordinatorProcess
 from tests.coordinator.conftest import SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg

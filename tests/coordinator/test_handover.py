@@ -1,5 +1,5 @@
 """A static member's clean stop hands its partitions over at once, and its restart under the
-same instance id gets its share back (coordinator/membership.py)."""
+same instance id gets its share back (coordinator/group/membership.py)."""
 
 from __future__ import annotations
 

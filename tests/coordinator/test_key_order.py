@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.state import PartitionState, Phase
+from coordinator.state.partition import PartitionState, Phase
 from txbridge.wire import HalfMessage, OpRecord, OpSource, TxState
 
 

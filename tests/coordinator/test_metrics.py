@@ -18,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator import health
+from coordinator.group import health
 from servers.broker import free_port
 from servers.coordinator_process import CoordinatorProcess
 from tests.coordinator.check_server import CheckServer, Misbehaviour

@@ -96,7 +96,7 @@ def test_a_coordinator_that_owns_nothing_of_an_unserved_namespace_says_so(
     static membership and its assignment, owns nothing of its own namespace, and says so: a
     WARNING that names the unserved partitions and what to set, the gauge, and /readyz 503.
     The first namespace's coordinator, serving, is live and ready."""
-    caplog.set_level(logging.WARNING, logger="coordinator.health")
+    caplog.set_level(logging.WARNING, logger="coordinator.group.health")
     other, _producer = _second_namespace(env, namespace_factory)
     group, instance = f"shared-{uuid.uuid4().hex[:6]}", f"host-{uuid.uuid4().hex[:6]}"
     first_port, second_port = free_port(), free_port()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.changelog import decode_entry, encode_entry
-from coordinator.payloads import evict
-from coordinator.registry import RegistryView
-from coordinator.republisher import copy_aside, plan_republish
-from coordinator.state import HalfRef, PendingTx, Phase
+from coordinator.checks.registry import RegistryView
+from coordinator.commit.changelog import decode_entry, encode_entry
+from coordinator.commit.payloads import evict
+from coordinator.state.partition import HalfRef, PendingTx, Phase
+from coordinator.state.republisher import copy_aside, plan_republish
 from txbridge.errors import WireFormatError
 from txbridge.wire import HalfMessage, OpSource, ProducerInstance, decode_half
 

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-import coordinator.service as service_module
-from coordinator import clients, commit_cycle
-from coordinator.metrics import Stat
+import coordinator.assembly as service_module
+from coordinator.commit import cycle as commit_cycle
+from coordinator.group import clients
+from coordinator.monitoring.metrics import Stat
+from coordinator.monitoring.watchdog import Watchdog
 from coordinator.service import Coordinator
-from coordinator.watchdog import Watchdog
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from coordinator.changelog import decode_entry
+from coordinator.commit.changelog import decode_entry
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from coordinator import scheduler
-from coordinator.scheduler import CheckPolicy
-from coordinator.state import Due, PendingTx, Phase
+from coordinator.state import scheduler
+from coordinator.state.partition import Due, PendingTx, Phase
+from coordinator.state.scheduler import CheckPolicy
 
 POLICY = CheckPolicy(delay_s=6.0, max_checks=3, backoff_s=5.0, backoff_max_s=12.0)
 

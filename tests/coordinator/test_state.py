@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from coordinator.state import TRANSITIONS, PartitionState, PendingTx, Phase
+from coordinator.state.partition import TRANSITIONS, PartitionState, PendingTx, Phase
 from txbridge.errors import TransactionStateError
 from txbridge.wire import HalfMessage, OpRecord, OpSource, TxState
 
@@ -113,7 +113,7 @@ def test_a_half_after_its_commit_was_given_up_says_the_writer_broke_the_order(
     state.set_end_offset(10)
     assert state.settle_waits() == []
     assert stats["orphan_ops"] == 1
-    with caplog.at_level("WARNING", logger="coordinator.state"):
+    with caplog.at_level("WARNING", logger="coordinator.state.partition"):
         assert state.on_half(half("early", 0), 10, 5, 0) is None
     assert "must not send the op before its half records are acknowledged" in caplog.text
     assert stats["late_halves"] == 1

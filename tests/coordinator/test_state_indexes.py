@@ -14,12 +14,12 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator import scheduler
-from coordinator import state as state_module
-from coordinator.changelog import decode_entry, encode_entry
-from coordinator.payloads import evict_states
-from coordinator.scheduler import CheckPolicy
-from coordinator.state import PartitionState, PendingTx, Phase
+from coordinator.commit.changelog import decode_entry, encode_entry
+from coordinator.commit.payloads import evict_states
+from coordinator.state import partition as state_module
+from coordinator.state import scheduler
+from coordinator.state.partition import PartitionState, PendingTx, Phase
+from coordinator.state.scheduler import CheckPolicy
 from txbridge.wire import HalfMessage, OpRecord, OpSource, TxState
 
 POLICY = CheckPolicy(delay_s=5.0, max_checks=3, backoff_s=2.0, backoff_max_s=8.0)

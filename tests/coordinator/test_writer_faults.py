@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from coordinator.republisher import OutRecord
-from coordinator.writer import RECORD_FAULTS, RecordRefusedError, TransactionWriter
+from coordinator.commit.writer import RECORD_FAULTS, RecordRefusedError, TransactionWriter
+from coordinator.state.republisher import OutRecord
 from txbridge.errors import KafkaOperationError
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.changelog import Plan, plan
-from coordinator.scheduler import CheckPolicy
-from coordinator.state import PartitionState
+from coordinator.commit.changelog import Plan, plan
+from coordinator.state.partition import PartitionState
+from coordinator.state.scheduler import CheckPolicy
 from tests.coordinator.test_state import half, op
 from txbridge.errors import WireFormatError
 from txbridge.wire import YOUNG_PREFIX, TxState, decode_young, encode_young

@@ -135,7 +135,7 @@ def test_the_transaction_path_works_with_exactly_the_roles_acls(
     roles: Roles, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    caplog.set_level(logging.INFO, logger="coordinator.resume")  # what the resumer did, if it fails
+    caplog.set_level(logging.INFO, logger="coordinator.checks.resume")  # what the resumer did, if it fails
     config = CoordinatorConfig(
         bootstrap=roles.kafka.bootstrap,
         namespace=roles.namespace,

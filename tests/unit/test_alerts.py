@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from coordinator.metrics import Stat
+from coordinator.monitoring.metrics import Stat
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "compose" / "prometheus"

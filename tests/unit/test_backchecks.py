@@ -1,4 +1,4 @@
-"""The coordinator's back-check planning and answers (coordinator/backchecks.py), without a broker.
+"""The coordinator's back-check planning and answers (coordinator/checks/backchecks.py), without a broker.
 
 The checker, registry and half re-reader are fakes; the partition states, the batch of op
 records and the check policy are the real ones. The same code runs against real producers in
@@ -12,12 +12,12 @@ from typing import Any, cast
 
 import pytest
 
-from coordinator.backchecks import BackChecks
-from coordinator.checker import CheckJob, CheckResult
+from coordinator.checks.backchecks import BackChecks
+from coordinator.checks.checker import CheckJob, CheckResult
 from coordinator.config import CoordinatorConfig
-from coordinator.republisher import Batch
-from coordinator.scheduler import CheckPolicy
-from coordinator.state import PartitionState, PendingTx, Phase
+from coordinator.state.partition import PartitionState, PendingTx, Phase
+from coordinator.state.republisher import Batch
+from coordinator.state.scheduler import CheckPolicy
 from txbridge.wire import HalfMessage, OpSource, Topics, TxState, decode_op
 
 NOW_MS = 1_000_000_000

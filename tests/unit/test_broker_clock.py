@@ -1,4 +1,4 @@
-"""The brokers' clock as the coordinator estimates it (coordinator/broker_clock.py): pure logic,
+"""The brokers' clock as the coordinator estimates it (coordinator/checks/broker_clock.py): pure logic,
 with the local clocks replaced."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from coordinator import broker_clock
-from coordinator.broker_clock import WINDOW_MS, BrokerClock
+from coordinator.checks import broker_clock
+from coordinator.checks.broker_clock import WINDOW_MS, BrokerClock
 
 
 class Clocks:
@@ -91,7 +91,7 @@ def test_a_large_skew_is_logged_once_then_rate_limited(
     clocks: Clocks, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = BrokerClock()
-    with caplog.at_level(logging.WARNING, logger="coordinator.broker_clock"):
+    with caplog.at_level(logging.WARNING, logger="coordinator.checks.broker_clock"):
         for _ in range(3):
             clock.observe(clocks.broker - 1)
             clocks.advance(WINDOW_MS)

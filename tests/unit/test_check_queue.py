@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from coordinator.check_queue import CheckQueue
-from coordinator.pending import HalfRef, PendingTx
-from coordinator.phase import Phase
-from coordinator.scheduler import CheckPolicy
+from coordinator.state.check_queue import CheckQueue
+from coordinator.state.pending import HalfRef, PendingTx
+from coordinator.state.phase import Phase
+from coordinator.state.scheduler import CheckPolicy
 
 POLICY = CheckPolicy(delay_s=5.0, max_checks=3)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.registry import RegistryView
+from coordinator.checks.registry import RegistryView
 from txbridge import SqlAlchemyBarrier, SqliteBarrier
 from txbridge.transaction import check_source
 from txbridge.wire import (

@@ -1,4 +1,4 @@
-"""The commit cycle (coordinator/commit_cycle.py) without a broker.
+"""The commit cycle (coordinator/commit/cycle.py) without a broker.
 
 Kafka is a fake implementing :class:`CommitKafka`: transactional producers that record what each
 transaction carried and whose commits can be held, failed or stuck. The partition states, the
@@ -17,14 +17,15 @@ from typing import Any, cast
 
 import pytest
 
-from coordinator.commit_cycle import CommitCycle
+from coordinator.commit.cycle import THREAD_PREFIX, CommitCycle
+from coordinator.commit.writer import TransactionWriter
 from coordinator.config import CoordinatorConfig
-from coordinator.metrics import Stat
-from coordinator.republisher import Batch
-from coordinator.shared import Failures, Shared, Work
-from coordinator.state import PartitionState, PendingTx, Phase
-from coordinator.watchdog import Watchdog
-from coordinator.writer import TransactionWriter
+from coordinator.failures import Failures
+from coordinator.monitoring.metrics import Stat
+from coordinator.monitoring.watchdog import Watchdog, WedgedCalls
+from coordinator.state.owned import OwnedPartitions, Work
+from coordinator.state.partition import PartitionState, PendingTx, Phase
+from coordinator.state.republisher import Batch
 from txbridge.errors import KafkaOperationError
 from txbridge.kafka import KafkaError, KafkaException, TopicPartition
 from txbridge.wire import HalfMessage, OpRecord, OpSource, Topics, TxState
@@ -112,26 +113,25 @@ class FakeReader:
 class Parts:
     def __init__(self, numbers: tuple[int, ...] = (0,), *, pace_ms: int = 0) -> None:
         self.stats: Counter[str] = Counter()
-        self.partitions = {n: PartitionState(n, self.stats) for n in numbers}
-        self.positions: dict[tuple[str, int], int] = {}
-        self.work = Work(Batch(TOPICS))
+        self.owned = OwnedPartitions(TOPICS)
+        self.owned.install({n: PartitionState(n, self.stats) for n in numbers})
+        self.partitions = self.owned.states
+        self.positions = self.owned.positions
+        self.work = self.owned.work
         self.kafka = FakeKafka(list(numbers))
         self.failures = Failures()
         self.rewound: list[list[int]] = []
         self.watchdog = Watchdog(lambda _wedged: None)
-        shared = Shared(
-            CoordinatorConfig(bootstrap="b:1", commit_pace_ms=pace_ms),
-            TOPICS,
-            self.stats,
-            self.partitions,
-            self.positions,
-            self.work,
-            self.failures,
-            self.watchdog,
-            threading.Event(),
-        )
         self.cycle = CommitCycle(
-            shared, kafka_side=self.kafka, reader=FakeReader(), rewind=self.rewound.append
+            CoordinatorConfig(bootstrap="b:1", commit_pace_ms=pace_ms),
+            self.owned,
+            stats=self.stats,
+            failures=self.failures,
+            watchdog=self.watchdog,
+            kafka_side=self.kafka,
+            reader=FakeReader(),
+            wedged=WedgedCalls("i", lambda: None, abandonable=THREAD_PREFIX, hook=None),
+            rewind=self.rewound.append,
         )
         self._offsets = dict.fromkeys(numbers, 0)
 
@@ -142,7 +142,7 @@ class Parts:
         half = HalfMessage(tx, 0, "orders", b"v", key=b"k", group="g", instance="i")
         state.on_half(half, offset, 10, int(time.time() * 1000))
         self._offsets[number] = offset + 1
-        self.positions[(TOPICS.half, number)] = offset + 1
+        self.owned.place(TOPICS.half, number, offset + 1)
         return state
 
     def commit_tx(self, tx: str, number: int = 0) -> None:

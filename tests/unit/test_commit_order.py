@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from coordinator.commit_order import CommitOrder
-from coordinator.key_order import KeyOrder
-from coordinator.metrics import Stat, Stats
-from coordinator.pending import HalfRef, PendingTx
-from coordinator.phase import Phase
-from coordinator.unsaved import UnsavedChanges
+from coordinator.monitoring.metrics import Stat, Stats
+from coordinator.state.commit_order import CommitOrder
+from coordinator.state.key_order import KeyOrder
+from coordinator.state.pending import HalfRef, PendingTx
+from coordinator.state.phase import Phase
+from coordinator.state.unsaved import UnsavedChanges
 
 
 def tx(tx_id: str, offset: int, key: bytes, phase: Phase, seq: int = 0) -> PendingTx:

@@ -1,4 +1,4 @@
-"""The coordinator's counters are declared once (coordinator.metrics.Stat) and all exported.
+"""The coordinator's counters are declared once (coordinator.monitoring.metrics.Stat) and all exported.
 
 The code can count only declared counters: ``Counter[Stat]`` refuses a string index under
 mypy (``make test`` runs it). These tests hold the rest together: every declared counter is
@@ -15,8 +15,8 @@ from pathlib import Path
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator import state
-from coordinator.metrics import Stat, make_registry
+from coordinator.monitoring.metrics import Stat, make_registry
+from coordinator.state import partition as state
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import txbridge.admin
-from coordinator.checker import CheckJob, CheckResult
-from coordinator.metrics import Stat
-from coordinator.resume import ExpiryResumer, Return
+from coordinator.checks.checker import CheckJob, CheckResult
+from coordinator.checks.resume import ExpiryResumer, Return
+from coordinator.monitoring.metrics import Stat
 from txbridge.admin import ExpiredTx
 from txbridge.wire import HalfMessage, TxState
 

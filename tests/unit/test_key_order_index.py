@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator.key_order import KeyOrder
-from coordinator.pending import HalfRef, PendingTx
+from coordinator.state.key_order import KeyOrder
+from coordinator.state.pending import HalfRef, PendingTx
 
 
 def tx(tx_id: str, offset: int, *keys: bytes | None) -> PendingTx:

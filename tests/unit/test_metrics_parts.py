@@ -1,4 +1,4 @@
-"""The pure parts behind the coordinator's gauges and histograms (coordinator/metrics.py).
+"""The pure parts behind the coordinator's gauges and histograms (coordinator/monitoring/metrics.py).
 
 What a real coordinator serves is tested in tests/coordinator/test_metrics.py; here the
 arithmetic: the age bands, the check budget, the histogram's cumulative buckets, and the
@@ -13,8 +13,8 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.checker import failure_kind
-from coordinator.metrics import (
+from coordinator.checks.checker import failure_kind
+from coordinator.monitoring.metrics import (
     Gauge,
     Histogram,
     LabelledCounter,
@@ -22,8 +22,8 @@ from coordinator.metrics import (
     make_registry,
     pending_by_age,
 )
-from coordinator.scheduler import CheckPolicy
-from coordinator.state import PartitionState, PendingTx
+from coordinator.state.partition import PartitionState, PendingTx
+from coordinator.state.scheduler import CheckPolicy
 
 NOW_MS = 10_000_000
 

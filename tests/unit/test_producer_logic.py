@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from coordinator.config import CoordinatorConfig
-from coordinator.republisher import plan_republish, record_size
+from coordinator.state.republisher import plan_republish, record_size
 from txbridge import AvroSerializer, BytesSerializer, LocalTransaction, Message, StringSerializer, TxState
 from txbridge.errors import (
     ConfigurationError,

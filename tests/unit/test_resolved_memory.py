@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.resolved import ResolvedMemory
+from coordinator.state.resolved import ResolvedMemory
 from txbridge.wire import TxState
 
 

@@ -1,4 +1,4 @@
-"""Where a taken-over partition stands (coordinator/restore.py), without a broker.
+"""Where a taken-over partition stands (coordinator/group/restore.py), without a broker.
 
 The consumer and the half re-reader are fakes; the changelog's content, the positions and the
 partition states are the real ones. The takeover itself, claim first and then this read, runs on
@@ -7,16 +7,15 @@ a real broker in tests/coordinator/test_ownership.py, test_failover.py and test_
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections import Counter
 from typing import Any, cast
 
-from coordinator import changelog
+from coordinator.commit import changelog
+from coordinator.commit.payloads import HalfRecord
 from coordinator.config import CoordinatorConfig
-from coordinator.payloads import HalfRecord
-from coordinator.restore import Restorer
-from coordinator.shared import Shared
-from coordinator.state import PendingTx, Phase
-from coordinator.watchdog import Watchdog
+from coordinator.group.restore import Restorer
+from coordinator.monitoring.watchdog import Watchdog
+from coordinator.state.partition import PendingTx, Phase
 from txbridge.kafka import TopicPartition
 from txbridge.wire import HalfMessage, Positions, Topics, encode_young
 
@@ -49,12 +48,28 @@ class FakeReader:
         return {o: HalfRecord(self.records[o], 10, 1_000) for o in offsets if o in self.records}
 
 
+class TestPositions:
+    """Where the restorer places positions: the test's own map, to see what it wrote into it."""
+
+    def __init__(self, positions: dict[tuple[str, int], int]) -> None:
+        self.positions = positions
+
+    def place(self, topic: str, number: int, offset: int | None) -> None:
+        if offset is None:
+            self.positions.pop((topic, number), None)
+        else:
+            self.positions[(topic, number)] = offset
+
+
 def restorer(positions: dict[tuple[str, int], int], reader: FakeReader | None = None) -> Restorer:
-    shared = Shared.new(
-        CoordinatorConfig(bootstrap="b:1", namespace=TOPICS.namespace), Watchdog(lambda _wedged: None)
+    return Restorer(
+        CoordinatorConfig(bootstrap="b:1", namespace=TOPICS.namespace),
+        TOPICS,
+        Counter(),
+        Watchdog(lambda _wedged: None),
+        positions=TestPositions(positions),
+        reader=cast(Any, reader or FakeReader({})),
     )
-    # the test's own map, to see what the restorer wrote into it
-    return Restorer(replace(shared, positions=positions), reader=cast(Any, reader or FakeReader({})))
 
 
 def half(tx: str, seq: int = 0) -> HalfMessage:

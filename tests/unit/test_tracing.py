@@ -15,9 +15,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from coordinator import tracing as coordinator_tracing
-from coordinator.checker import CheckJob, CheckResult
-from coordinator.republisher import OutRecord, plan_republish
+from coordinator.checks.checker import CheckJob, CheckResult
+from coordinator.commit import tracing as coordinator_tracing
+from coordinator.state.republisher import OutRecord, plan_republish
 from tests.tracing_helpers import recording
 from tests.unit.installs import absent_modules, run_without
 from txbridge import Message, tracing
@@ -208,7 +208,7 @@ def test_the_coordinator_uses_a_provider_the_application_set(exporter: InMemoryS
 
 
 INSTALL_WITHOUT_OTEL = """
-from coordinator.tracing import spans_for
+from coordinator.commit.tracing import spans_for
 from txbridge import Message, tracing
 from txbridge.producer.catalog import TopicCatalog
 from txbridge.producer.settings import ProducerSettings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from coordinator.watchdog import Watchdog, Wedged
+from coordinator.monitoring.watchdog import Watchdog, Wedged
 
 
 def _stuck_call(release: threading.Event) -> None:

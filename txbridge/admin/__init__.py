@@ -1,7 +1,7 @@
 """Inspect and settle what the coordinator set aside (rocketmq-dashboard #4343, #4435).
 
 The operators' command over these functions is ``txbridge admin`` (:mod:`cli.admin`);
-the coordinator resumes expired transactions with them (:mod:`coordinator.resume`).
+the coordinator resumes expired transactions with them (:mod:`coordinator.checks.resume`).
 
 Expired transactions. A transaction whose back-checks were exhausted was rolled
 back by the coordinator and its half records copied to ``<ns>_expired``. An

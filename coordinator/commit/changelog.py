@@ -1,0 +1,271 @@
+"""``<ns>_state``: the changelog of transactions still pending at a commit boundary.
+
+Key = tx id, value = compact JSON of the pending transaction without payloads
+(halves are referenced by offset and re-read from the half topic), null =
+resolved. The entry goes to the same partition number as the transaction's half
+and op records, so the coordinator that owns partition p restores exactly p.
+
+*Young* transactions get no entry. A young transaction (OPEN, never checked, not
+yet due) is all in its half records, so the commit lists its half offsets in the
+metadata of the half partition's committed offset instead (:func:`plan`,
+``txb1:`` then the distances back from the committed offset, see
+:func:`txbridge.wire.encode_young`). Most transactions
+are decided within a commit or two, so most commits then write no ``<ns>_state``
+record at all: one entry and one tombstone fewer per transaction, and about half
+as many partitions in each Kafka transaction. The next owner re-reads the listed
+halves (:func:`txbridge.wire.decode_young`); their ops lie after the committed op offset.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.state.partition import HalfRef, PartitionState, PendingTx, Phase
+from txbridge import kafka
+from txbridge.errors import WireFormatError
+from txbridge.wire import POSITIONS_KEY, YOUNG_PREFIX, OpSource, Positions, encode_young
+
+logger = logging.getLogger(__name__)
+
+ENTRY_VERSION = 1
+
+
+@dataclass
+class Restored:
+    """What :func:`restore` read: the pending transactions and the positions, per partition."""
+
+    pending: dict[int, list[PendingTx]] = field(default_factory=dict)
+    positions: dict[int, Positions] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """What one commit records of a partition's pending transactions.
+
+    Attributes:
+        entries: transactions that get a ``<ns>_state`` entry.
+        young: transactions listed in ``metadata`` instead.
+        metadata: the half partition's committed-offset metadata ("" when it lists none).
+        tombstones: resolved transactions whose entries are deleted.
+    """
+
+    entries: list[PendingTx] = field(default_factory=list)
+    tombstones: set[str] = field(default_factory=set)
+    young: list[PendingTx] = field(default_factory=list)
+    metadata: str = ""
+
+
+def is_young(tx: PendingTx) -> bool:
+    """Everything the coordinator knows of ``tx`` is in its half records (and its op, still unread)."""
+    return (
+        tx.phase is Phase.OPEN
+        and not tx.persisted
+        and tx.checks == 0
+        and tx.next_check_ms is None
+        and tx.half_count() > 0
+    )
+
+
+def plan(state: PartitionState, position: int | None, budget: int) -> Plan:
+    """Split the transactions the next commit must cover between entries and young ones.
+
+    Args:
+        state: the partition.
+        position: the half offset this commit stores (None: entries only).
+        budget: the most characters of metadata (0: entries only).
+    """
+    out = Plan(tombstones=set(state.tombstones))
+    offsets: list[int] = []
+    used = len(YOUNG_PREFIX)
+    for tx in state.unsaved.young_candidates():
+        if position is not None and budget > 0 and is_young(tx):
+            back = [position - ref.offset for ref in tx.ordered_halves()]
+            cost = sum(len(str(b)) + 1 for b in back)
+            if all(b > 0 for b in back) and used + cost - 1 <= budget:
+                out.young.append(tx)
+                offsets.extend(ref.offset for ref in tx.ordered_halves())
+                used += cost
+                continue
+        out.entries.append(tx)
+    out.metadata = encode_young(position or 0, offsets)
+    return out
+
+
+def encode_entry(tx: PendingTx) -> bytes:
+    """The changelog value of a pending transaction."""
+
+    def b64(data: bytes | None) -> str | None:
+        return None if data is None else base64.b64encode(data).decode()
+
+    body: dict[str, Any] = {
+        "v": ENTRY_VERSION,
+        "tx": tx.tx_id,
+        "p": tx.partition,
+        "phase": tx.phase.value,
+        "halves": [[seq, h.offset, h.size, h.topic, b64(h.key)] for seq, h in sorted(tx.halves.items())],
+        "group": tx.group,
+        "instance": tx.instance,
+        "first": tx.first_append_ms,
+        "check_after": tx.check_after_s,
+        "source": tx.decision_source.value if tx.decision_source else None,
+        "count": tx.count,
+        "wait": tx.wait_offset,
+        "checks": tx.checks,
+        "next": tx.next_check_ms,
+        "order": tx.decided_seq,
+    }
+    if tx.check_source is not None:  # absent in entries of earlier versions: optional
+        body["check_source"] = tx.check_source
+    if tx.unasked_since_ms is not None:  # absent in entries of earlier versions: optional
+        body["unasked"] = tx.unasked_since_ms
+        body["problem"] = tx.problem
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_entry(value: bytes) -> PendingTx:
+    """Parse a changelog value.
+
+    Raises:
+        WireFormatError: the value is not a version-1 entry.
+    """
+    try:
+        body = json.loads(value)
+        if body.get("v") != ENTRY_VERSION:
+            raise WireFormatError(f"state entry has version {body.get('v')!r}")
+        halves = {
+            int(seq): HalfRef(
+                int(off), int(size), sys.intern(str(topic)), None if key is None else base64.b64decode(key)
+            )
+            for seq, off, size, topic, key in body["halves"]
+        }
+        return PendingTx(
+            tx_id=str(body["tx"]),
+            partition=int(body["p"]),
+            phase=Phase(body["phase"]),
+            halves=halves,
+            group=sys.intern(str(body.get("group", ""))),
+            instance=sys.intern(str(body.get("instance", ""))),
+            first_append_ms=body.get("first"),
+            check_after_s=body.get("check_after"),
+            decision_source=OpSource(body["source"]) if body.get("source") else None,
+            count=body.get("count"),
+            wait_offset=body.get("wait"),
+            checks=int(body.get("checks", 0)),
+            next_check_ms=body.get("next"),
+            decided_seq=int(body.get("order", 0)),
+            unasked_since_ms=body.get("unasked"),
+            problem=str(body.get("problem", "")),
+            check_source=sys.intern(str(body["check_source"])) if body.get("check_source") else None,
+        )
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise WireFormatError(f"state entry is not valid: {exc}") from None
+
+
+def restore(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int],
+    extra: Mapping[str, Any] | None = None,
+    timeout: float = 60.0,
+) -> Restored:
+    """Every live entry and the positions of ``partitions`` of ``topic``, read with
+    read_committed to the high watermark.
+
+    Not to the last stable offset: a transaction still open on a partition (under an id that
+    no owner of it fenced) holds that offset below records that may commit, and entries of
+    transactions written after them could be missed, or tombstones above it ignored. The
+    read waits for the partition's last stable offset to reach the high watermark it had
+    when the read began; a ``timeout`` shorter than the writer's transaction timeout turns
+    that wait into an error.
+
+    Returns:
+        The pending transactions and the positions; a partition without entries, or without
+        a positions record (a namespace an older txbridge served), is absent from either.
+
+    Raises:
+        KafkaOperationError: the high watermarks were not reached within ``timeout``.
+    """
+    if not partitions:
+        return Restored()
+    ends = _high_watermarks(bootstrap, topic, partitions, extra)
+    consumer = kafka.consumer(
+        bootstrap,
+        f"txbridge-restore-{uuid.uuid4().hex[:8]}",
+        extra,
+        enable_partition_eof=True,
+        fetch_wait_max_ms=10,
+    )
+    entries: dict[int, dict[str, PendingTx]] = {}
+    out = Restored()
+    try:
+        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in partitions])
+        _warn_if_held(consumer, topic, ends)
+        late = " (an open transaction holds its last stable offset below its high watermark)"
+        for msg in kafka.read_to_end(
+            consumer, topic, ends, timeout=timeout, what=f"restoring {topic}", late=late
+        ):
+            live = entries.setdefault(int(msg.partition() or 0), {})
+            value = msg.value()
+            if msg.key() == POSITIONS_KEY:
+                try:
+                    out.positions[int(msg.partition() or 0)] = Positions.decode(value or b"")
+                except WireFormatError as exc:
+                    logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+                continue
+            key = (msg.key() or b"").decode("utf-8", "replace")
+            if value is None:
+                live.pop(key, None)
+                continue
+            try:
+                live[key] = decode_entry(value)
+            except WireFormatError as exc:
+                logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+    finally:
+        consumer.close()
+    out.pending = {p: list(txs.values()) for p, txs in entries.items() if txs}
+    return out
+
+
+def _warn_if_held(consumer: Any, topic: str, ends: dict[int, int | None]) -> None:
+    """Say why a restore is about to wait: open transactions hold partitions below their ends."""
+    try:
+        stable = {p: consumer.get_watermark_offsets(kafka.partition_at(topic, p), 10)[1] for p in ends}
+    except Exception as exc:  # only the warning is lost: the read itself waits all the same
+        logger.debug("%s: last stable offsets: %s", topic, exc)
+        return
+    held = {p: (stable[p], end) for p, end in ends.items() if end is not None and stable[p] < end}
+    if held:
+        logger.warning(
+            "%s: open transactions hold partitions %s (last stable offset, high watermark: %s); "
+            "restoring waits until they end (at the latest after their transaction timeout)",
+            topic,
+            sorted(held),
+            held,
+        )
+
+
+def _high_watermarks(
+    bootstrap: str, topic: str, partitions: list[int], extra: Mapping[str, Any] | None
+) -> dict[int, int | None]:
+    """Each partition's high watermark, None for an empty one (read to its partition-EOF).
+
+    Asked as read_uncommitted: librdkafka asks for the offsets with its isolation level, and
+    read_committed answers the last stable offset.
+    """
+    client = kafka.consumer(bootstrap, "txbridge-restore", extra, isolation_level="read_uncommitted")
+    try:
+        marks = {
+            p: client.get_watermark_offsets(kafka.partition_at(topic, p), timeout=10) for p in partitions
+        }
+    except Exception as exc:
+        raise kafka.to_error(exc, f"reading the high watermarks of {topic}") from exc
+    finally:
+        client.close()
+    return {p: high if high > max(low, 0) else None for p, (low, high) in marks.items()}

@@ -1,0 +1,309 @@
+"""The group's rebalance callbacks: taking partitions over, keeping them, letting them go.
+
+An assignment claims the partitions it gives (:class:`coordinator.commit.ownership.PartitionProducers`)
+before it reads where they stand (:class:`coordinator.group.restore.Restorer`), and only then installs
+their states: the order is the ownership argument (docs/DESIGN.md, "Ownership"). A revocation
+commits the open work first; the revoked partitions whose work is all committed are kept, with
+their producers, and served on from memory if the next assignment gives them back. Lost
+partitions are dropped without committing. A partition whose Kafka transaction was aborted is
+rewound the same way a taken-over one is read, without a claim (it is still this owner's).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from coordinator.commit.cycle import CommitCycle, KafkaCommitClients
+from coordinator.commit.ownership import PartitionProducers
+from coordinator.config import CoordinatorConfig
+from coordinator.failures import Failures
+from coordinator.group.health import Health
+from coordinator.group.restore import Restorer
+from coordinator.monitoring.metrics import Stat, Stats
+from coordinator.state.owned import OwnedPartitions
+from coordinator.state.partition import PartitionState
+from txbridge import kafka
+from txbridge.errors import KafkaOperationError
+from txbridge.kafka import Consumer, KafkaException, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+#: An assignment whose partitions cannot be claimed or restored (a partition without a leader
+#: during an election, a transaction coordinator moving) is tried again this often, this long.
+ASSIGN_RETRY_S = 0.5
+ASSIGN_RETRY_FOR_S = 60.0
+
+
+class Rebalancer:
+    """Takes over, keeps and lets go of the owned partitions, as the group decides.
+
+    Args:
+        config: the coordinator's settings.
+        owned: the owned partitions (installed, kept, taken back and dropped through it).
+        stats: the counters.
+        failures: where a failed takeover asks for new clients.
+        stopping: set when the coordinator must stop (an assignment stops retrying).
+        cycle: the commit cycle: a revocation commits the open work first.
+        owners: the owned partitions' producers (claimed and released here).
+        restorer: reads where a partition stands.
+        health: told while an assignment is under way and what is served.
+        running: set once partitions may be served.
+        end_offsets: the end-offset clients (a read_committed one for the invariant checks'
+            reads; renewed with the other clients).
+    """
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        owned: OwnedPartitions,
+        *,
+        stats: Stats,
+        failures: Failures,
+        stopping: threading.Event,
+        cycle: CommitCycle,
+        owners: PartitionProducers,
+        restorer: Restorer,
+        health: Health,
+        running: threading.Event,
+        end_offsets: KafkaCommitClients,
+    ) -> None:
+        self.config = config
+        self.topics = owned.topics
+        self.stats = stats
+        self._owned = owned
+        self.partitions = owned.states
+        self._positions = owned.positions
+        self._work = owned.work
+        self._cycle = cycle
+        self._owners = owners
+        self._restorer = restorer
+        self._health = health
+        self._running = running
+        self._failures = failures
+        self._stopping = stopping
+        self._end_offsets = end_offsets
+        # The consumer protocol (KIP-848) moves partitions incrementally: the callbacks get only
+        # the moved ones, and a revoked partition goes to another member, never back in the next
+        # generation, so nothing is kept.
+        self._incremental = self.config.group_protocol == "consumer"
+        # Incremental only: the half and op partitions the group has given and not taken back,
+        # and those of them this consumer reads (incremental_assign'ed).
+        self._given: set[tuple[str, int]] = set()
+        self._reading: set[tuple[str, int]] = set()
+
+    # ------------------------------------------------------------------ assignment
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The group assigned ``partitions``: take back the kept ones, take over the others.
+
+        Eager (classic): ``partitions`` is the whole assignment. Incremental (consumer): only
+        what was added; a partition number is taken over once the group has given both its
+        half and its op partition (the broker's range assignor gives them together).
+        """
+        # The take-over runs here, inside the consumer's poll, not in the loop after it: the
+        # partitions must be read from their positions in <ns>_state, which only the claim and
+        # the restore find, and a callback that assigns nothing lets the client assign them
+        # itself at the group's committed offsets (a copy for monitoring, behind the positions).
+        if self._incremental:
+            self._given |= {(tp.topic, tp.partition) for tp in partitions}
+            numbers = sorted(
+                n
+                for t, n in self._given
+                if t == self.topics.half and (self.topics.op, n) in self._given and n not in self.partitions
+            )
+        else:
+            numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
+        self.stats[Stat.REBALANCES] += 1
+        self._health.assigning(True)
+        try:
+            self._assign(consumer, partitions, numbers)
+        finally:
+            self._health.assigning(False)
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition], numbers: list[int]) -> None:
+        started = time.monotonic()
+        give_up = started + ASSIGN_RETRY_FOR_S
+        self._take_back(numbers)
+        while True:
+            try:
+                self._take_over(consumer, numbers)
+                break
+            except (KafkaOperationError, KafkaException) as exc:
+                # A partition without a leader during an election, a transaction coordinator
+                # moving: tried again here, then by joining afresh; never by exiting.
+                if time.monotonic() > give_up or self._stopping.is_set():
+                    logger.warning("taking over partitions %s failed, joining again: %s", numbers, exc)
+                    self.drop(partitions)
+                    self._failures.clients = kafka.to_error(exc, f"taking over partitions {numbers}")
+                    return
+                logger.info("taking over partitions %s: %s; trying again", numbers, exc)
+                time.sleep(ASSIGN_RETRY_S)
+        pending = sum(len(self.partitions[n].pending) for n in numbers if n in self.partitions)
+        logger.info("restored %d pending transactions in %.3fs", pending, time.monotonic() - started)
+        logger.info("assigned partitions %s", numbers)
+        self._health.serving(len(self.partitions))
+        self._running.set()
+
+    def _take_back(self, numbers: list[int]) -> None:
+        """Serve on the kept partitions (:meth:`_keep`) the assignment gives back; let the others go."""
+        back, gone = self._owned.take_back(numbers, check=self.config.check_invariants)
+        # After the kept ones are back: drop lets go of every producer of a partition not served.
+        self.drop(self._both(gone))
+        self.stats[Stat.PARTITIONS_KEPT] += len(back)
+
+    def _take_over(self, consumer: Consumer, numbers: list[int]) -> None:
+        """Claim ``numbers``, then read where they stand: the order is the ownership argument.
+
+        Claiming first (:meth:`PartitionProducers.claim`) means that no earlier owner's
+        transaction is open on them any more when their committed offsets and ``<ns>_state``
+        are read, and that no earlier owner can commit after the read (docs/DESIGN.md,
+        "Ownership").
+        """
+        fresh = [n for n in numbers if n not in self.partitions]  # not kept (_take_back)
+        claimed = [n for n in fresh if n not in self._owners]
+        self._owners.claim(fresh)
+        self.stats[Stat.OWNERS_FENCED] += len(claimed)
+        restored = self._restorer.read_changelog(fresh)
+        young = self._restorer.take_positions(fresh, restored, consumer)
+        # Consume from there: the group's committed offsets are only a copy for monitoring.
+        self._read_from_positions(consumer, numbers)
+        self._install(self._restorer.restore(fresh, restored, young, consumer))
+        if self.config.check_invariants:
+            self._restorer.assert_settled(numbers, self._end_offsets.offsets_client())
+
+    def _read_from_positions(self, consumer: Consumer, numbers: list[int]) -> None:
+        """Point the consumer at ``numbers``' positions.
+
+        Eager: the whole assignment, replaced. Incremental: the partitions given now are added
+        (``incremental_assign``), the ones already read (given earlier, while the number's
+        other topic was still on its way) are sought; the rest of the assignment is untouched.
+        Every partition the group gave is read, whether its number is served yet or not: a
+        record of a number not served is not applied (:meth:`Coordinator.on_record`).
+        """
+        positioned = self._positioned(numbers)
+        if not self._incremental:
+            consumer.assign(positioned)
+            return
+        wanted = {(tp.topic, tp.partition) for tp in positioned}
+        unserved = [kafka.partition_at(t, n) for t, n in sorted(self._given - wanted - self._reading)]
+        added = [tp for tp in positioned if (tp.topic, tp.partition) not in self._reading] + unserved
+        if added:
+            consumer.incremental_assign(added)
+            self._reading |= {(tp.topic, tp.partition) for tp in added}
+        for tp in positioned:
+            if (tp.topic, tp.partition) not in {(a.topic, a.partition) for a in added}:
+                consumer.seek(tp)
+
+    def rewind(self, numbers: list[int], consumer: Consumer) -> None:
+        """Rebuild ``numbers`` (their Kafka transaction was aborted, :meth:`OwnedPartitions.rewind`
+        set them aside) from ``<ns>_state``, and seek the consumer back to their positions."""
+        restored = self._restorer.read_changelog(numbers)
+        young = self._restorer.take_positions(numbers, restored, consumer)
+        for tp in self._positioned(numbers):
+            consumer.seek(tp)
+        self._install(self._restorer.restore(numbers, restored, young, consumer))
+
+    def _install(self, states: dict[int, PartitionState]) -> None:
+        self._owned.install(states)
+
+    # ------------------------------------------------------------------ letting go
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Commit while the partitions are still ours, keep what may come back, drop the rest.
+
+        What fails to commit is above the committed positions: the next owner does it again.
+        """
+        # Inside the callback, not handed to the loop: once it returns the partitions may go to
+        # another member, whose claim fences this one's producers (the open work would be done
+        # again), and a record fetched before the revocation must then find its partition dropped
+        # (Coordinator.on_record does not apply it).
+        cycle = self._cycle
+        cycle.drain()
+        cycle.start(everything=True)
+        cycle.drain()
+        cycle.copy_now()  # the group's copy of the offsets up to date before they go
+        if self._incremental:
+            self._let_go(consumer, partitions)
+            return
+        self._keep(partitions)
+        self.drop(partitions)
+
+    def _let_go(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Incremental: stop reading ``partitions`` and stop serving their numbers (a number
+        whose half or op partition goes is not served any more; its other one, if still
+        given, is read but not applied until the number is whole again)."""
+        going = {(tp.topic, tp.partition) for tp in partitions}
+        self._given -= going
+        reading = sorted(going & self._reading)
+        if reading:
+            consumer.incremental_unassign([kafka.partition_at(t, n) for t, n in reading])
+            self._reading -= going
+        self.drop(self._both(sorted({tp.partition for tp in partitions})))
+
+    def _keep(self, partitions: list[TopicPartition]) -> None:
+        """Keep the revoked partitions whose work is all committed, with their producers.
+
+        An eager rebalance revokes every partition, and most come back to the same member in
+        the next generation. No other member was assigned them in between, so nobody claimed
+        their transactional ids and nothing of them was committed elsewhere: the kept state is
+        current, and a claim and a restore would only read it back. Should another owner have
+        claimed one all the same (a generation this member missed, two coordinators under one
+        instance id), the kept producer is fenced, and its next commit fails and replaces the
+        clients (:class:`coordinator.commit.cycle.CommitCycle`): nothing is committed from a
+        stale state.
+        """
+        if self._failures.clients is not None or self._failures.fatal is not None:
+            self._owned.forget_kept()
+            return
+        self._owned.keep(
+            {tp.partition for tp in partitions if tp.topic == self.topics.half},
+            busy=self._work.busy() | self._cycle.in_flight.keys(),
+            producing=self._owners.__contains__,
+        )
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The session expired: drop ``partitions`` without committing."""
+        # Dropped here, not in the loop: another member owns them already, and no record of
+        # theirs that the next poll returns may be applied.
+        logger.warning("partitions lost (session timeout): dropping their state without committing")
+        self.stats[Stat.SESSIONS_LOST] += 1
+        self._cycle.drain()  # their commits fail (fenced) or land: either way above what the next owner reads
+        self._owned.lost()
+        if self._incremental:
+            self._let_go(consumer, partitions)
+            return
+        self.drop(partitions)
+
+    def reset(self) -> None:
+        """Let go of every partition, kept ones too, of their uncommitted work and of their
+        producers: the clients are being replaced (:meth:`coordinator.group.clients.GroupClients.rejoin`);
+        the next assignment claims the partitions afresh."""
+        self._cycle.drain(errors=False)
+        self._given, self._reading = set(), set()
+        self._owned.reset()
+        self._owners.release_all()
+        self._end_offsets.renew_end_offsets()
+        self._cycle.keep_copies(set())
+        self._running.clear()
+
+    def drop(self, partitions: list[Any]) -> None:
+        """Stop serving ``partitions`` (:meth:`OwnedPartitions.drop`) and release the producers
+        of every partition not held any more."""
+        self._owned.drop(partitions)
+        self._owners.release(self._owners.numbers() - self._owned.held())
+        self._cycle.keep_copies(set(self.partitions))
+
+    def _positioned(self, numbers: list[int]) -> list[TopicPartition]:
+        """Half and op partitions of ``numbers`` at their positions (or their beginning)."""
+        return [
+            kafka.partition_at(t, n, self._positions.get((t, n), kafka.OFFSET_BEGINNING))
+            for n in numbers
+            for t in (self.topics.half, self.topics.op)
+        ]
+
+    def _both(self, numbers: list[int]) -> list[TopicPartition]:
+        """Half and op partitions of ``numbers``."""
+        return [kafka.partition_at(t, n) for n in numbers for t in (self.topics.half, self.topics.op)]

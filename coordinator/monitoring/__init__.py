@@ -1,0 +1,2 @@
+"""Counters, gauges and histograms (:mod:`.metrics`); the watchdog over blocking Kafka calls
+(:mod:`.watchdog`)."""
