@@ -43,7 +43,7 @@ from txbridge.wire import (
     new_tx_id,
 )
 
-#: Reasons the coordinator gives (coordinator/republisher.py, writer.py) for causes that can
+#: Reasons the coordinator gives (coordinator/state/republisher.py, coordinator/commit/writer.py) for causes that can
 #: go away: a missing topic or partition, a size limit, a message the client or broker refused.
 #: Any other reason (halves past retention, an incomplete transaction) never does, and
 #: requeuing such a transaction would publish part of it.
