@@ -43,8 +43,9 @@ from txbridge.wire import (
     new_tx_id,
 )
 
-#: Reasons the coordinator gives (coordinator/state/republisher.py, coordinator/commit/writer.py) for causes that can
-#: go away: a missing topic or partition, a size limit, a message the client or broker refused.
+#: Reasons the coordinator gives (coordinator/state/republisher.py, coordinator/commit/writer.py)
+#: for causes that can go away: a missing topic or partition, a size limit, a message the client
+#: or broker refused.
 #: Any other reason (halves past retention, an incomplete transaction) never does, and
 #: requeuing such a transaction would publish part of it.
 _CURABLE_REASONS = (
