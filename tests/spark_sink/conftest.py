@@ -7,7 +7,9 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -38,35 +40,54 @@ class SinkEnv:
         return {**self.checks.options(), "secret": SECRET, **more}
 
 
-@pytest.fixture(scope="module")
-def sink_env(kafka_bootstrap: str) -> Iterator[SinkEnv]:
-    """A namespace, a coordinator (in a thread) and the driver's :class:`SinkChecks`."""
-    namespace = f"txbs{uuid.uuid4().hex[:8]}"
-    init_topics(kafka_bootstrap, namespace, PARTITIONS)
-    config = CoordinatorConfig(
-        bootstrap=kafka_bootstrap,
-        namespace=namespace,
-        group_id=f"coord-{namespace}",
-        check_delay_s=1.0,
-        check_backoff_s=0.5,
-        check_backoff_max_s=1.0,
-        max_checks=60,
-        check_timeout_s=2.0,
-        producer_liveness_s=30.0,
-        secrets=Secrets(default=SECRET),
+@contextmanager
+def sink_namespace(
+    bootstrap: str,
+    prefix: str,
+    partitions: int = PARTITIONS,
+    checks: dict[str, Any] | None = None,
+    **config: Any,
+) -> Iterator[tuple[str, Coordinator, SinkChecks]]:
+    """A new namespace, its coordinator (in a thread) and the driver's :class:`SinkChecks`; the
+    coordinator's settings are the sink tests' quick ones, overridden by ``config``."""
+    namespace = f"{prefix}{uuid.uuid4().hex[:8]}"
+    init_topics(bootstrap, namespace, partitions)
+    settings: dict[str, Any] = {
+        "check_delay_s": 1.0,
+        "check_backoff_s": 0.5,
+        "check_backoff_max_s": 1.0,
+        "max_checks": 60,
+        "check_timeout_s": 2.0,
+        "producer_liveness_s": 30.0,
+        **config,
+    }
+    service = Coordinator(
+        CoordinatorConfig(
+            bootstrap=bootstrap,
+            namespace=namespace,
+            group_id=f"coord-{namespace}",
+            secrets=Secrets(default=SECRET),
+            **settings,
+        )
     )
-    service = Coordinator(config)
     thread = threading.Thread(target=service.run, name="coordinator", daemon=True)
     thread.start()
     assert service.running.wait(60), "the coordinator got no partitions within 60s"
-    checks = SinkChecks(kafka_bootstrap, GROUP, secret=SECRET, namespace=namespace).start()
+    sink_checks = SinkChecks(bootstrap, GROUP, secret=SECRET, namespace=namespace, **(checks or {})).start()
     try:
-        yield SinkEnv(kafka_bootstrap, namespace, checks)
+        yield namespace, service, sink_checks
     finally:
-        checks.stop()
+        sink_checks.stop()
         service.stop()
         thread.join(60)
-        delete_namespaces(kafka_bootstrap, [namespace])
+        delete_namespaces(bootstrap, [namespace])
+
+
+@pytest.fixture(scope="module")
+def sink_env(kafka_bootstrap: str) -> Iterator[SinkEnv]:
+    """A namespace, a coordinator (in a thread) and the driver's :class:`SinkChecks`."""
+    with sink_namespace(kafka_bootstrap, "txbs") as (namespace, _service, checks):
+        yield SinkEnv(kafka_bootstrap, namespace, checks)
 
 
 def read_topic(

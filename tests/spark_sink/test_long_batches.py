@@ -9,19 +9,15 @@ back with a plain read_committed consumer, and the coordinator's counters.
 from __future__ import annotations
 
 import socket
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
 
-from coordinator.config import CoordinatorConfig, Secrets
 from coordinator.service import Coordinator
-from tests.kafka_helpers import delete_namespaces
-from tests.spark_sink.conftest import GROUP, SECRET, read_topic
+from tests.spark_sink.conftest import SECRET, read_topic, sink_namespace
 from tests.spark_sink.drivers import assert_once_in_order
 from txbridge.spark import SinkChecks, register
 
@@ -48,37 +44,10 @@ class ShortBudget:
 @pytest.fixture(scope="module")
 def short_budget(kafka_bootstrap: str) -> Iterator[ShortBudget]:
     """A namespace whose coordinator expires a transaction after about 3 s of no decision."""
-    from txbridge.topics import init_topics
-
-    namespace = f"txbl{uuid.uuid4().hex[:8]}"
-    init_topics(kafka_bootstrap, namespace, 3)
-    config = CoordinatorConfig(
-        bootstrap=kafka_bootstrap,
-        namespace=namespace,
-        group_id=f"coord-{namespace}",
-        check_delay_s=1.0,
-        check_backoff_s=0.5,
-        check_backoff_max_s=1.0,
-        max_checks=3,
-        max_unasked_s=3.0,
-        check_timeout_s=2.0,
-        producer_liveness_s=30.0,
-        secrets=Secrets(default=SECRET),
-    )
-    service = Coordinator(config)
-    thread = threading.Thread(target=service.run, name="coordinator", daemon=True)
-    thread.start()
-    assert service.running.wait(60), "the coordinator got no partitions within 60s"
-    checks = SinkChecks(
-        kafka_bootstrap, GROUP, secret=SECRET, namespace=namespace, commit_grace_s=1.0
-    ).start()
-    try:
+    with sink_namespace(
+        kafka_bootstrap, "txbl", max_checks=3, max_unasked_s=3.0, checks={"commit_grace_s": 1.0}
+    ) as (namespace, service, checks):
         yield ShortBudget(kafka_bootstrap, namespace, service, checks)
-    finally:
-        checks.stop()
-        service.stop()
-        thread.join(60)
-        delete_namespaces(kafka_bootstrap, [namespace])
 
 
 def _one_slow_task(spark: SparkSession, slow_s: float) -> DataFrame:
