@@ -20,8 +20,7 @@ from typing import Any
 
 import click
 
-from txbridge.client_config import COMMAND_CONFIG_ENV
-from txbridge.settings import BOOTSTRAP_ENV, one_line_errors, resolve_bootstrap
+from txbridge.settings import BOOTSTRAP_ENV, client_config_flags, one_line_errors, resolve_bootstrap
 
 #: What to pass when no source names the bootstrap servers (``python -m coordinator``).
 _SOURCES = (
@@ -106,25 +105,7 @@ _SOURCES = (
     default=None,
     help="OpenTelemetry spans of back-checks and republishes, exported as the OTEL_* variables say.",
 )
-@click.option(
-    "--command-config",
-    "command_config",
-    envvar=COMMAND_CONFIG_ENV,
-    type=click.Path(dir_okay=False),
-    default=None,
-    help=(
-        "Kafka client properties file, as the Kafka CLIs take it: security.protocol, sasl.*, ssl.* "
-        f"(env {COMMAND_CONFIG_ENV})."
-    ),
-)
-@click.option(
-    "-X",
-    "--kafka-config",
-    "client_overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A Kafka client setting on top of --command-config (repeatable; Java or librdkafka name).",
-)
+@client_config_flags(x_aliases=("--kafka-config",))
 @one_line_errors
 def coordinator(
     bootstrap: str | None,
