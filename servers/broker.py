@@ -14,9 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import random
-import signal
 import socket
 import subprocess
 import time
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from servers import jars
+from servers.processes import read_pid, spawn, terminate
 from servers.startup import StartupWatch
 from txbridge.errors import BrokerError, KafkaUnavailableError
 
@@ -144,21 +143,6 @@ def _cluster_id() -> str:
             return text
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours still answers kill(0); reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return done == 0
-
-
 @dataclass(frozen=True)
 class BrokerStatus:
     running: bool
@@ -220,11 +204,7 @@ class LocalKafka:
         return broker
 
     def _running_pid(self) -> int | None:
-        try:
-            pid = int(self._pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _pid_alive(pid) else None
+        return read_pid(self._pid_file)
 
     def status(self) -> BrokerStatus:
         pid = self._running_pid()
@@ -323,16 +303,11 @@ class LocalKafka:
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
         config = self._write_config()
         self._format(classpath, config)
-        stdout = (self.home / "logs" / "stdout.log").open("wb")
-        self._process = subprocess.Popen(
+        self._process = spawn(
             self._java(classpath, "kafka.Kafka", str(config), server=True),
-            stdout=stdout,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            self.home / "logs" / "stdout.log",
+            self._pid_file,
         )
-        stdout.close()
-        self._pid_file.write_text(str(self._process.pid))
         (self.home / "broker.json").write_text(
             json.dumps({"host": self.host, "port": self.port, "controller_port": self.controller_port})
         )
@@ -376,15 +351,7 @@ class LocalKafka:
         if pid is None:
             self._pid_file.unlink(missing_ok=True)
             return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if _pid_alive(pid):
-            logger.warning("broker pid %d ignored SIGTERM for %.0fs; killing it", pid, timeout)
-            os.kill(pid, signal.SIGKILL)
-            while _pid_alive(pid):
-                time.sleep(0.1)
+        terminate(pid, timeout, what="the local broker")
         if self._process is not None:
             self._process.wait(timeout=5)
         self._pid_file.unlink(missing_ok=True)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servers.broker import _pid_alive
 from servers.cluster_config import NodeSetup
 from servers.cluster_layout import ClusterLayout, NodePorts
+from servers.processes import await_exit, pid_alive, rss, spawn
 from servers.startup import StartupWatch
 from txbridge.errors import BrokerError
 
@@ -32,15 +32,6 @@ class NodeStatus:
     address: str
     log_file: Path
     rss_bytes: int | None = None
-
-
-def _rss(pid: int) -> int | None:
-    import psutil
-
-    try:
-        return int(psutil.Process(pid).memory_info().rss)
-    except psutil.Error:
-        return None
 
 
 class ClusterNode:
@@ -77,7 +68,7 @@ class ClusterNode:
             pid = int(self._pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return None
         try:
             server = str(self._layout.node_dir(self.node_id) / "server.properties")
@@ -90,9 +81,9 @@ class ClusterNode:
         """Whether the node runs, with its client address (when ``ports`` has it), pid, RSS and log."""
         pid = self.running_pid()
         address = f"{self._layout.host}:{ports[self.node_id].client}" if self.node_id in ports else ""
-        rss = _rss(pid) if pid is not None else None
+        memory = rss(pid) if pid is not None else None
         log = self._layout.log_file(self.node_id)
-        return NodeStatus(self.node_id, pid is not None, pid, address, log, rss)
+        return NodeStatus(self.node_id, pid is not None, pid, address, log, memory)
 
     def log_tail(self, lines: int = 20) -> str:
         """The last lines of the node's stdout (JVM errors) and of its Kafka log.
@@ -118,15 +109,7 @@ class ClusterNode:
         command = self._setup.java(
             self.node_id, classpath, "kafka.Kafka", str(folder / "server.properties"), server=True
         )
-        with (folder / "logs" / "stdout.log").open("wb") as stdout:
-            self._process = subprocess.Popen(
-                command,
-                stdout=stdout,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self._pid_file.write_text(str(self._process.pid))
+        self._process = spawn(command, folder / "logs" / "stdout.log", self._pid_file)
 
     def exited(self) -> int | None:
         """The exit code of the node if it died (-1 when another process launched it), else None."""
@@ -136,14 +119,7 @@ class ClusterNode:
 
     def await_exit(self, pid: int, timeout: float) -> None:
         """Wait up to ``timeout`` for ``pid`` to exit, then SIGKILL it; forget the node's pid."""
-        deadline = time.monotonic() + timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _pid_alive(pid):
-            logger.warning("node %d (pid %d) did not stop in %.0fs; killing it", self.node_id, pid, timeout)
-            os.kill(pid, signal.SIGKILL)
-            while _pid_alive(pid):
-                time.sleep(0.1)
+        await_exit(pid, timeout, what=f"node {self.node_id}")
         if self._process is not None:
             self._process.wait(timeout=5)
             self._process = None

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -29,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servers import jars
-from servers.broker import _pid_alive, free_port, port_in_use
+from servers.broker import free_port, port_in_use
+from servers.processes import read_pid, rss, spawn, terminate
 from txbridge.errors import BrokerError
 
 logger = logging.getLogger(__name__)
@@ -56,15 +56,6 @@ TRANSACTION_SETTINGS = {
 _READY_LINE = "rocketmq-proxy startup successfully"
 _NAMESRV_READY_LINE = "The Name Server boot success"
 _TOOLS_TIMEOUT_S = 60.0
-
-
-def _rss(pid: int) -> int | None:
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    match = re.search(r"^VmRSS:\s+(\d+) kB", text, re.MULTILINE)
-    return int(match.group(1)) * 1024 if match else None
 
 
 def free_broker_port(host: str = "127.0.0.1") -> int:
@@ -173,11 +164,7 @@ class LocalRocketMQ:
         return self.home / f"{name}.pid"
 
     def _running_pid(self, name: str) -> int | None:
-        try:
-            pid = int(self._pid_file(name).read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _pid_alive(pid) else None
+        return read_pid(self._pid_file(name))
 
     def status(self) -> RocketMQStatus:
         namesrv, proxy = self._running_pid("namesrv"), self._running_pid("proxy")
@@ -188,8 +175,8 @@ class LocalRocketMQ:
             namesrv_addr=self.namesrv_addr,
             endpoint=self.endpoint,
             log_dir=self.log_dir,
-            namesrv_rss_bytes=_rss(namesrv) if namesrv else None,
-            proxy_rss_bytes=_rss(proxy) if proxy else None,
+            namesrv_rss_bytes=rss(namesrv) if namesrv else None,
+            proxy_rss_bytes=rss(proxy) if proxy else None,
         )
 
     def log_tail(self, lines: int = 15) -> str:
@@ -278,18 +265,9 @@ class LocalRocketMQ:
         ]
 
     def _spawn(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
-        out = (self.log_dir / f"{name}.out").open("wb")
-        process = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env={k: v for k, v in os.environ.items() if k not in ("ROCKETMQ_HOME", "RMQ_PROXY_HOME")},
-        )
-        out.close()
+        env = {k: v for k, v in os.environ.items() if k not in ("ROCKETMQ_HOME", "RMQ_PROXY_HOME")}
+        process = spawn(command, self.log_dir / f"{name}.out", self._pid_file(name), env=env)
         self._processes.append(process)
-        self._pid_file(name).write_text(str(process.pid))
         return process
 
     def _check_ports(self) -> None:
@@ -462,7 +440,7 @@ class LocalRocketMQ:
         for name in ("proxy", "namesrv"):
             pid = self._running_pid(name)
             if pid is not None:
-                _terminate(pid, timeout)
+                terminate(pid, timeout, what=f"the RocketMQ {name}")
                 stopped = True
             self._pid_file(name).unlink(missing_ok=True)
         for process in self._processes:
@@ -501,18 +479,3 @@ def _cause(out: Path) -> str | None:
     if memory:
         return f"out of memory: {memory[0]}"
     return causes[-1] if causes else None
-
-
-def _terminate(pid: int, timeout: float) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _pid_alive(pid):
-        logger.warning("RocketMQ pid %d ignored SIGTERM for %.0fs; killing it", pid, timeout)
-        os.kill(pid, signal.SIGKILL)
-        while _pid_alive(pid):
-            time.sleep(0.1)

@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import re
-import signal
 import subprocess
 import time
 import urllib.error
@@ -36,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from servers import jars
-from servers.broker import _pid_alive, free_port, port_in_use
+from servers.broker import free_port, port_in_use
+from servers.processes import read_pid, rss, spawn, terminate
 from txbridge.errors import BrokerError
 
 logger = logging.getLogger(__name__)
@@ -59,15 +59,6 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def _rss(pid: int) -> int | None:
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    match = re.search(r"^VmRSS:\s+(\d+) kB", text, re.MULTILINE)
-    return int(match.group(1)) * 1024 if match else None
-
-
 def _tree_rss(pid: int) -> int:
     """RSS of ``pid`` and its process group (a worker's executors run in the worker's group)."""
     total = 0
@@ -76,7 +67,7 @@ def _tree_rss(pid: int) -> int:
             continue
         try:
             if entry.name == str(pid) or os.getpgid(int(entry.name)) == pid:
-                total += _rss(int(entry.name)) or 0
+                total += rss(int(entry.name)) or 0
         except (ProcessLookupError, PermissionError):
             continue
     return total
@@ -179,11 +170,7 @@ class LocalSparkCluster:
         return self.home / f"{name}.pid"
 
     def _running_pid(self, name: str) -> int | None:
-        try:
-            pid = int(self._pid_file(name).read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if _pid_alive(pid) else None
+        return read_pid(self._pid_file(name))
 
     def master_state(self, timeout: float = 3.0) -> dict[str, Any] | None:
         """The master's ``/json`` page (workers, applications), or None when it does not answer."""
@@ -239,21 +226,15 @@ class LocalSparkCluster:
         return env
 
     def _spawn(self, name: str, main: str, *args: str) -> subprocess.Popen[bytes]:
-        out = (self.log_dir / f"{name}.out").open("wb")
         # spark-class runs Spark's launcher, then execs the daemon's JVM in place: the pid is the JVM's.
-        # A session of its own: a worker's executors share its process group, so stop() reaches them.
-        process = subprocess.Popen(
+        process = spawn(
             [str(spark_home() / "bin" / "spark-class"), main, *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            self.log_dir / f"{name}.out",
+            self._pid_file(name),
             env=self._env(),
             cwd=self.home,
         )
-        out.close()
         self._processes.append(process)
-        self._pid_file(name).write_text(str(process.pid))
         return process
 
     def _check_ports(self) -> None:
@@ -363,7 +344,8 @@ class LocalSparkCluster:
         for name in reversed(self._names()):
             pid = self._running_pid(name)
             if pid is not None:
-                _terminate_group(pid, timeout)
+                # The group: a worker's executors share its process group.
+                terminate(pid, timeout, what=f"the Spark {name}", group=True)
                 stopped = True
             self._pid_file(name).unlink(missing_ok=True)
         for process in self._processes:
@@ -391,34 +373,3 @@ def _cause(out: Path) -> str | None:
     if lines[last] == _JVM_INIT_ERROR and last + 1 < len(lines):  # the reason is on the next line
         return f"{lines[last]}: {lines[last + 1]}"
     return lines[last]
-
-
-def _terminate_group(pid: int, timeout: float) -> None:
-    """SIGTERM the process group led by ``pid`` (a daemon and its executors), SIGKILL after ``timeout``."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while _group_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(pid):
-        logger.warning("Spark daemon pid %d ignored SIGTERM for %.0fs; killing its group", pid, timeout)
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        while _pid_alive(pid):
-            time.sleep(0.1)
-
-
-def _group_alive(pgid: int) -> bool:
-    if _pid_alive(pgid):
-        return True
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -25,7 +25,8 @@ from rocketmq import (
 )
 
 from cli.main import main
-from servers.broker import _pid_alive, free_port
+from servers.broker import free_port
+from servers.processes import pid_alive
 from servers.rocketmq import TRANSACTION_SETTINGS, LocalRocketMQ, free_broker_port
 from tests.rocketmq.conftest import SessionRocketMQ
 from txbridge.errors import BrokerError
@@ -157,8 +158,8 @@ def test_cli_status_then_stop_leaves_no_process(session: SessionRocketMQ) -> Non
 
     stopped = runner.invoke(main, ["rocketmq", "stop"], env=env)
     assert stopped.output == "stopped\n"
-    assert not _pid_alive(status.namesrv_pid)
-    assert not _pid_alive(status.proxy_pid)
+    assert not pid_alive(status.namesrv_pid)
+    assert not pid_alive(status.proxy_pid)
     after = runner.invoke(main, ["rocketmq", "status"], env=env)
     assert after.exit_code == 1
     assert "not running" in after.output
