@@ -8,10 +8,12 @@ import platform
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.kafka_native import Figure
+from bench.results_table import goal_label, goal_verdict
 
 
 def machine() -> dict[str, Any]:
@@ -81,6 +83,12 @@ def ratios(figures: Sequence[Figure]) -> dict[str, float]:
     ):
         if top in by_name and base in by_name and by_name[base].msgs_per_s > 0:
             out[label] = by_name[top].msgs_per_s / by_name[base].msgs_per_s
+    # What a message costs the broker through txbridge against the same Kafka I/O without it.
+    e2e, floor_run = by_name.get("txbridge end to end"), by_name.get("floor end to end")
+    if e2e is not None and floor_run is not None:
+        top_cpu, base_cpu = (f.values.get("broker_cpu_us_per_msg") for f in (e2e, floor_run))
+        if top_cpu is not None and base_cpu:
+            out["txbridge / floor broker CPU per message"] = top_cpu / base_cpu
     # Latency: how far txbridge's commit-to-visible p50 is above the floor's, at the same rate.
     txbridge, floor = by_name.get("txbridge commit-to-visible"), by_name.get("floor commit-to-visible")
     if txbridge is not None and floor is not None and floor.values.get("p50_ms", 0.0) > 0:
@@ -107,6 +115,90 @@ def ratios(figures: Sequence[Figure]) -> dict[str, float]:
                 txbridge.values["p50_ms"] / kafka_txn.values["p50_ms"]
             )
     return out
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One of the goals the bench's figures are held to (issue 41): a figure, its bound, the
+    direction (``at_least``: the figure must reach the bound; else stay at or under it)."""
+
+    name: str
+    at_least: bool
+    bound: float | None
+    value: float | None
+
+    @property
+    def met(self) -> bool | None:
+        """None when the run did not measure it (or its bound)."""
+        if self.value is None or self.bound is None:
+            return None
+        return self.value >= self.bound if self.at_least else self.value <= self.bound
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "goal": self.name,
+            "bound": None if self.bound is None else round(self.bound, 3),
+            "direction": ">=" if self.at_least else "<=",
+            "value": None if self.value is None else round(self.value, 3),
+            "met": self.met,
+        }
+
+
+#: How far past the transaction timeout a coordinator restarted under a new name may take
+#: to have its partitions visible again.
+RENAMED_MARGIN_S = 5.0
+
+
+def goals(figures: Sequence[Figure]) -> list[Goal]:
+    """The goals, each with what this run measured (None: the step did not run)."""
+    by_name = {f.name: f for f in figures}
+    ratio = ratios(figures)
+
+    def value(name: str, key: str) -> float | None:
+        figure = by_name.get(name)
+        return None if figure is None else figure.values.get(key)
+
+    takeovers = [
+        v
+        for v in (
+            value(n, "seconds_to_first_republish") for n in ("failover", "failover inside a transaction")
+        )
+        if v is not None
+    ]
+    renamed = by_name.get("renamed restart")
+    timeout_s = None if renamed is None else renamed.params.get("transaction_timeout_s")
+    renamed_bound = float(timeout_s) + RENAMED_MARGIN_S if isinstance(timeout_s, int | float) else None
+    return [
+        Goal("txbridge / floor throughput", True, 0.8, ratio.get("txbridge / floor")),
+        Goal(
+            "half-load commit-to-visible p50, txbridge / floor",
+            False,
+            1.2,
+            ratio.get("txbridge / floor latency p50"),
+        ),
+        Goal(
+            "broker CPU per message, txbridge / floor",
+            False,
+            1.3,
+            ratio.get("txbridge / floor broker CPU per message"),
+        ),
+        Goal(
+            "restart in place: s to the first republish",
+            False,
+            1.0,
+            value("restart", "seconds_to_first_republish"),
+        ),
+        # Both standby takeovers, the kill at a random moment and the one inside a transaction: the worse.
+        Goal(
+            "standby takeover, one broker: s to the first republish", False, 7.0, max(takeovers, default=None)
+        ),
+        Goal(
+            "renamed restart: s until every partition is visible again (transaction timeout + 5 s)",
+            False,
+            renamed_bound,
+            value("renamed restart", "seconds_to_every_partition"),
+        ),
+    ]
 
 
 def write_json(
@@ -137,6 +229,7 @@ def write_json(
             for f in figures
         ],
         "ratios": {k: round(v, 3) for k, v in ratios(figures).items()},
+        "goals": [g.as_json() for g in goals(figures)],
         "skipped": dict(skipped or {}),
     }
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -157,6 +250,8 @@ _UNITS = {
     "republisher_cpu_us_per_msg": "republisher CPU µs/msg",
     "producer_and_reader_cpu_us_per_msg": "producer + reader CPU µs/msg",
     "seconds_to_first_republish": "s from the kill to the first republish",
+    "seconds_to_every_partition": "s from the kill to every partition visible again",
+    "partitions_back": "partitions visible again",
     "survivor_partitions_max_visible_s": "max commit-to-visible s on the partitions that stayed",
     "unseen": "committed but not seen (must be 0)",
     "instance_cpu_us_per_msg_min": "per-instance CPU µs per message it republished, min",
@@ -195,6 +290,9 @@ def render(figures: Sequence[Figure]) -> Any:
             first = False
     for label, value in ratios(figures).items():
         table.add_row("ratio", label, f"{value:.3f}")
+    for goal in goals(figures):
+        if goal.value is not None:
+            table.add_row("goal", goal_label(goal.as_json()), goal_verdict(goal.as_json()))
     return table
 
 
@@ -220,4 +318,7 @@ def markdown(figures: Sequence[Figure], info: dict[str, Any]) -> str:
             lines.append(f"| {fig.name} | {_UNITS.get(key, key)} | {value:,.2f} |")
     for label, value in ratios(figures).items():
         lines.append(f"| ratio | {label} | {value:.3f} |")
+    for goal in goals(figures):
+        if goal.value is not None:
+            lines.append(f"| goal | {goal_label(goal.as_json())} | {goal_verdict(goal.as_json())} |")
     return "\n".join(lines) + "\n"

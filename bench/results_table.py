@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "newest_full_run", "render", "table_for"]
+__all__ = ["goal_label", "goal_verdict", "main", "newest_full_run", "render", "table_for"]
 
 #: Where ``txbridge bench`` writes its JSON and where the page goes, from the repository's root.
 RESULTS_DIR = Path("bench/results")
@@ -135,6 +135,14 @@ ROWS: tuple[Row, ...] = (
         "s from the kill to the first republish",
         (("restart", "seconds_to_first_republish"),),
     ),
+    Row(
+        "restart under a new name",
+        "s from the kill to the first republish / to every partition visible again",
+        (
+            ("renamed restart", "seconds_to_first_republish"),
+            ("renamed restart", "seconds_to_every_partition"),
+        ),
+    ),
     Row("scale-out 1 / 2 / 4 coordinators", "msgs/s", tuple((name, "msgs_per_s") for name in _SCALE)),
     Row(
         "scale-out 1 / 2 / 4 coordinators",
@@ -235,6 +243,20 @@ def _machine(info: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def goal_label(goal: Mapping[str, Any]) -> str:
+    """A goal of the JSON as ``name (<= bound)``."""
+    bound = "not known" if goal.get("bound") is None else f"{goal['bound']:g}"
+    return f"{goal['goal']} ({goal['direction']} {bound})"
+
+
+def goal_verdict(goal: Mapping[str, Any]) -> str:
+    """A goal's value and whether it was met: ``0.400, not met``; ``not measured``."""
+    if goal.get("value") is None:
+        return "not measured"
+    met = {True: "met", False: "not met", None: "bound not known"}[goal.get("met")]
+    return f"{goal['value']:.3f}, {met}"
+
+
 def table_for(run: Mapping[str, Any]) -> list[str]:
     """The table's markdown lines: the :data:`ROWS` measured in ``run``, then every ratio.
 
@@ -250,6 +272,8 @@ def table_for(run: Mapping[str, Any]) -> list[str]:
         lines.append(f"| {row.benchmark} | {row.figure} | {' / '.join(c or 'n/a' for c in cells)} |")
     for label, value in run.get("ratios", {}).items():
         lines.append(f"| ratio | {label} | {value:.3f} |")
+    for goal in run.get("goals", []):
+        lines.append(f"| goal | {goal_label(goal)} | {goal_verdict(goal)} |")
     return lines
 
 

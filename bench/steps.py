@@ -204,6 +204,12 @@ def _restart(run: StepRun) -> list[Figure]:
     return [tb.restart(run.env, size=run.size)]
 
 
+def _renamed(run: StepRun) -> list[Figure]:
+    from bench import txbridge_runs as tb
+
+    return [tb.renamed(run.env, size=run.size)]
+
+
 def _scaleout(name: str) -> Callable[[StepRun], list[Figure]]:
     # The same workload through 1, 2 (and 4) coordinators; one added and one SIGTERMed under load.
     def scaleout_step(run: StepRun) -> list[Figure]:
@@ -283,6 +289,7 @@ REGISTRY: Mapping[str, Step] = _registry(
     Step("memory", "coordinator memory with many pending transactions", _memory),
     Step("failover", "a coordinator SIGKILLed under load, a standby takes over", _failover),
     Step("restart", "a coordinator SIGKILLed and restarted with its instance id", _restart),
+    Step("renamed", "a coordinator SIGKILLed and replaced by one under a new instance id", _renamed),
     Step("scaleout", "the same load through 1, 2 (and 4) coordinators", _scaleout("scaleout")),
     Step("addremove", "a coordinator added, then one SIGTERMed, under load", _scaleout("addremove")),
     Step(

@@ -743,6 +743,96 @@ def restart(env: Env, *, size: int, rate: float = 100.0, after_s: float = 8.0) -
     return Figure("restart", len(committed), values["seconds_to_first_republish"], values, {"rate": rate})
 
 
+def coordinator_transaction_timeout_s() -> float:
+    """The ``transaction_timeout_ms`` a coordinator with default settings runs under, in s."""
+    from dataclasses import fields
+
+    from coordinator.config import CoordinatorConfig
+
+    default = next(f.default for f in fields(CoordinatorConfig) if f.name == "transaction_timeout_ms")
+    return float(default) / 1000  # type: ignore[arg-type]
+
+
+def renamed(env: Env, *, size: int, rate: float = 100.0, after_s: float | None = None) -> Figure:
+    """One coordinator SIGKILLed and replaced at once by one under a new instance id (a
+    deployment that names instances afresh: a new pod, a new host): kill -> every half
+    partition's first message visible again, set against the transaction timeout the
+    coordinators ran under (a dead owner's open transaction may hold a partition that long).
+
+    The load goes on for the transaction timeout plus 15 s after the kill (``after_s``), so a
+    partition that comes back within the bound is seen.
+    """
+    timeout_s = coordinator_transaction_timeout_s()
+    ns = env.namespace("renamed")
+    topic = env.topic("renamed")
+    first = env.coordinator(ns, "renamed-a").start()
+    replacement = env.coordinator(ns, "renamed-b")  # an instance id of its own
+    keys = [str(i).encode() for i in range(200)]
+    try:
+        first.wait_ready()
+        watcher = Watcher(env.bootstrap, topic, env.extra).start()
+        try:
+
+            def kill_and_replace() -> None:
+                first.kill()
+                replacement.start()
+
+            committed, killed = _steady_load(
+                env,
+                ns,
+                topic,
+                keys,
+                size=size,
+                rate=rate,
+                after_s=timeout_s + 15.0 if after_s is None else after_s,
+                kill=kill_and_replace,
+            )
+            watcher.wait(len(committed), 60)
+        finally:
+            watcher.close()
+    finally:
+        first.kill()
+        replacement.stop()
+    back = visible_again(committed, watcher.seen, killed, lambda key: half_partition(key, PARTITIONS))
+    if not back:
+        raise BenchError("the renamed coordinator republished nothing")
+    values = {
+        "seconds_to_first_republish": min(back.values()),
+        "seconds_to_every_partition": max(back.values()),
+        "partitions_back": float(len(back)),
+        "unseen": float(len(committed) - len(watcher.seen)),
+    }
+    params: dict[str, object] = {"rate": rate, "transaction_timeout_s": timeout_s, "partitions": PARTITIONS}
+    return Figure("renamed restart", len(committed), values["seconds_to_every_partition"], values, params)
+
+
+def visible_again(
+    committed: Mapping[str, tuple[bytes, float]],
+    seen: Mapping[str, float],
+    killed: float,
+    partition_of: Callable[[bytes], int],
+) -> dict[int, float]:
+    """Per partition, s from ``killed`` until the first message committed since then was seen.
+
+    Args:
+        committed: tx id -> (key, wall time its transaction committed).
+        seen: tx id -> wall time a read_committed consumer first received it.
+        killed: the kill's wall time.
+        partition_of: a key's half partition.
+
+    A partition none of whose messages since the kill was seen is absent.
+    """
+    back: dict[int, float] = {}
+    for tx, (key, at) in committed.items():
+        if at < killed or tx not in seen:
+            continue
+        number = partition_of(key)
+        delay = seen[tx] - killed
+        if number not in back or delay < back[number]:
+            back[number] = delay
+    return back
+
+
 def _steady_load(
     env: Env,
     ns: str,

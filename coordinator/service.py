@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.assembly import build
 from coordinator.commit.cycle import CommitCycle
-from coordinator.commit.payloads import record_size
+from coordinator.commit.payloads import headers_size
 from coordinator.config import CoordinatorConfig
 from coordinator.group import health, membership
 from coordinator.group.consumer import REPLICATED_SESSION_TIMEOUT_MS, SESSION_TIMEOUT_MS, fetch_settings
@@ -366,28 +366,28 @@ class Coordinator:
             elif not kafka.is_partition_eof(err):
                 logger.warning("consume: %s", err)
             return
-        topic, number = msg.topic(), msg.partition()
+        topic, number, offset = msg.topic(), msg.partition(), msg.offset()
         state = self.partitions.get(number)
-        position = self.owned.positions.get((topic, number), -1)
-        if state is None or msg.offset() < position:
+        owned = self.owned
+        if state is None or offset < owned.positions.get((topic, number), -1):
             # Fetched before a rebalance that ran inside the consume() call that returned it:
             # its partition was revoked meanwhile (and is perhaps kept, or given back), or it was
             # assigned again and this record comes once more from the positions. Its position
             # stays where the partition's state is: the record is read again from there.
             self.stats[Stat.STALE_RECORDS] += 1
             return
-        self.owned.advance(topic, number, msg.offset() + 1)
+        owned.advance(topic, number, offset + 1)
+        appended = kafka.append_time_ms(msg)
         if topic == self.topics.half:
             self.stats[Stat.HALF_RECORDS] += 1
+            value, headers = msg.value(), msg.headers()
             try:
-                half = decode_half(msg.value(), msg.headers())
+                half = decode_half(value, headers)
             except WireFormatError as exc:
-                state.read_to(msg.offset() + 1)  # read all the same: a COMMIT may wait for this offset
+                state.read_to(offset + 1)  # read all the same: a COMMIT may wait for this offset
                 self._quarantine(msg, str(exc))
                 return
-            tx = state.on_half(
-                half, msg.offset(), record_size(msg), kafka.append_time_ms(msg) or self.clock.now_ms()
-            )
+            tx = state.on_half(half, offset, headers_size(value, headers), appended or self.clock.now_ms())
             if tx is not None and tx.phase is Phase.READY:
                 self.work.ready.add(number)
         else:
@@ -399,7 +399,7 @@ class Coordinator:
                 return
             tx = state.on_op(op)
             if tx is not None and tx.decided_ms is None:
-                tx.decided_ms = kafka.append_time_ms(msg)
+                tx.decided_ms = appended
             if tx is not None and tx.phase is Phase.READY:
                 self.work.ready.add(number)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from coordinator.state.partition import HalfRef, PartitionState, PendingTx
@@ -57,7 +57,16 @@ def _drop_oldest(txs: list[PendingTx], total: int, target: int) -> int:
 
 def record_size(msg: Any) -> int:
     """What a consumed half record counts against the payload budget: value and headers."""
-    return len(msg.value() or b"") + sum(len(n) + len(v or b"") for n, v in msg.headers() or ())
+    return headers_size(msg.value(), msg.headers())
+
+
+def headers_size(value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None) -> int:
+    """:func:`record_size` of a record's value and headers already read from it (each
+    ``headers()`` call builds the list anew)."""
+    size = len(value) if value else 0
+    for name, raw in headers or ():
+        size += len(name) + (len(raw) if raw else 0)
+    return size
 
 
 class HalfRecord(NamedTuple):

@@ -30,6 +30,7 @@ ORDER = (
     "memory",
     "failover",
     "restart",
+    "renamed",
     "scaleout",
     "addremove",
     "protocols",

@@ -1,0 +1,81 @@
+"""The bench's goals (issue 41's figures): each with what the run measured and whether it was met,
+and the renamed restart's per-partition return, computed from the figures, never invented."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.kafka_native import Figure
+from bench.results import goals, ratios
+from bench.results_table import table_for
+from bench.txbridge_runs import visible_again
+
+
+def run_figures(*, broker: float = 140.0, renamed_s: float = 12.0, timeout_s: float = 10.0) -> list[Figure]:
+    return [
+        Figure("txbridge end to end", 50_000, 10.0, {"msgs_per_s": 5_000.0, "broker_cpu_us_per_msg": broker}),
+        Figure("floor end to end", 100_000, 10.0, {"msgs_per_s": 10_000.0, "broker_cpu_us_per_msg": 56.0}),
+        Figure("txbridge commit-to-visible", 100, 10.0, {"p50_ms": 24.0}),
+        Figure("floor commit-to-visible", 100, 10.0, {"p50_ms": 20.0}),
+        Figure("restart", 10, 0.7, {"seconds_to_first_republish": 0.7}),
+        Figure("failover", 10, 5.9, {"seconds_to_first_republish": 5.9}),
+        Figure("failover inside a transaction", 10, 7.5, {"seconds_to_first_republish": 7.5}),
+        Figure(
+            "renamed restart",
+            10,
+            renamed_s,
+            {"seconds_to_every_partition": renamed_s},
+            {"transaction_timeout_s": timeout_s},
+        ),
+    ]
+
+
+def test_the_broker_cpu_ratio_sets_txbridge_against_the_floor() -> None:
+    assert ratios(run_figures(broker=140.0))["txbridge / floor broker CPU per message"] == pytest.approx(2.5)
+
+
+def test_each_goal_carries_its_figure_its_bound_and_whether_it_was_met() -> None:
+    found = {g.name: (g.value, g.bound, g.met) for g in goals(run_figures(renamed_s=16.0, timeout_s=10.0))}
+    assert found == {
+        "txbridge / floor throughput": (pytest.approx(0.5), 0.8, False),
+        "half-load commit-to-visible p50, txbridge / floor": (pytest.approx(1.2), 1.2, True),
+        "broker CPU per message, txbridge / floor": (pytest.approx(2.5), 1.3, False),
+        "restart in place: s to the first republish": (0.7, 1.0, True),
+        # The worse of the two standby takeovers.
+        "standby takeover, one broker: s to the first republish": (7.5, 7.0, False),
+        "renamed restart: s until every partition is visible again (transaction timeout + 5 s)": (
+            16.0,
+            15.0,
+            False,
+        ),
+    }
+
+
+def test_a_goal_whose_step_did_not_run_is_not_measured_rather_than_met() -> None:
+    only_e2e = [f for f in run_figures() if f.name == "txbridge end to end"]
+    assert all(g.met is None for g in goals(only_e2e))
+    renamed = next(g for g in goals(only_e2e) if g.name.startswith("renamed"))
+    assert renamed.value is None
+    assert renamed.bound is None
+
+
+def test_the_table_shows_each_goal_with_its_verdict() -> None:
+    run = {"goals": [g.as_json() for g in goals(run_figures(renamed_s=9.0, timeout_s=10.0))][-2:]}
+    assert table_for(run)[2:] == [
+        "| goal | standby takeover, one broker: s to the first republish (<= 7) | 7.500, not met |",
+        "| goal | renamed restart: s until every partition is visible again"
+        " (transaction timeout + 5 s) (<= 15) | 9.000, met |",
+    ]
+
+
+def test_each_partition_is_back_at_its_first_message_committed_after_the_kill_and_seen() -> None:
+    committed = {
+        "before": (b"a", 9.0),  # committed before the kill: not counted, whenever it was seen
+        "a1": (b"a", 10.5),
+        "a2": (b"a", 10.2),
+        "b1": (b"b", 11.0),
+        "c1": (b"c", 10.1),  # never seen: partition 2 is not back
+    }
+    seen = {"before": 10.01, "a1": 12.0, "a2": 13.0, "b1": 20.0}
+    back = visible_again(committed, seen, 10.0, {b"a": 0, b"b": 1, b"c": 2}.__getitem__)
+    assert back == pytest.approx({0: 2.0, 1: 10.0})
