@@ -296,10 +296,16 @@ class Coordinator:
                 wait = min(max(cycle.pace_wait(), 0.001), max(next_tick - time.monotonic(), 0.001))
             else:  # librdkafka takes whole milliseconds: a poll under 1 ms returns at once
                 wait = min(max(next_tick - time.monotonic(), 0.001), 0.1)
-            for msg in kafka.consume_available(self._client(), _BATCH, wait):
-                self.on_record(msg)
+            records = kafka.consume_available(self._client(), _BATCH, wait)
+            # The assignments the poll's callbacks queued are taken over now, before anything it
+            # returned is applied; a record of a partition taken over was fetched before its seek.
+            taken = self.rebalancer.take_over_queued(self._client())
+            if taken:
+                records = self._fetched_before(records, taken)
+            for msg in records:
                 if self.failures.clients is not None:
                     break
+                self.on_record(msg)
             if self.failures.clients is not None:
                 self._clients.rejoin(self.rebalancer)
                 continue
@@ -309,6 +315,13 @@ class Coordinator:
                 next_tick = time.monotonic() + interval
             elif cycle.waiting():
                 cycle.start(everything=False)
+
+    def _fetched_before(self, records: list[Any], taken: set[int]) -> list[Any]:
+        """``records`` but those of the partitions just ``taken`` over: fetched before their seek
+        (perhaps from where the group committed), they come again from the positions."""
+        kept = [msg for msg in records if msg.error() is not None or msg.partition() not in taken]
+        self.stats[Stat.STALE_RECORDS] += len(records) - len(kept)
+        return kept
 
     def _rewind(self) -> None:
         """Rebuild the partitions whose Kafka transaction was aborted (the commit cycle set them

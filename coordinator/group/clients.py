@@ -51,7 +51,8 @@ class RebalanceListener(Protocol):
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None: ...
 
     def reset(self) -> None:
-        """Let go of every partition and of the clients' uncommitted work: the clients are replaced."""
+        """Let go of every partition, of the clients' uncommitted work and of the take-overs
+        queued: the clients are replaced."""
 
 
 class GroupClients:
@@ -114,9 +115,10 @@ class GroupClients:
         Its partitions' uncommitted work is dropped as when partitions are lost (it is above
         the committed positions and comes back from them), the consumer is closed, and a new
         one joins with the same instance id: the group hands it the same partitions at once,
-        and :meth:`Rebalancer.on_assign` restores them from ``<ns>_state``. Without this the
-        process had to exit and start again (seconds of interpreter start-up on a loaded
-        host). More than :data:`REJOINS_MAX` failures in :data:`REJOIN_WINDOW_S` stop the
+        and the loop restores them from ``<ns>_state`` (:meth:`Rebalancer.take_over_queued`;
+        :meth:`RebalanceListener.reset` dropped the take-overs the old consumer queued). Without
+        this the process had to exit and start again (seconds of interpreter start-up on a
+        loaded host). More than :data:`REJOINS_MAX` failures in :data:`REJOIN_WINDOW_S` stop the
         coordinator: that is another process using the same instance id, not a broker failover.
         """
         error, self._failures.clients = self._failures.clients, None

@@ -2,10 +2,11 @@
 
 ``/healthz`` (liveness) answers 200 while the loop turns, or while an assignment is under
 way (claiming and restoring may wait out a foreign transaction: a restart would only wait
-again). ``/readyz`` (readiness) answers 200 once the coordinator serves its assignment,
-unless it owns nothing while partitions of its namespace are served by no member of its
-group: that is a misconfiguration (two namespaces' coordinators sharing a group and an
-instance id, say), and the coordinator says so in a WARNING that names what to set.
+again). ``/readyz`` (readiness) answers 200 once the coordinator serves its assignment (not
+while an assignment it was given waits for the loop to take it over), unless it owns nothing
+while partitions of its namespace are served by no member of its group: that is a
+misconfiguration (two namespaces' coordinators sharing a group and an instance id, say), and
+the coordinator says so in a WARNING that names what to set.
 ``/metrics`` serves the Prometheus counters and gauges beside them; :class:`StableOffsets`
 adds how far each ``<ns>_state`` partition's last stable offset is behind, and for how long.
 """
@@ -68,7 +69,7 @@ class Health:
         return self._assigning or time.monotonic() - self._beat < LIVENESS_S
 
     def ready(self) -> bool:
-        return self._serving and not (self._owned == 0 and self.unserved)
+        return self._serving and not self._assigning and not (self._owned == 0 and self.unserved)
 
     def look(self) -> None:
         """While this coordinator owns nothing, find the half partitions no member of its group owns."""

@@ -1,5 +1,10 @@
 """The group's rebalance callbacks: taking partitions over, keeping them, letting them go.
 
+The assignment callback only queues what the group gave (:class:`coordinator.group.assignments.Assignments`);
+the loop takes it over right after the poll that ran the callback (:meth:`Rebalancer.take_over_queued`).
+The revocation and loss callbacks do their work inside the callback: it must be done before
+the partitions go to another member.
+
 An assignment claims the partitions it gives (:class:`coordinator.commit.ownership.PartitionProducers`)
 before it reads where they stand (:class:`coordinator.group.restore.Restorer`), and only then installs
 their states: the order is the ownership argument (docs/DESIGN.md, "Ownership"). A revocation
@@ -20,6 +25,7 @@ from coordinator.commit.cycle import CommitCycle, KafkaCommitClients
 from coordinator.commit.ownership import PartitionProducers
 from coordinator.config import CoordinatorConfig
 from coordinator.failures import Failures
+from coordinator.group.assignments import Assignments
 from coordinator.group.health import Health
 from coordinator.group.restore import Restorer
 from coordinator.monitoring.metrics import Stat, Stats
@@ -35,6 +41,9 @@ logger = logging.getLogger(__name__)
 #: during an election, a transaction coordinator moving) is tried again this often, this long.
 ASSIGN_RETRY_S = 0.5
 ASSIGN_RETRY_FOR_S = 60.0
+#: How long a take-over's seek waits for librdkafka to start a partition just assigned
+#: (:func:`txbridge.kafka.seek_started`); then the take-over is tried again (ASSIGN_RETRY_S).
+SEEK_WAIT_S = 10.0
 
 
 class Rebalancer:
@@ -89,39 +98,36 @@ class Rebalancer:
         # the moved ones, and a revoked partition goes to another member, never back in the next
         # generation, so nothing is kept.
         self._incremental = self.config.group_protocol == "consumer"
-        # Incremental only: the half and op partitions the group has given and not taken back,
-        # and those of them this consumer reads (incremental_assign'ed).
-        self._given: set[tuple[str, int]] = set()
-        self._reading: set[tuple[str, int]] = set()
+        self._assignments = Assignments(self.topics, incremental=self._incremental)
 
     # ------------------------------------------------------------------ assignment
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """The group assigned ``partitions``: take back the kept ones, take over the others.
+        """The group assigned ``partitions``: queue their take-over for the loop.
 
-        Eager (classic): ``partitions`` is the whole assignment. Incremental (consumer): only
-        what was added; a partition number is taken over once the group has given both its
-        half and its op partition (the broker's range assignor gives them together).
+        The partitions are assigned to ``consumer`` paused (:meth:`Assignments.give`); the loop
+        claims, restores and resumes them right after the poll that ran this callback returns
+        (:meth:`take_over_queued`). Until then nothing of them is served: readiness waits too.
         """
-        # The take-over runs here, inside the consumer's poll, not in the loop after it: the
-        # partitions must be read from their positions in <ns>_state, which only the claim and
-        # the restore find, and a callback that assigns nothing lets the client assign them
-        # itself at the group's committed offsets (a copy for monitoring, behind the positions).
-        if self._incremental:
-            self._given |= {(tp.topic, tp.partition) for tp in partitions}
-            numbers = sorted(
-                n
-                for t, n in self._given
-                if t == self.topics.half and (self.topics.op, n) in self._given and n not in self.partitions
-            )
-        else:
-            numbers = sorted({tp.partition for tp in partitions if tp.topic == self.topics.half})
         self.stats[Stat.REBALANCES] += 1
         self._health.assigning(True)
-        try:
-            self._assign(consumer, partitions, numbers)
-        finally:
-            self._health.assigning(False)
+        self._assignments.give(consumer, partitions, self.partitions)
+
+    def take_over_queued(self, consumer: Consumer) -> set[int]:
+        """Take over the queued assignments (:meth:`on_assign`): the loop calls this right after
+        each poll, before it applies what the poll returned. Returns the partition numbers
+        taken over: a record of theirs that the poll returned was fetched before their seek,
+        and is read again from their positions."""
+        if not self._assignments.pending():
+            return set()
+        taken: set[int] = set()
+        for event in self._assignments.take():
+            if self._failures.clients is not None:
+                break  # the clients are replaced (a take-over gave up): the next join assigns afresh
+            self._assign(consumer, event.partitions, event.numbers)
+            taken.update(event.numbers)
+        self._health.assigning(False)
+        return taken
 
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition], numbers: list[int]) -> None:
         started = time.monotonic()
@@ -175,27 +181,16 @@ class Rebalancer:
             self._restorer.assert_settled(numbers, self._end_offsets.offsets_client())
 
     def _read_from_positions(self, consumer: Consumer, numbers: list[int]) -> None:
-        """Point the consumer at ``numbers``' positions.
+        """Point the consumer at ``numbers``' positions and start reading them.
 
-        Eager: the whole assignment, replaced. Incremental: the partitions given now are added
-        (``incremental_assign``), the ones already read (given earlier, while the number's
-        other topic was still on its way) are sought; the rest of the assignment is untouched.
-        Every partition the group gave is read, whether its number is served yet or not: a
-        record of a number not served is not applied (:meth:`Coordinator.on_record`).
+        The callback assigned them paused (:meth:`Assignments.give`): they are sought, then
+        resumed. The seek discards whatever was fetched before it; a partition given whose
+        number is not served (incremental: its other topic is still on its way) stays paused.
         """
         positioned = self._positioned(numbers)
-        if not self._incremental:
-            consumer.assign(positioned)
-            return
-        wanted = {(tp.topic, tp.partition) for tp in positioned}
-        unserved = [kafka.partition_at(t, n) for t, n in sorted(self._given - wanted - self._reading)]
-        added = [tp for tp in positioned if (tp.topic, tp.partition) not in self._reading] + unserved
-        if added:
-            consumer.incremental_assign(added)
-            self._reading |= {(tp.topic, tp.partition) for tp in added}
-        for tp in positioned:
-            if (tp.topic, tp.partition) not in {(a.topic, a.partition) for a in added}:
-                consumer.seek(tp)
+        kafka.seek_started(consumer, positioned, SEEK_WAIT_S)
+        if positioned:
+            consumer.resume(positioned)
 
     def rewind(self, numbers: list[int], consumer: Consumer) -> None:
         """Rebuild ``numbers`` (their Kafka transaction was aborted, :meth:`OwnedPartitions.rewind`
@@ -215,11 +210,14 @@ class Rebalancer:
         """Commit while the partitions are still ours, keep what may come back, drop the rest.
 
         What fails to commit is above the committed positions: the next owner does it again.
+
+        Runs inside the callback, not handed to the loop as an assignment is: once it returns the
+        partitions may go to another member, whose claim fences this one's producers (the open
+        work would be done again), and a record fetched before the revocation must then find its
+        partition dropped (:meth:`Coordinator.on_record` does not apply it). Their take-over,
+        if still queued, is cancelled first: they were never claimed nor served.
         """
-        # Inside the callback, not handed to the loop: once it returns the partitions may go to
-        # another member, whose claim fences this one's producers (the open work would be done
-        # again), and a record fetched before the revocation must then find its partition dropped
-        # (Coordinator.on_record does not apply it).
+        self._cancel(partitions)
         cycle = self._cycle
         cycle.drain()
         cycle.start(everything=True)
@@ -234,14 +232,14 @@ class Rebalancer:
     def _let_go(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Incremental: stop reading ``partitions`` and stop serving their numbers (a number
         whose half or op partition goes is not served any more; its other one, if still
-        given, is read but not applied until the number is whole again)."""
-        going = {(tp.topic, tp.partition) for tp in partitions}
-        self._given -= going
-        reading = sorted(going & self._reading)
-        if reading:
-            consumer.incremental_unassign([kafka.partition_at(t, n) for t, n in reading])
-            self._reading -= going
+        given, is paused until the number is whole again and taken over)."""
+        self._assignments.let_go(consumer, partitions)
         self.drop(self._both(sorted({tp.partition for tp in partitions})))
+
+    def _cancel(self, partitions: list[TopicPartition]) -> None:
+        """Cancel the queued take-over of ``partitions`` (revoked or lost)."""
+        self._assignments.cancel(partitions)
+        self._health.assigning(self._assignments.pending())
 
     def _keep(self, partitions: list[TopicPartition]) -> None:
         """Keep the revoked partitions whose work is all committed, with their producers.
@@ -265,9 +263,13 @@ class Rebalancer:
         )
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """The session expired: drop ``partitions`` without committing."""
-        # Dropped here, not in the loop: another member owns them already, and no record of
-        # theirs that the next poll returns may be applied.
+        """The session expired: drop ``partitions`` without committing.
+
+        Runs inside the callback, not handed to the loop: another member owns them already, and
+        no record of theirs that the next poll returns may be applied. Their take-over, if still
+        queued, is cancelled first.
+        """
+        self._cancel(partitions)
         logger.warning("partitions lost (session timeout): dropping their state without committing")
         self.stats[Stat.SESSIONS_LOST] += 1
         self._cycle.drain()  # their commits fail (fenced) or land: either way above what the next owner reads
@@ -282,7 +284,8 @@ class Rebalancer:
         producers: the clients are being replaced (:meth:`coordinator.group.clients.GroupClients.rejoin`);
         the next assignment claims the partitions afresh."""
         self._cycle.drain(errors=False)
-        self._given, self._reading = set(), set()
+        self._assignments.reset()  # the queued take-overs too: the new consumer is assigned afresh
+        self._health.assigning(False)
         self._owned.reset()
         self._owners.release_all()
         self._end_offsets.renew_end_offsets()

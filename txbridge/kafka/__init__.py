@@ -63,6 +63,7 @@ from txbridge.kafka.clients import (
     partition_at,
     producer,
     read_to_end,
+    seek_started,
     topic_partitions,
     versions,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "producer",
     "producer_config",
     "read_to_end",
+    "seek_started",
     "settings_for",
     "stable_offsets",
     "to_error",

@@ -38,6 +38,7 @@ __all__ = [
     "partition_at",
     "producer",
     "read_to_end",
+    "seek_started",
     "topic_partitions",
     "versions",
 ]
@@ -216,6 +217,37 @@ def read_to_end(
 def partition_at(topic: str, partition: int, offset: int | None = None) -> TopicPartition:
     """One ``TopicPartition``, at ``offset`` when given (``OFFSET_BEGINNING``/``OFFSET_END`` work)."""
     return TopicPartition(topic, partition) if offset is None else TopicPartition(topic, partition, offset)
+
+
+def seek_started(client: Consumer, partitions: Iterable[TopicPartition], timeout: float) -> None:
+    """Seek each of ``partitions`` (assigned, perhaps just now) to its offset once its fetcher runs.
+
+    librdkafka starts an assigned partition's fetcher when it serves the assignment, which waits
+    for the previous assignment's fetchers to stop and for commits in flight: a seek before that
+    fails (``_STATE``; ``_PREV_IN_PROGRESS`` while its previous fetcher stops), and is tried again
+    here for up to ``timeout`` seconds. A seek that succeeds is queued behind the fetcher's start,
+    so the start cannot undo it, and it raises the partition's version barrier: what was fetched
+    before it is discarded, never returned by a later poll.
+
+    Raises:
+        KafkaException: a seek failed otherwise, or the fetcher did not start in time.
+    """
+    deadline = time.monotonic() + timeout
+    for tp in partitions:
+        while True:
+            try:
+                client.seek(tp)
+                break
+            except KafkaException as exc:
+                code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if code not in _NOT_STARTED or time.monotonic() > deadline:
+                    raise
+                time.sleep(_SEEK_RETRY_S)
+
+
+#: What librdkafka answers a seek of a partition whose fetcher has not started yet.
+_NOT_STARTED = (KafkaError._STATE, KafkaError._PREV_IN_PROGRESS)
+_SEEK_RETRY_S = 0.01
 
 
 def append_time_ms(message: Any) -> int | None:
