@@ -1,11 +1,13 @@
 """The group's rebalance callbacks: taking partitions over, keeping them, letting them go.
 
-An assignment claims the partitions it gives (:class:`coordinator.commit.ownership.PartitionProducers`)
-before it reads where they stand (:class:`coordinator.group.restore.Restorer`), and only then installs
-their states: the order is the ownership argument (docs/DESIGN.md, "Ownership"). A revocation
-commits the open work first; the revoked partitions whose work is all committed are kept, with
-their producers, and served on from memory if the next assignment gives them back. Lost
-partitions are dropped without committing. A partition whose Kafka transaction was aborted is
+An assignment claims the partitions it gives (:class:`coordinator.commit.ownership.Ownership`:
+their earlier owners fenced, claim records committed) before it reads where they stand
+(:class:`coordinator.group.restore.Restorer`), and only then installs their states: the order
+is the ownership argument (docs/DESIGN.md, "Ownership"). A revocation commits the open work
+first; the revoked partitions whose work is all committed are kept and served on from memory
+if the next assignment gives them back; those moved to another member (incremental protocol)
+are released. Lost partitions are dropped without committing. A partition whose Kafka
+transaction was aborted is
 rewound the same way a taken-over one is read, without a claim (it is still this owner's).
 """
 
@@ -17,7 +19,7 @@ import time
 from typing import Any
 
 from coordinator.commit.cycle import CommitCycle, KafkaCommitClients
-from coordinator.commit.ownership import PartitionProducers
+from coordinator.commit.ownership import Ownership
 from coordinator.config import CoordinatorConfig
 from coordinator.failures import Failures
 from coordinator.group.health import Health
@@ -47,7 +49,7 @@ class Rebalancer:
         failures: where a failed takeover asks for new clients.
         stopping: set when the coordinator must stop (an assignment stops retrying).
         cycle: the commit cycle: a revocation commits the open work first.
-        owners: the owned partitions' producers (claimed and released here).
+        owners: the coordinator's producer and its claims (claimed and released here).
         restorer: reads where a partition stands.
         health: told while an assignment is under way and what is served.
         running: set once partitions may be served.
@@ -64,7 +66,7 @@ class Rebalancer:
         failures: Failures,
         stopping: threading.Event,
         cycle: CommitCycle,
-        owners: PartitionProducers,
+        owners: Ownership,
         restorer: Restorer,
         health: Health,
         running: threading.Event,
@@ -157,16 +159,46 @@ class Rebalancer:
     def _take_over(self, consumer: Consumer, numbers: list[int]) -> None:
         """Claim ``numbers``, then read where they stand: the order is the ownership argument.
 
-        Claiming first (:meth:`PartitionProducers.claim`) means that no earlier owner's
-        transaction is open on them any more when their committed offsets and ``<ns>_state``
-        are read, and that no earlier owner can commit after the read (docs/DESIGN.md,
-        "Ownership").
+        Claiming first (:meth:`Ownership.claim`: the last owner named in ``<ns>_state`` fenced
+        unless it released them, then this owner's claim committed) means that no earlier
+        owner's transaction is open on them any more when ``<ns>_state`` is read, and that no
+        earlier owner can commit after the read (docs/DESIGN.md, "Ownership").
         """
         fresh = [n for n in numbers if n not in self.partitions]  # not kept (_take_back)
         claimed = [n for n in fresh if n not in self._owners]
-        self._owners.claim(fresh)
+        if claimed:
+            self._cycle.drain()  # the claim's transaction is the producer's next one
+        try:
+            self._owners.claim(fresh)
+        except KafkaOperationError as exc:
+            if not exc.fatal:
+                raise  # tried again (_assign)
+            # This producer is fenced or unusable: only new clients can claim.
+            self.drop(self._both(fresh))
+            self._failures.clients = exc
+            return
         self.stats[Stat.OWNERS_FENCED] += len(claimed)
         restored = self._restorer.read_changelog(fresh)
+        # An owner claim the first read did not reach: a transaction under an id nobody claims
+        # held <ns>_state's last stable offset below it. The restore waited that transaction out
+        # and read on: a claim it found after the fenced ones, by another id than this owner's,
+        # is fenced now, and the partition read again.
+        late: dict[str, list[int]] = {}
+        for number in fresh:
+            earlier = [
+                r
+                for r in restored.owners.get(number, [])
+                if r.transactional_id != self._owners.transactional_id
+            ]
+            if (
+                earlier
+                and not earlier[-1].released
+                and earlier[-1].transactional_id not in self._owners.fenced
+            ):
+                late.setdefault(earlier[-1].transactional_id, []).append(number)
+        if late:
+            self._owners.fence(late)
+            restored = self._restorer.read_changelog(fresh)
         young = self._restorer.take_positions(fresh, restored, consumer)
         # Consume from there: the group's committed offsets are only a copy for monitoring.
         self._read_from_positions(consumer, numbers)
@@ -226,6 +258,21 @@ class Rebalancer:
         cycle.drain()
         cycle.copy_now()  # the group's copy of the offsets up to date before they go
         if self._incremental:
+            # The partitions go to another member: a release record tells it that nothing of
+            # this owner's can be open on them, so its claim fences nobody (this producer goes on
+            # committing the partitions kept). Eager: every partition is revoked and most come
+            # back; a kept one is not released, and whoever takes it instead fences this owner.
+            released = sorted(
+                {tp.partition for tp in partitions if tp.topic in (self.topics.half, self.topics.op)}
+                & set(self.partitions)
+            )
+            if released and self._failures.clients is None and self._failures.fatal is None:
+                try:
+                    self._owners.mark(released, released=True)
+                except KafkaOperationError as exc:  # the next owner fences this one instead
+                    logger.warning("releasing partitions %s: %s", released, exc)
+                    if exc.fatal:
+                        self._failures.clients = exc
             self._let_go(consumer, partitions)
             return
         self._keep(partitions)
