@@ -69,8 +69,10 @@ class Ownership:
         self._sizes: dict[str, tuple[int | None, float]] = {}  # partition-count cache
         #: This incarnation's transactional id (None until its producer is made).
         self.transactional_id: str | None = None
-        #: The earlier owners' ids fenced so far, and those whose fence is being made.
+        #: The earlier owners' ids fenced so far.
         self.fenced: set[str] = set()
+        #: Partition -> the offset of this producer's last release record in its ``<ns>_state``.
+        self._released_at: dict[int, int] = {}
 
     def __contains__(self, number: object) -> bool:
         return number in self._claimed
@@ -158,9 +160,31 @@ class Ownership:
             self._release_clients([producer])
         return None
 
-    def mark(self, numbers: Iterable[int], *, released: bool) -> None:
+    def reclaim(self, numbers: Iterable[int]) -> list[int]:
+        """Claim again partitions this producer released and kept (an eager rebalance gave them
+        back); returns those whose kept state is still current.
+
+        A kept partition is current when nothing was written to its ``<ns>_state`` between this
+        producer's release and this claim: the claim lies right after the release's commit
+        marker. Anything in between (another owner's claim, whatever it then committed) makes
+        it stale: the caller reads it again, and the restore fences that other owner. Checked
+        after the claim is committed, so an owner claiming later finds this claim and fences
+        this producer.
+
+        Raises:
+            KafkaOperationError: the claim failed.
+        """
+        wanted = sorted(set(numbers) - self._claimed)
+        released_at = {n: self._released_at.pop(n) for n in wanted if n in self._released_at}
+        offsets = self.mark(wanted, released=False)
+        self._claimed |= set(wanted)
+        # The release record, then its transaction's commit marker, then the claim.
+        return [n for n in wanted if n in released_at and offsets.get(n) == released_at[n] + 2]
+
+    def mark(self, numbers: Iterable[int], *, released: bool) -> dict[int, int]:
         """Commit an owner record for each of ``numbers`` in one transaction: a claim, or a
-        release (the partitions go to another member, whose claim then fences nobody).
+        release (the partitions may go to another member, whose claim then fences nobody).
+        Released partitions are no longer claimed. Returns each record's offset.
 
         The commit cycle must have no transaction open (it is drained first).
 
@@ -169,7 +193,13 @@ class Ownership:
         """
         wanted = sorted(set(numbers))
         if not wanted:
-            return
+            return {}
+        offsets: dict[int, int] = {}
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                offsets[int(msg.partition())] = int(msg.offset())
+
         producer = self.producer()
         value = OwnerRecord(str(self.transactional_id), released).encode()
         what = "releasing" if released else "claiming"
@@ -177,7 +207,10 @@ class Ownership:
             with self._watchdog.deadline(f"{what} partitions {wanted}", 4 * _MARK_TIMEOUT_S):
                 producer.begin_transaction()
                 for number in wanted:
-                    producer.produce(self._state_topic, key=OWNER_KEY, value=value, partition=number)
+                    producer.produce(
+                        self._state_topic, key=OWNER_KEY, value=value, partition=number, on_delivery=delivered
+                    )
+                producer.flush(_MARK_TIMEOUT_S)  # serves the delivery reports: the offsets
                 producer.commit_transaction(_MARK_TIMEOUT_S)
         except Exception as exc:
             error = kafka.to_error(exc, f"{what} partitions {wanted}")
@@ -187,6 +220,10 @@ class Ownership:
                 except Exception as abort_exc:  # the next transaction's begin says what is wrong
                     logger.warning("aborting the %s transaction: %s", what, abort_exc)
             raise error from exc
+        if released:
+            self._claimed -= set(wanted)
+            self._released_at.update(offsets)
+        return offsets
 
     def _ensure_producer(self) -> str:
         """This incarnation's producer, made and initialised at its first claim; its id."""
@@ -227,6 +264,7 @@ class Ownership:
         a new id (an id is never reused, so no later incarnation is fenced by a claim of this
         one's)."""
         self._claimed.clear()
+        self._released_at.clear()
         writer, self._writer, self.transactional_id = self._writer, None, None
         if writer is not None and writer.producer is not None:
             self._release_clients([writer.producer])
@@ -235,6 +273,7 @@ class Ownership:
         """Forget the producer without touching it: a call on it is stuck
         (confluentinc/librdkafka#5511), and the next owner of its partitions fences it."""
         self._claimed.clear()
+        self._released_at.clear()
         self._writer, self.transactional_id = None, None
 
     @staticmethod

@@ -164,17 +164,28 @@ class Rebalancer:
         owner's transaction is open on them any more when ``<ns>_state`` is read, and that no
         earlier owner can commit after the read (docs/DESIGN.md, "Ownership").
         """
+        # Kept partitions given back (_take_back) were released at the revocation: claimed again,
+        # and read again unless nobody wrote to their <ns>_state in between (Ownership.reclaim).
+        back = [n for n in numbers if n in self.partitions and n not in self._owners]
         fresh = [n for n in numbers if n not in self.partitions]  # not kept (_take_back)
         claimed = [n for n in fresh if n not in self._owners]
-        if claimed:
+        if claimed or back:
             self._cycle.drain()  # the claim's transaction is the producer's next one
         try:
+            if back:
+                stale = sorted(set(back) - set(self._owners.reclaim(back)))
+                if stale:
+                    logger.warning(
+                        "kept partitions %s were taken by another owner meanwhile: reading them again", stale
+                    )
+                    self._owned.drop(self._both(stale))
+                    fresh = sorted({*fresh, *stale})
             self._owners.claim(fresh)
         except KafkaOperationError as exc:
             if not exc.fatal:
                 raise  # tried again (_assign)
             # This producer is fenced or unusable: only new clients can claim.
-            self.drop(self._both(fresh))
+            self.drop(self._both(sorted({*fresh, *back})))
             self._failures.clients = exc
             return
         self.stats[Stat.OWNERS_FENCED] += len(claimed)
@@ -249,7 +260,7 @@ class Rebalancer:
         What fails to commit is above the committed positions: the next owner does it again.
         """
         # Inside the callback, not handed to the loop: once it returns the partitions may go to
-        # another member, whose claim fences this one's producers (the open work would be done
+        # another member, whose claim may fence this one's producer (the open work would be done
         # again), and a record fetched before the revocation must then find its partition dropped
         # (Coordinator.on_record does not apply it).
         cycle = self._cycle
@@ -260,23 +271,30 @@ class Rebalancer:
         if self._incremental:
             # The partitions go to another member: a release record tells it that nothing of
             # this owner's can be open on them, so its claim fences nobody (this producer goes on
-            # committing the partitions kept). Eager: every partition is revoked and most come
-            # back; a kept one is not released, and whoever takes it instead fences this owner.
-            released = sorted(
-                {tp.partition for tp in partitions if tp.topic in (self.topics.half, self.topics.op)}
-                & set(self.partitions)
-            )
-            if released and self._failures.clients is None and self._failures.fatal is None:
-                try:
-                    self._owners.mark(released, released=True)
-                except KafkaOperationError as exc:  # the next owner fences this one instead
-                    logger.warning("releasing partitions %s: %s", released, exc)
-                    if exc.fatal:
-                        self._failures.clients = exc
+            # committing the partitions it still serves).
+            revoked = {tp.partition for tp in partitions if tp.topic in (self.topics.half, self.topics.op)}
+            self._release(sorted(revoked & set(self.partitions)))
             self._let_go(consumer, partitions)
             return
+        # Eager: every partition is revoked, and most come back; all are released (those that
+        # go to another member are then taken without a fence), and the kept ones given back are
+        # claimed again (_take_over).
+        revoked = {tp.partition for tp in partitions if tp.topic == self.topics.half} & self._owners.numbers()
         self._keep(partitions)
         self.drop(partitions)
+        self._release(sorted(revoked))
+
+    def _release(self, numbers: list[int]) -> None:
+        """Commit release records of ``numbers`` (their last transaction ended); on failure the
+        next owner fences this one instead."""
+        if not numbers or self._failures.clients is not None or self._failures.fatal is not None:
+            return
+        try:
+            self._owners.mark(numbers, released=True)
+        except KafkaOperationError as exc:
+            logger.warning("releasing partitions %s: %s", numbers, exc)
+            if exc.fatal:
+                self._failures.clients = exc
 
     def _let_go(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Incremental: stop reading ``partitions`` and stop serving their numbers (a number
@@ -291,16 +309,15 @@ class Rebalancer:
         self.drop(self._both(sorted({tp.partition for tp in partitions})))
 
     def _keep(self, partitions: list[TopicPartition]) -> None:
-        """Keep the revoked partitions whose work is all committed, with their producers.
+        """Keep the revoked partitions whose work is all committed, in memory.
 
         An eager rebalance revokes every partition, and most come back to the same member in
-        the next generation. No other member was assigned them in between, so nobody claimed
-        their transactional ids and nothing of them was committed elsewhere: the kept state is
-        current, and a claim and a restore would only read it back. Should another owner have
-        claimed one all the same (a generation this member missed, two coordinators under one
-        instance id), the kept producer is fenced, and its next commit fails and replaces the
-        clients (:class:`coordinator.commit.cycle.CommitCycle`): nothing is committed from a
-        stale state.
+        the next generation. They are released all the same (another member may get them), and
+        claimed again when given back: :meth:`Ownership.reclaim` finds a kept state current only
+        when nothing was written to the partition's ``<ns>_state`` between the release and the
+        claim. Should another owner have claimed one meanwhile (a generation this member missed,
+        two coordinators under one instance id), it is read again instead, and that owner
+        fenced: nothing is committed from a stale state.
         """
         if self._failures.clients is not None or self._failures.fatal is not None:
             self._owned.forget_kept()
