@@ -103,24 +103,35 @@ class Ownership:
         wanted = sorted(set(numbers) - self._claimed)
         if not wanted:
             return
-        own = self._ensure_producer()
-        with self._watchdog.deadline(f"reading the owners of {self._state_topic}", 2 * _INIT_TIMEOUT_S):
-            owners = changelog.read_owners(
-                self.config.bootstrap, self._state_topic, wanted, self.config.extra_config, _INIT_TIMEOUT_S
-            )
-        to_fence: dict[str, list[int]] = {}
-        for number in wanted:
-            record = owners.get(number)
-            if record is None:  # an older txbridge's data, or nobody's yet
-                earlier = self.config.partition_transactional_id(number)
-            elif record.released or record.transactional_id == own:
-                continue
-            else:
-                earlier = record.transactional_id
-            to_fence.setdefault(earlier, []).append(number)
-        self.fence(to_fence)
+        # A new incarnation's producer is initialised while the owners are read and fenced: its id
+        # is new, so no owner record names it and nothing here waits for it.
+        cfg = self.config
+        own = self.transactional_id or coordinator_transactional_id(cfg.namespace, cfg.instance_id)
+        with ThreadPoolExecutor(1, "txbridge-init") as pool:
+            made = pool.submit(self._ensure_producer, own)
+            try:
+                owners = self._read_owners(wanted)
+                to_fence: dict[str, list[int]] = {}
+                for number in wanted:
+                    record = owners.get(number)
+                    if record is None:  # an older txbridge's data, or nobody's yet
+                        earlier = cfg.partition_transactional_id(number)
+                    elif record.released or record.transactional_id == own:
+                        continue
+                    else:
+                        earlier = record.transactional_id
+                    to_fence.setdefault(earlier, []).append(number)
+                self.fence(to_fence)
+            finally:
+                made.result()
         self.mark(wanted, released=False)
         self._claimed |= set(wanted)
+
+    def _read_owners(self, numbers: list[int]) -> dict[int, OwnerRecord]:
+        with self._watchdog.deadline(f"reading the owners of {self._state_topic}", 2 * _INIT_TIMEOUT_S):
+            return changelog.read_owners(
+                self.config.bootstrap, self._state_topic, numbers, self.config.extra_config, _INIT_TIMEOUT_S
+            )
 
     def fence(self, earlier: dict[str, list[int]]) -> None:
         """``init_transactions`` on each of ``earlier``'s ids (id -> the partitions it held):
@@ -225,12 +236,12 @@ class Ownership:
             self._released_at.update(offsets)
         return offsets
 
-    def _ensure_producer(self) -> str:
-        """This incarnation's producer, made and initialised at its first claim; its id."""
+    def _ensure_producer(self, transactional_id: str) -> None:
+        """This incarnation's producer under ``transactional_id``, made and initialised at its
+        first claim."""
         if self._writer is not None and self.transactional_id is not None:
-            return self.transactional_id
+            return
         cfg = self.config
-        transactional_id = coordinator_transactional_id(cfg.namespace, cfg.instance_id)
         producer = kafka.producer(
             cfg.bootstrap,
             cfg.extra_config,
@@ -250,7 +261,6 @@ class Ownership:
         logger.info("coordinator %s commits under the transactional id %s", cfg.instance_id, transactional_id)
         self._writer = TransactionWriter(producer, self._sizes)
         self.transactional_id = transactional_id
-        return transactional_id
 
     # ------------------------------------------------------------------ letting go
 
