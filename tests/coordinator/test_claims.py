@@ -158,3 +158,32 @@ def test_a_partition_an_older_txbridge_served_has_its_partition_id_fenced(
     tx = env.producer.transaction([Msg(topic, b"after the upgrade", key=_key_in(2))], TxState.COMMIT)
     assert eventually(lambda: _txs(env, topic) == [tx], timeout=TIMEOUT_MS / 2000), _txs(env, topic)
     assert _fenced(legacy)
+
+
+def test_a_partition_a_rebalance_moves_is_taken_without_fencing_its_previous_owner(
+    env: Env, topic_factory: Callable[..., str]
+) -> None:
+    """A second coordinator joins and the group moves some partitions to it. The first released
+    them at the revocation, so the second fences nobody: the first goes on serving what it kept,
+    never fenced and never joining again, and every transaction is published once."""
+    topic = topic_factory()
+    first = env.start(instance_id="first", static_membership=False)
+    before = [
+        env.producer.transaction([Msg(topic, f"before-{p}".encode(), key=_key_in(p))], TxState.COMMIT)
+        for p in range(PARTITIONS)
+    ]
+    assert eventually(lambda: sorted(_txs(env, topic)) == sorted(before)), _txs(env, topic)
+
+    second = env.start(instance_id="second", static_membership=False)
+    assert eventually(lambda: second.service.partitions and first.service.partitions), "nothing moved"
+    after = [
+        env.producer.transaction([Msg(topic, f"after-{p}".encode(), key=_key_in(p))], TxState.COMMIT)
+        for p in range(PARTITIONS)
+    ]
+    everything = sorted(before + after)
+    assert eventually(lambda: sorted(_txs(env, topic)) == everything), _txs(env, topic)
+    assert first.service.stats["partitions_fenced"] == 0
+    assert first.service.stats["consumer_rejoins"] == 0
+    owners = read_owners(env.bootstrap, env.topics.state, list(range(PARTITIONS)))
+    moved = sorted(second.service.partitions)
+    assert {owners[p].transactional_id for p in moved} == {second.service.parts.kafka.owners.transactional_id}
