@@ -26,6 +26,7 @@ from bench.kafka_native import (
     payload,
     percentile,
 )
+from coordinator.commit import changelog
 from servers.broker import free_port
 from servers.coordinator_process import CoordinatorProcess
 from txbridge import kafka
@@ -39,7 +40,6 @@ from txbridge.wire import (
     H_TX,
     Topics,
     TxState,
-    default_coordinator_group,
     half_partition,
     header_dict,
     partition_transactional_id,
@@ -669,37 +669,31 @@ def failovers(env: Env, *, size: int) -> list[Figure]:
 
 
 def _leave_a_transaction_open(env: Env, ns: str, topic: str, owned: set[int], keys: list[bytes]) -> list[Any]:
-    """Open a Kafka transaction under each of a just-killed coordinator's partition
-    transactional ids and leave them open: each holds its partition's half and op offsets (as
-    they are committed), and the first also one record per key of ``keys`` on the real
-    ``topic``. Until the next owner claims those ids, the offsets stay unstable and
-    read_committed consumers of the real topic's partitions that hold a record see nothing
-    past it. Returns the producers (keep them: a transaction stays open only while nothing
-    aborts it)."""
+    """Open a Kafka transaction under the transactional id the claim records of a just-killed
+    coordinator's partitions name (its own) and leave it open: it holds each of those
+    partitions' ``<ns>_state`` (a record in each) and one record per key of ``keys`` on the
+    real ``topic``. Until the next owner fences that id, read_committed readers of those
+    partitions see nothing past it. Returns the producers (keep them: a transaction stays open
+    only while nothing aborts it)."""
     topics = Topics(ns)
-    group = default_coordinator_group(ns)
-    reader = kafka.consumer(env.bootstrap, group, env.extra, isolation_level="read_uncommitted")
+    owners = changelog.read_owners(env.bootstrap, topics.state, sorted(owned), env.extra)
+    held: dict[str, list[int]] = {}
+    for number in sorted(owned):
+        claim = owners.get(number)
+        name = partition_transactional_id(ns, number) if claim is None else claim.transactional_id
+        held.setdefault(name, []).append(number)
     producers: list[Any] = []
-    try:
-        wanted = [TopicPartition(t, p) for t in (topics.half, topics.op) for p in sorted(owned)]
-        offsets = [tp for tp in reader.committed(wanted, timeout=10) if tp.offset >= 0]
-        members = reader.consumer_group_metadata()  # never joined: generation -1, as a dead member's
-        for number in sorted(owned):
-            producer = kafka.producer(
-                env.bootstrap, env.extra, transactional_id=partition_transactional_id(ns, number)
-            )
-            producers.append(producer)
-            producer.init_transactions(30)
-            producer.begin_transaction()
-            if number == min(owned):
-                for key in keys:
-                    producer.produce(topic, key=key, value=b"left open by the killed coordinator")
-                producer.flush(30)
-            mine = [tp for tp in offsets if tp.partition == number]
-            if mine:
-                producer.send_offsets_to_transaction(mine, members, 30)
-    finally:
-        reader.close()
+    for index, (transactional_id, numbers) in enumerate(sorted(held.items())):
+        producer = kafka.producer(env.bootstrap, env.extra, transactional_id=transactional_id)
+        producers.append(producer)
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        if index == 0:
+            for key in keys:
+                producer.produce(topic, key=key, value=b"left open by the killed coordinator")
+        for number in numbers:
+            producer.produce(topics.state, key=b"left-open", value=None, partition=number)
+        producer.flush(30)
     return producers
 
 

@@ -22,7 +22,7 @@ from coordinator.checks.checker import Checker
 from coordinator.checks.registry import ProducerRegistry
 from coordinator.checks.resume import ExpiryResumer
 from coordinator.commit.cycle import THREAD_PREFIX, CommitCycle, KafkaCommitClients
-from coordinator.commit.ownership import PartitionProducers
+from coordinator.commit.ownership import Ownership
 from coordinator.commit.payloads import HalfReader
 from coordinator.config import CoordinatorConfig
 from coordinator.failures import Failures
@@ -81,13 +81,13 @@ class KafkaSide:
     """The Kafka clients the parts share (step 2 of :func:`build`).
 
     Attributes:
-        owners: one transactional producer per owned partition.
+        owners: the coordinator's transactional producer and the partitions it claimed.
         consumers: makes the group's half/op consumers.
         clients: the group's consumer; joining and joining again.
         commit_clients: the commit cycle's Kafka side (producers, end offsets, the group's copy).
     """
 
-    owners: PartitionProducers
+    owners: Ownership
     consumers: GroupConsumers
     clients: GroupClients
     commit_clients: KafkaCommitClients
@@ -234,7 +234,7 @@ def foundation(config: CoordinatorConfig, on_wedged: Callable[[Wedged], None] | 
 def kafka_side(base: Foundation) -> KafkaSide:
     """The partitions' producers, the group's consumer, the commit cycle's Kafka side."""
     config = base.config
-    owners = PartitionProducers(config, base.watchdog)
+    owners = Ownership(config, base.watchdog)
     consumers = GroupConsumers(config)
     clients = GroupClients(
         config,

@@ -73,8 +73,9 @@ class CoordinatorConfig:
             config is built (``replace(namespace=...)`` keeps the group already resolved).
         instance_id: this coordinator (default: the host name): its consumer's ``client.id`` and,
             with ``static_membership``, its ``group.instance.id``, which must be unique among the
-            running coordinators of its group; stable across its restarts. It names no
-            transactional id: those belong to partitions (:meth:`partition_transactional_id`).
+            running coordinators of its group; stable across its restarts. Each incarnation
+            commits under ``<namespace>-coord-<instance_id>-<random hex>``, a new id each time
+            its clients are built (:mod:`coordinator.commit.ownership`).
         static_membership: join the group as a static member (``group.instance.id`` =
             ``instance_id``): a restart within ``session.timeout.ms`` keeps the partitions,
             without a rebalance; a clean stop releases them only after ``session.timeout.ms``.
@@ -217,16 +218,12 @@ class CoordinatorConfig:
             raise ConfigurationError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
 
     def partition_transactional_id(self, partition: int) -> str:
-        """The transactional.id that commits partition ``partition``'s work, whoever owns it.
+        """The transactional.id under which an older txbridge committed partition ``partition``.
 
-        It names the partition, not the process: every new owner of the partition, however
-        its coordinator is named, re-initialises this id before it reads anything of the
-        partition, and that aborts whatever an earlier owner left open and fences it
-        (docs/DESIGN.md, "Ownership"). It names no group either: a coordinator of another
-        group on the same namespace (a mistyped ``--group-id``, an upgrade that renamed the
-        group) fences this one's owner like any successor, so one namespace partition has one
-        committer whatever the group. The ``<namespace>-partition-`` prefix is what
-        ``txbridge acls`` grants.
+        One id per partition, whoever owned it. A coordinator taking over a partition that has
+        no owner record in ``<ns>_state`` yet (data an older txbridge wrote) fences this id
+        before it reads anything of the partition (docs/DESIGN.md, "Ownership": the upgrade),
+        which is why ``txbridge acls`` still grants the ``<namespace>-partition-`` prefix.
         """
         return partition_transactional_id(self.namespace, partition)
 

@@ -5,18 +5,18 @@ and live in the sub-packages: the owned partitions' state (:mod:`coordinator.sta
 back-checks (:mod:`coordinator.checks`), the commits (:mod:`coordinator.commit`), the group
 (:mod:`coordinator.group`).
 
-At each commit boundary every owned partition with work commits a Kafka transaction
-of its own, under the partition's transactional id (:mod:`coordinator.commit.ownership`):
-the republished messages of its ready committed transactions, op records of
-back-check verdicts and expiries, copies to ``<ns>_expired`` / ``<ns>_quarantine``,
-its ``<ns>_state`` entries, and its consumed half/op offsets (with the group
-metadata). Hence the invariant: everything below a partition's committed offsets
-is resolved, in ``<ns>_state``, or listed in the committed half offset.
+At each commit boundary the owned partitions with work commit one Kafka transaction, under
+this coordinator incarnation's transactional id (:mod:`coordinator.commit.ownership`): the
+republished messages of their ready committed transactions, op records of back-check
+verdicts and expiries, copies to ``<ns>_expired`` / ``<ns>_quarantine``, their
+``<ns>_state`` entries, and each partition's positions record. Hence the invariant:
+everything below a partition's positions is resolved, in ``<ns>_state``, or listed young.
 
-An abortable Kafka error aborts that partition's transaction; the partition is set aside
-(:meth:`OwnedPartitions.rewind`) and the loop rewinds it: its state is rebuilt from
-``<ns>_state`` and the consumer seeks back to its committed offsets. A fenced partition
-(another owner claimed it), a fatal error or a commit stuck past its timeout replaces the
+An abortable Kafka error aborts the transaction; the partitions it covered are set aside
+(:meth:`OwnedPartitions.rewind`) and the loop rewinds them: their state is rebuilt from
+``<ns>_state`` and the consumer seeks back to their positions. A fenced producer (another
+owner took one of the partitions and fenced this id), a fatal error or a commit stuck past
+its timeout replaces the
 clients in-process (:meth:`GroupClients.rejoin`).
 """
 

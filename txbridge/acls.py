@@ -35,8 +35,10 @@ coordinator (``txbridge coordinator``)
     Consumes ``<ns>_half`` and ``<ns>_op`` in its consumer group ``<group_id>``
     (default :func:`~txbridge.wire.default_coordinator_group`: ``txbridge-coordinator``,
     or ``txbridge-coordinator.<ns>`` for another namespace) and commits those offsets
-    inside Kafka transactions with ``transactional.id`` ``<ns>-partition-<partition>``
-    (one per half/op partition, whatever the group: a PREFIXED ACL). In them it
+    inside Kafka transactions with ``transactional.id`` ``<ns>-coord-<instance>-<random>``
+    (a new one each time its clients are built, whatever the group: a PREFIXED ACL), and
+    fences the ``<ns>-partition-<partition>`` ids an older txbridge committed under when it
+    takes over a partition with no claim record (PREFIXED too). In them it
     publishes committed messages to the real topics and writes ``<ns>_op``,
     ``<ns>_state``, ``<ns>_expired`` and ``<ns>_quarantine``. It restores
     ``<ns>_state``, reads ``<ns>_producers`` (the registry) and ``<ns>_expired``.
@@ -77,7 +79,13 @@ from txbridge.kafka import (
     ResourcePatternType,
     ResourceType,
 )
-from txbridge.wire import DEFAULT_NAMESPACE, Topics, default_coordinator_group, partition_transactional_id
+from txbridge.wire import (
+    DEFAULT_NAMESPACE,
+    Topics,
+    coordinator_transactional_prefix,
+    default_coordinator_group,
+    partition_transactional_id,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -331,16 +339,24 @@ def _coordinator(
             Acl(p, GROUP, group, False, "Read", "the coordinators' group over half and op"),
             Acl(p, GROUP, f"{group}-offsets", False, "Describe", "a client that reads end offsets"),
         ]
-    acls.append(
+    acls += [
+        Acl(
+            p,
+            TRANSACTIONAL_ID,
+            coordinator_transactional_prefix(namespace),
+            True,
+            "Write",
+            "each coordinator incarnation's transactional.id, whatever the group; fencing an earlier one",
+        ),
         Acl(
             p,
             TRANSACTIONAL_ID,
             partition_transactional_id(namespace, 0)[:-1],
             True,
             "Write",
-            "one transactional.id per namespace partition, whatever the group",
-        )
-    )
+            "fencing the per-partition ids an older txbridge committed under (the upgrade)",
+        ),
+    ]
     acls += [
         Acl(p, GROUP, prefix, True, "Describe", "helper clients' throwaway groups (random suffix)")
         for prefix in COORDINATOR_HELPER_GROUPS

@@ -45,9 +45,22 @@ def default_coordinator_group(namespace: str) -> str:
 
 
 def partition_transactional_id(namespace: str, partition: int) -> str:
-    """The transactional.id under which partition ``partition`` of ``namespace`` is committed,
-    by whichever coordinator owns it, of whatever group (docs/DESIGN.md, "Ownership")."""
+    """The transactional.id under which an older txbridge committed partition ``partition`` of
+    ``namespace`` (one id per partition). A coordinator taking over a partition that has no
+    claim record yet fences it (docs/DESIGN.md, "Ownership": the upgrade)."""
     return f"{namespace}-partition-{partition}"
+
+
+def coordinator_transactional_prefix(namespace: str) -> str:
+    """The prefix of every coordinator's transactional.id in ``namespace``: each incarnation
+    commits under ``<prefix><instance id>-<random hex>``, a name never used twice, recorded in
+    the claim records of the partitions it takes (:class:`OwnerRecord`)."""
+    return f"{namespace}-coord-"
+
+
+def coordinator_transactional_id(namespace: str, instance_id: str) -> str:
+    """A fresh transactional.id for one incarnation of coordinator ``instance_id``."""
+    return f"{coordinator_transactional_prefix(namespace)}{instance_id}-{secrets.token_hex(6)}"
 
 
 # ---------------------------------------------------------------- headers of a half record
@@ -244,6 +257,44 @@ def decode_young(position: int, metadata: str | None) -> list[int]:
 #: transaction left the half and op partitions, and the young transactions it listed. No tx id
 #: can take it: tx ids are text without control characters (:func:`decode_half`).
 POSITIONS_KEY = b"\x00txb.positions"
+
+
+#: The ``<ns>_state`` key of a partition's owner record: who claimed the partition last, and
+#: whether it released it (:class:`OwnerRecord`). One key per partition, so that compaction
+#: keeps the last one. A restore older than owner records reads it as an entry that is not
+#: valid, logs it and skips it.
+OWNER_KEY = b"\x00txb.owner"
+
+
+@dataclass(frozen=True)
+class OwnerRecord:
+    """Who committed a partition's work last: the value of :data:`OWNER_KEY`.
+
+    Attributes:
+        transactional_id: the owner's transactional.id.
+        released: False for a claim (written before the owner serves the partition), True for
+            a release (in the owner's last transaction for it).
+    """
+
+    transactional_id: str
+    released: bool = False
+
+    def encode(self) -> bytes:
+        kind = "release" if self.released else "claim"
+        return json.dumps({"owner": 1, kind: self.transactional_id}, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> OwnerRecord:
+        """Raises: WireFormatError: not a version-1 owner record."""
+        try:
+            body = json.loads(value)
+            if body.get("owner") != 1:
+                raise WireFormatError(f"owner record has version {body.get('owner')!r}")
+            if "claim" in body:
+                return cls(str(body["claim"]))
+            return cls(str(body["release"]), released=True)
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            raise WireFormatError(f"owner record is not valid: {exc}") from None
 
 
 @dataclass(frozen=True)

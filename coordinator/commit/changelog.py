@@ -30,7 +30,15 @@ from typing import Any
 from coordinator.state.partition import HalfRef, PartitionState, PendingTx, Phase
 from txbridge import kafka
 from txbridge.errors import WireFormatError
-from txbridge.wire import POSITIONS_KEY, YOUNG_PREFIX, OpSource, Positions, encode_young
+from txbridge.wire import (
+    OWNER_KEY,
+    POSITIONS_KEY,
+    YOUNG_PREFIX,
+    OpSource,
+    OwnerRecord,
+    Positions,
+    encode_young,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +51,8 @@ class Restored:
 
     pending: dict[int, list[PendingTx]] = field(default_factory=dict)
     positions: dict[int, Positions] = field(default_factory=dict)
+    #: The owner records read, in order, per partition (compaction may have removed all but the last).
+    owners: dict[int, list[OwnerRecord]] = field(default_factory=dict)
 
 
 @dataclass
@@ -213,6 +223,14 @@ def restore(
         ):
             live = entries.setdefault(int(msg.partition() or 0), {})
             value = msg.value()
+            if msg.key() == OWNER_KEY:
+                try:
+                    out.owners.setdefault(int(msg.partition() or 0), []).append(
+                        OwnerRecord.decode(value or b"")
+                    )
+                except WireFormatError as exc:
+                    logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+                continue
             if msg.key() == POSITIONS_KEY:
                 try:
                     out.positions[int(msg.partition() or 0)] = Positions.decode(value or b"")
@@ -231,6 +249,51 @@ def restore(
         consumer.close()
     out.pending = {p: list(txs.values()) for p, txs in entries.items() if txs}
     return out
+
+
+def read_owners(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int],
+    extra: Mapping[str, Any] | None = None,
+    timeout: float = 60.0,
+) -> dict[int, OwnerRecord]:
+    """The last committed owner record of each of ``partitions`` (absent: none, an older
+    txbridge's data or a new namespace), read with read_committed to the last stable offset.
+
+    Only to the last stable offset, unlike :func:`restore`: an owner's claim is committed in a
+    transaction of its own before it serves the partition, so every claim of an owner that may
+    still hold a transaction open lies below that transaction's first record, hence below the
+    last stable offset. The read ends without waiting for the open transaction it is about to
+    fence.
+
+    Raises:
+        KafkaOperationError: the partitions' ends were not reached within ``timeout``.
+    """
+    if not partitions:
+        return {}
+    consumer = kafka.consumer(
+        bootstrap,
+        f"txbridge-restore-{uuid.uuid4().hex[:8]}",
+        extra,
+        enable_partition_eof=True,
+        fetch_wait_max_ms=10,
+    )
+    owners: dict[int, OwnerRecord] = {}
+    try:
+        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in partitions])
+        for msg in kafka.read_to_end(
+            consumer, topic, dict.fromkeys(partitions), timeout=timeout, what=f"reading {topic}'s owners"
+        ):
+            if msg.key() != OWNER_KEY or msg.value() is None:
+                continue
+            try:
+                owners[int(msg.partition() or 0)] = OwnerRecord.decode(msg.value() or b"")
+            except WireFormatError as exc:
+                logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+    finally:
+        consumer.close()
+    return owners
 
 
 def _warn_if_held(consumer: Any, topic: str, ends: dict[int, int | None]) -> None:

@@ -1,16 +1,21 @@
-"""The commit cycle: group commit of each owned partition's Kafka transaction, ended on threads.
+"""The commit cycle: group commit of the owned partitions' work in one Kafka transaction at a
+time, ended on a thread.
 
-A partition with a transaction ready to republish starts its Kafka transaction at once unless
-its previous one is still being ended; whatever becomes ready meanwhile goes into the next,
-which starts as soon as that one ends. A transaction is filled on the loop's thread (producing
-only queues records) and ended (``commit_transaction``) on a commit thread; the loop collects
-the ended ones. What a fill moved in memory (published, set aside, persisted) holds once its
-transaction commits, and is rebuilt from Kafka if it does not: an abortable error aborts the
-transaction and the partition is rewound; a fenced partition, a fatal error or a commit stuck
-past its timeout asks for new clients (:class:`Failures`).
+A transaction ready to republish starts a Kafka transaction at once unless the previous one is
+still being ended; whatever becomes ready meanwhile, on any owned partition, goes into the next,
+which starts as soon as that one ends. One Kafka transaction covers every partition with work:
+the coordinator has one transactional producer (:mod:`coordinator.commit.ownership`), and the
+broker's cost of a transaction (its markers, one per partition written, and the transaction
+coordinator's log writes) is paid once per commit, not once per partition. A transaction is
+filled on the loop's thread (producing only queues records) and ended (``commit_transaction``)
+on the commit thread; the loop collects it. What a fill moved in memory (published, set aside,
+persisted) holds once its transaction commits, and is rebuilt from Kafka if it does not: an
+abortable error aborts the transaction and every partition it covered is rewound; a fenced
+producer, a fatal error or a commit stuck past its timeout asks for new clients
+(:class:`Failures`).
 
-Kafka is reached through :class:`CommitKafka` (the partitions' transactional producers and an
-end-offset lookup): :class:`KafkaCommitClients` on a real broker, a fake in tests/unit.
+Kafka is reached through :class:`CommitKafka` (the transactional producer and an end-offset
+lookup): :class:`KafkaCommitClients` on a real broker, a fake in tests/unit.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any, Protocol
 
 from coordinator.commit import changelog, tracing
 from coordinator.commit.content import TransactionContent
-from coordinator.commit.ownership import PartitionProducers
+from coordinator.commit.ownership import Ownership
 from coordinator.commit.payloads import evict_states
 from coordinator.commit.writer import TransactionWriter
 from coordinator.config import CoordinatorConfig
@@ -41,8 +46,9 @@ from txbridge.wire import Topics
 
 logger = logging.getLogger(__name__)
 
-#: Partition commits that end at once, on threads (librdkafka releases the GIL in its calls).
-COMMIT_THREADS = 4
+#: Transactions ended at once: one, the coordinator's producer has one transaction at a time
+#: (librdkafka releases the GIL in its calls, so the loop gathers the next meanwhile).
+COMMIT_THREADS = 1
 #: Timeout of each call that ends a commit boundary's Kafka transaction (commit, abort). A
 #: broker failover takes seconds; a call that times out is retried (commit) or its transaction
 #: aborted and the work done again. Every such call runs under the watchdog.
@@ -56,7 +62,7 @@ THREAD_PREFIX = "txbridge-commit"
 
 
 class TransactionalProducer(Protocol):
-    """The transaction calls the cycle makes on a partition's producer."""
+    """The transaction calls the cycle makes on the coordinator's producer."""
 
     def begin_transaction(self) -> None: ...
 
@@ -69,13 +75,13 @@ class CommitKafka(Protocol):
     """What the commit cycle asks of Kafka."""
 
     def writer(self, number: int) -> TransactionWriter:
-        """Partition ``number``'s producer wrapper: the records of its transaction go there."""
+        """The producer wrapper partition ``number``'s records go to (one for every partition)."""
 
     def producer(self, number: int) -> TransactionalProducer:
-        """Partition ``number``'s transactional producer."""
+        """The transactional producer partition ``number`` is committed with (one for every partition)."""
 
     def abandon(self, number: int) -> None:
-        """Forget partition ``number``'s producer without touching it (a call on it is stuck)."""
+        """Forget the producer without touching it (a call on it is stuck)."""
 
     def half_end(self, number: int, timeout: float) -> int:
         """The end offset of half partition ``number`` (raises when it cannot be read)."""
@@ -88,13 +94,13 @@ class CommitKafka(Protocol):
 
 
 class KafkaCommitClients:
-    """:class:`CommitKafka` on a real broker: the partition producers, the group's consumer and
+    """:class:`CommitKafka` on a real broker: the coordinator's producer, the group's consumer and
     a never-subscribed consumer of its own for end-offset queries.
 
     Args:
         config: the coordinator's settings.
         topics: the namespace's topics.
-        producers: the owned partitions' producers.
+        producers: the coordinator's producer and the partitions it claimed.
         consumer: the group's consumer, while the coordinator holds one.
     """
 
@@ -102,7 +108,7 @@ class KafkaCommitClients:
         self,
         config: CoordinatorConfig,
         topics: Topics,
-        producers: PartitionProducers,
+        producers: Ownership,
         consumer: Callable[[], Consumer],
     ) -> None:
         self._config = config
@@ -208,7 +214,8 @@ class CommitCycle:
         self._watchdog = watchdog
         self.failures = failures
         self._rewind = rewind
-        # partition -> its Kafka transaction being ended on a commit thread (one at a time per partition)
+        # partition -> the Kafka transaction covering it being ended on the commit thread (one
+        # transaction at a time: every partition it covers maps to the same future)
         self.in_flight: dict[int, Future[None]] = {}
         self._monitored: dict[int, list[TopicPartition]] = {}  # offsets to copy to the group at commit
         self._decided: dict[int, list[int]] = {}  # the COMMITs' append times (ms) each commit publishes
@@ -242,17 +249,21 @@ class CommitCycle:
     def waiting(self) -> set[int]:
         """Partitions with a transaction ready to republish, no commit in flight and (with
         ``commit_pace_ms``) their pace over."""
-        return self.work.ready - self.in_flight.keys() - self._pacing()
+        if self.in_flight:
+            return set()
+        return self.work.ready - self._pacing()
 
     def behind_in_flight(self) -> set[int]:
-        """Partitions with a transaction ready to republish behind their commit in flight.
+        """Partitions with a transaction ready to republish behind the commit in flight.
 
         Only these need the loop to look again as soon as a commit ends. A commit with nothing
         behind it is collected at the loop's next turn (a record, or the interval's tick), which
         delays nothing anybody waits for; looking every millisecond for every commit in flight
         kept the loop turning through each lone transaction's whole commit, for nothing.
         """
-        return self.work.ready & self.in_flight.keys()
+        if not self.in_flight:
+            return set()
+        return self.work.ready - self._pacing()
 
     def _pacing(self) -> set[int]:
         """Partitions whose pace is not over yet."""
@@ -263,9 +274,7 @@ class CommitCycle:
 
     def pace_wait(self) -> float:
         """Seconds until a paced partition with a ready transaction may start its commit (0: none waits)."""
-        paced = [
-            self._paced_until[n] for n in self.work.ready - self.in_flight.keys() if n in self._paced_until
-        ]
+        paced = [self._paced_until[n] for n in self.work.ready if n in self._paced_until]
         return max(min(paced) - self.clock(), 0.0) if paced else 0.0
 
     def wedged(self, thread: str) -> bool:
@@ -284,24 +293,26 @@ class CommitCycle:
         return [n for n, s in sorted(self.partitions.items()) if n in busy or s.has_work()]
 
     def start(self, *, everything: bool) -> None:
-        """Start a Kafka transaction for each partition with work whose previous one has ended.
+        """Start one Kafka transaction for the partitions with work, unless one is being ended.
 
         ``everything``: every such partition (the interval's tick); otherwise only those where a
-        transaction became ready to republish. The transactions are filled here, one after
-        another, and ended on the commit threads; :meth:`collect` takes them.
+        transaction became ready to republish. The transaction is filled here, partition after
+        partition, and ended on the commit thread; :meth:`collect` takes it.
         """
-        if self.failures.fatal is not None or not self.partitions:
+        if self.failures.fatal is not None or not self.partitions or self.in_flight:
             return
         # A paced partition skips the tick too: the tick comes every commit_interval_ms, so a pace
         # it ignored would never be longer than the interval. Its offsets and verdicts wait for
         # the pace, which is the bound on how long anything waits.
-        busy = self.in_flight.keys() | self._pacing()
+        paced = self._pacing()
         wanted = self._with_work() if everything else sorted(self.waiting() & set(self.partitions))
-        numbers = [n for n in wanted if n not in busy]
+        numbers = [n for n in wanted if n not in paced]
         if not numbers:
             return
         self._prepare_waits(numbers)
-        numbers = [n for n in (self._with_work() if everything else numbers) if n not in busy]
+        numbers = [n for n in (self._with_work() if everything else numbers) if n not in paced]
+        if not numbers:
+            return
         expiring = [
             t for t in self.work.expiring.values() if t.phase is Phase.OPEN and t.partition in numbers
         ]
@@ -315,32 +326,32 @@ class CommitCycle:
         except KafkaOperationError as exc:
             logger.warning("re-reading half payloads failed, retrying at the next commit: %s", exc)
             return
-        failed: dict[int, Exception] = {}
-        for number in numbers:
-            expiring_here = [t for t in expiring if t.partition == number]
-            try:
-                offsets = self._fill(
+        filled: list[int] = []
+        monitored: dict[int, list[TopicPartition]] = {}
+        try:
+            self.kafka.producer(numbers[0]).begin_transaction()
+            for number in numbers:
+                filled.append(number)  # a failure halfway leaves part of it in the transaction
+                monitored[number] = self._fill(
                     number,
                     ready[number],
-                    expiring_here,
+                    [t for t in expiring if t.partition == number],
                     [(t, r) for t, r in incomplete if t.partition == number],
                 )
-            except Exception as exc:
-                failed[number] = exc
-                continue
-            if expiring_here:
-                self._with_expiries.add(number)
-            else:
-                self._with_expiries.discard(number)
-            self.in_flight[number] = self._commits.submit(self._end, number)
-            self._monitored[number] = offsets
+        except Exception as exc:
+            self._on_transaction_errors(filled or numbers, exc)
+            evict_states(self.partitions.values(), self.config.payload_cache_bytes)
+            return
+        self._with_expiries = {t.partition for t in expiring}
+        future = self._commits.submit(self._end, filled)
+        for number in filled:
+            self.in_flight[number] = future
+            self._monitored[number] = monitored[number]
             self._decided[number] = [t.decided_ms for t in ready[number] if t.decided_ms is not None]
             if self._pace_s and len(ready[number]) >= 2:
                 self._paced_until[number] = self.clock() + self._pace_s
             else:
                 self._paced_until.pop(number, None)
-        if failed:
-            self._on_transaction_errors(failed)
         evict_states(self.partitions.values(), self.config.payload_cache_bytes)
 
     def _fill(
@@ -350,10 +361,9 @@ class CommitCycle:
         expiring: list[PendingTx],
         incomplete: list[tuple[PendingTx, str]],
     ) -> list[TopicPartition]:
-        """Begin partition ``number``'s transaction and produce its records; returns the offsets
+        """Produce partition ``number``'s records into the open transaction; returns the offsets
         it commits."""
         writer = self.kafka.writer(number)
-        self.kafka.producer(number).begin_transaction()
         state = self.partitions[number]
         content = TransactionContent(
             writer, self.topics, state, self.stats, self.config.max_message_bytes, spans=self._spans
@@ -367,8 +377,8 @@ class CommitCycle:
         self.work.forget(lambda n: n == number)
         # Where the partition stands goes into the same transaction, in <ns>_state: no
         # send_offsets_to_transaction (two round trips, one of them to the group coordinator,
-        # and librdkafka#5511's hang when that broker dies). The claim fences earlier owners,
-        # so the group's generation is not needed to fence them.
+        # and librdkafka#5511's hang when that broker dies). The claim records fence earlier
+        # owners, so the group's generation is not needed to fence them.
         op_position = self.positions.get((self.topics.op, number))
         where = changelog.Positions(position, op_position, plan.metadata)
         content.write_positions(where)
@@ -396,10 +406,11 @@ class CommitCycle:
 
     # ------------------------------------------------------------------ ending them
 
-    def _end(self, number: int) -> None:
-        """Commit partition ``number``'s transaction (a commit thread)."""
-        self._ending[number] = threading.current_thread().name
-        self._end_transaction(self.kafka.producer(number), commit=True)
+    def _end(self, numbers: list[int]) -> None:
+        """Commit the transaction covering ``numbers`` (the commit thread)."""
+        name = threading.current_thread().name
+        self._ending.update(dict.fromkeys(numbers, name))
+        self._end_transaction(self.kafka.producer(numbers[0]), commit=True)
 
     def _end_transaction(self, producer: TransactionalProducer, *, commit: bool) -> None:
         """``commit_transaction`` or ``abort_transaction``, resumed while it fails retriably.
@@ -431,107 +442,111 @@ class CommitCycle:
                 return
 
     def collect(self) -> None:
-        """Take the ended commits: count the committed, handle the failed (:meth:`_on_transaction_errors`).
+        """Take the ended commit: count it, or handle its failure (:meth:`_on_transaction_errors`).
 
         A commit whose call the watchdog reports stuck (confluentinc/librdkafka#5511: it waits
-        forever for a dead group coordinator) cannot be interrupted: its producer is abandoned
-        to its thread and the clients are replaced; the partition's next claim fences it.
+        forever for a dead group coordinator) cannot be interrupted: the producer is abandoned
+        to its thread and the clients are replaced; the next owner of its partitions fences it.
         """
-        failed: dict[int, Exception] = {}
-        for number, future in list(self.in_flight.items()):
-            if not future.done():
-                if self._ending.get(number) in self._wedged:
-                    del self.in_flight[number]
-                    failed[number] = self._abandon(number)
-                continue
-            del self.in_flight[number]
-            error = future.exception()
-            decided = self._decided.pop(number, [])
-            if error is None:
-                self.stats[Stat.KAFKA_TRANSACTIONS] += 1
-                self._copy_to_group(self._monitored.pop(number, []))
-                now_ms = time.time() * 1000
-                for ms in decided:  # the broker's clock against this host's: kept in step by NTP
-                    self.visible.observe(max(now_ms - ms, 0.0) / 1000)
-            else:
-                failed[number] = error if isinstance(error, Exception) else RuntimeError(str(error))
-        if failed:
-            self._on_transaction_errors(failed)
+        if not self.in_flight:
+            return
+        numbers = sorted(self.in_flight)
+        future = self.in_flight[numbers[0]]
+        if not future.done():
+            if self._ending.get(numbers[0]) in self._wedged:
+                self.in_flight.clear()
+                self._on_transaction_errors(numbers, self._abandon(numbers))
+            return
+        self.in_flight.clear()
+        error = future.exception()
+        if error is not None:
+            for number in numbers:
+                self._decided.pop(number, None)
+            self._on_transaction_errors(
+                numbers, error if isinstance(error, Exception) else RuntimeError(str(error))
+            )
+            return
+        self.stats[Stat.KAFKA_TRANSACTIONS] += 1
+        now_ms = time.time() * 1000
+        for number in numbers:
+            self._copy_to_group(self._monitored.pop(number, []))
+            for ms in self._decided.pop(
+                number, []
+            ):  # the broker's clock against this host's: kept in step by NTP
+                self.visible.observe(max(now_ms - ms, 0.0) / 1000)
 
     def drain(self, *, errors: bool = True) -> None:
-        """Wait for every commit in flight (before a revocation, a rejoin or the end).
+        """Wait for the commit in flight (before a revocation, a claim, a rejoin or the end).
 
-        ``errors``: handle the failed ones; without, only wait (the clients are being replaced).
+        ``errors``: handle a failure; without, only wait (the clients are being replaced).
         """
         backstop = time.monotonic() + END_RETRY_S + 2 * TXN_CALL_TIMEOUT_S + GRACE_S
         while self.in_flight:
-            done, _ = wait_for_any(list(self.in_flight.values()), timeout=0.5)
-            stuck = [n for n in self.in_flight if self._ending.get(n) in self._wedged]
+            numbers = sorted(self.in_flight)
+            future = self.in_flight[numbers[0]]
+            done, _ = wait_for_any([future], timeout=0.5)
+            stuck = self._ending.get(numbers[0]) in self._wedged
             if not done and (stuck or time.monotonic() > backstop):
-                for number in stuck or list(self.in_flight):
-                    del self.in_flight[number]
-                    error = self._abandon(number)
-                    if errors:
-                        self._on_transaction_errors({number: error})
+                self.in_flight.clear()
+                error = self._abandon(numbers)
+                if errors:
+                    self._on_transaction_errors(numbers, error)
                 continue
             if errors:
                 self.collect()
-            else:
-                for number in [n for n, f in self.in_flight.items() if f.done()]:
-                    del self.in_flight[number]
+            elif future.done():
+                self.in_flight.clear()
 
-    def _abandon(self, number: int) -> KafkaOperationError:
+    def _abandon(self, numbers: list[int]) -> KafkaOperationError:
         logger.error(
-            "coordinator %s: the commit of partition %d is stuck; replacing the clients",
+            "coordinator %s: the commit of partitions %s is stuck; replacing the clients",
             self.config.instance_id,
-            number,
+            numbers,
         )
         self.stats[Stat.COMMITS_WEDGED] += 1
-        self.kafka.abandon(number)
-        self._commits.shutdown(wait=False)  # its thread stays stuck: new threads for the others
+        self.kafka.abandon(numbers[0])
+        self._commits.shutdown(wait=False)  # its thread stays stuck: a new one for the next
         self._pools += 1  # thread names are never reused: a stuck one stays told apart
         self._commits = ThreadPoolExecutor(COMMIT_THREADS, f"{THREAD_PREFIX}-{self._pools}")
-        return KafkaOperationError(f"the commit of partition {number} is stuck", fatal=True)
+        return KafkaOperationError(f"the commit of partitions {numbers} is stuck", fatal=True)
 
     # ------------------------------------------------------------------ failures
 
-    def _on_transaction_errors(self, failed: dict[int, Exception]) -> None:
-        """Partitions whose transaction failed: abort and rewind them, or replace the clients."""
-        rewind = []
-        for number, exc in sorted(failed.items()):
-            error = exc if isinstance(exc, KafkaOperationError) else kafka.to_error(exc, "committing")
-            if self._needs_new_clients(number, error):
-                self.failures.clients = error
-                continue
-            logger.warning("partition %d: Kafka transaction aborted, rewinding it: %s", number, error)
-            self.stats[Stat.KAFKA_ABORTS] += 1
-            try:
-                self._end_transaction(self.kafka.producer(number), commit=False)
-            except Exception as abort_exc:  # the producer is in no state to go on: new clients
-                self.failures.clients = kafka.to_error(
-                    abort_exc, f"aborting partition {number}'s transaction"
-                )
-                continue
-            if error.code == KafkaError.FENCED_INSTANCE_ID:
-                # The group fenced this static member (its consumer says so too, or soon will):
-                # nothing to rewind on this consumer; the loop replaces it (rejoin).
-                self.failures.clients = error
-                continue
-            rewind.append(number)
-        if rewind and self.failures.clients is None:
-            # Rebuilt by the loop: the partitions are set aside at once, so that nothing more is
-            # applied to or committed from what the aborted transaction left in memory.
-            self._rewind(sorted(rewind))
+    def _on_transaction_errors(self, numbers: list[int], exc: BaseException) -> None:
+        """The transaction covering ``numbers`` failed: abort it and rewind every partition it
+        covered, or replace the clients."""
+        error = exc if isinstance(exc, KafkaOperationError) else kafka.to_error(exc, "committing")  # type: ignore[arg-type]
+        if self._needs_new_clients(numbers, error):
+            self.failures.clients = error
+            return
+        logger.warning("partitions %s: Kafka transaction aborted, rewinding them: %s", numbers, error)
+        self.stats[Stat.KAFKA_ABORTS] += 1
+        try:
+            self._end_transaction(self.kafka.producer(numbers[0]), commit=False)
+        except Exception as abort_exc:  # the producer is in no state to go on: new clients
+            self.failures.clients = kafka.to_error(
+                abort_exc, f"aborting the transaction of partitions {numbers}"
+            )
+            return
+        if error.code == KafkaError.FENCED_INSTANCE_ID:
+            # The group fenced this static member (its consumer says so too, or soon will):
+            # nothing to rewind on this consumer; the loop replaces it (rejoin).
+            self.failures.clients = error
+            return
+        # Rebuilt by the loop: the partitions are set aside at once, so that nothing more is
+        # applied to or committed from what the aborted transaction left in memory.
+        self._rewind(sorted(numbers))
 
-    def _needs_new_clients(self, number: int, error: KafkaOperationError) -> bool:
-        """A fenced partition or a fatal error: the transaction is not aborted, the clients go."""
+    def _needs_new_clients(self, numbers: list[int], error: KafkaOperationError) -> bool:
+        """A fenced producer or a fatal error: the transaction is not aborted, the clients go."""
         if isinstance(error, ProducerFencedError):
-            # Another owner claimed the partition: this coordinator's session expired (it was
-            # stopped, or cut off) and the group moved on. Its transaction is aborted already.
+            # Another owner fenced this coordinator's id: its session expired (it was stopped,
+            # or cut off) and the group moved one of its partitions on. Its transaction is
+            # aborted already.
             logger.warning(
-                "coordinator %s: partition %d was claimed by another owner; joining again: %s",
+                "coordinator %s: another owner fenced its id (partitions %s); joining again: %s",
                 self.config.instance_id,
-                number,
+                numbers,
                 error,
             )
             self.stats[Stat.PARTITIONS_FENCED] += 1
@@ -539,11 +554,10 @@ class CommitCycle:
         if error.fatal:
             # The producer is unusable (e.g. librdkafka's idempotence "sequence
             # desynchronization" after a leader failover). librdkafka's remedy is a new
-            # client: the next claim of the partition aborts this open transaction.
+            # client: the next owner of the partitions fences this open transaction.
             logger.warning(
-                "coordinator %s: partition %d's producer failed fatally (%s)",
+                "coordinator %s: its producer failed fatally (%s)",
                 self.config.instance_id,
-                number,
                 error,
             )
             self.stats[Stat.PRODUCER_FATAL_ERRORS] += 1

@@ -1,13 +1,17 @@
-"""Who commits a partition's work: one transactional producer per owned partition, named after it.
+"""Who commits a partition's work: one transactional producer per coordinator incarnation, and
+the claim and release records that name it in ``<ns>_state``.
 
-Partition ``p`` of a namespace is only ever committed under the transactional id
-:meth:`CoordinatorConfig.partition_transactional_id` ``(p)``, by whichever coordinator owns
-it. A new owner initialises that id (:meth:`PartitionProducers.claim`) before it reads
-anything of the partition. Kafka then aborts any transaction an earlier owner of ``p`` left
-open, waits until its abort markers are written, and bumps the id's epoch, so the earlier
-owner (dead, or a zombie that will wake up) can never commit again. None of this depends on
-how coordinators are named: the name a fence needs is the partition's, which every owner knows.
-The argument is in docs/DESIGN.md, "Ownership".
+Each incarnation of a coordinator (each time its clients are built) commits under a
+transactional id of its own, never used before or after
+(:func:`txbridge.wire.coordinator_transactional_id`), one Kafka transaction per commit covering
+every owned partition. Before it serves partition ``p`` it commits a claim record naming that
+id into ``<ns>_state`` ``p`` (:meth:`Ownership.claim`); a partition it lets go to another member
+gets a release record in its last transaction (:meth:`Ownership.mark`). A new owner reads the
+last of these records and fences the id it names unless it was released
+(``init_transactions`` on it: Kafka aborts that id's open transaction and bumps its epoch, so
+the earlier owner, dead or a zombie that will wake up, can never commit again). A partition
+with no record at all was served by an older txbridge under the partition's own id, which is
+fenced the same way. The argument is in docs/DESIGN.md, "Ownership".
 """
 
 from __future__ import annotations
@@ -18,20 +22,24 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from coordinator.commit import changelog
 from coordinator.commit.writer import TransactionWriter
 from coordinator.config import CoordinatorConfig
 from coordinator.monitoring.watchdog import Watchdog
 from txbridge import kafka
-from txbridge.errors import KafkaOperationError
+from txbridge.errors import TxBridgeError
 from txbridge.kafka import Producer
+from txbridge.wire import OWNER_KEY, OwnerRecord, Topics, coordinator_transactional_id
 
 logger = logging.getLogger(__name__)
 
-#: Partitions claimed at once: each claim is a few round trips to the transaction coordinator
-#: (and 0.5 s when an earlier owner's transaction must be aborted first), so a coordinator
-#: that takes twelve partitions over waits for about one of them, not twelve.
-_CLAIM_THREADS = 8
+#: Earlier owners fenced at once: each fence is a few round trips to the transaction coordinator
+#: (and 0.5 s when its transaction must be aborted first), so a coordinator that takes twelve
+#: partitions from as many dead owners waits for about one of them, not twelve.
+_FENCE_THREADS = 8
 _INIT_TIMEOUT_S = 30.0
+#: Timeout of the calls that end a claim's or a release's transaction.
+_MARK_TIMEOUT_S = 15.0
 
 
 def _discard(clients: list[Any]) -> None:
@@ -44,56 +52,196 @@ def _discard(clients: list[Any]) -> None:
     clients.clear()
 
 
-class PartitionProducers:
-    """The transactional producers of the partitions one coordinator owns.
+class Ownership:
+    """This coordinator's transactional producer and the partitions it claimed with it.
 
     Args:
         config: the coordinator's settings (bootstrap, client settings, transaction timeout).
-        watchdog: reports an ``init_transactions`` that outlives its timeout.
+        watchdog: reports an ``init_transactions`` or a claim that outlives its timeout.
     """
 
     def __init__(self, config: CoordinatorConfig, watchdog: Watchdog) -> None:
         self.config = config
+        self._state_topic = Topics(config.namespace).state
         self._watchdog = watchdog
-        self._writers: dict[int, TransactionWriter] = {}
-        self._sizes: dict[str, tuple[int | None, float]] = {}  # shared partition-count cache
+        self._writer: TransactionWriter | None = None
+        self._claimed: set[int] = set()
+        self._sizes: dict[str, tuple[int | None, float]] = {}  # partition-count cache
+        #: This incarnation's transactional id (None until its producer is made).
+        self.transactional_id: str | None = None
+        #: The earlier owners' ids fenced so far.
+        self.fenced: set[str] = set()
+        #: Partition -> the offset of this producer's last release record in its ``<ns>_state``.
+        self._released_at: dict[int, int] = {}
 
     def __contains__(self, number: object) -> bool:
-        return number in self._writers
+        return number in self._claimed
 
     def numbers(self) -> set[int]:
         """The partitions claimed."""
-        return set(self._writers)
+        return set(self._claimed)
 
-    def writer(self, number: int) -> TransactionWriter:
-        return self._writers[number]
+    def writer(self, number: int | None = None) -> TransactionWriter:
+        """The producer's wrapper: every owned partition's records go there."""
+        if self._writer is None:
+            raise TxBridgeError("the coordinator's producer is not open")
+        return self._writer
 
-    def producer(self, number: int) -> Producer:
-        return kafka.opened(self._writers[number].producer, f"partition {number}'s producer")
+    def producer(self, number: int | None = None) -> Producer:
+        return kafka.opened(self.writer().producer, "the coordinator's producer")
+
+    # ------------------------------------------------------------------ claiming
 
     def claim(self, numbers: Iterable[int]) -> None:
-        """Initialise the producers of ``numbers``: from here on no earlier owner commits them.
+        """Fence the earlier owners of ``numbers`` and commit this owner's claim records: from
+        here on nobody else commits them.
 
         Raises:
-            KafkaOperationError: a producer could not be initialised (none of ``numbers`` is
-                claimed then).
+            KafkaOperationError: the owner records could not be read, an earlier owner fenced,
+                or the claim committed (none of ``numbers`` is claimed then).
         """
-        wanted = sorted(set(numbers) - set(self._writers))
+        wanted = sorted(set(numbers) - self._claimed)
         if not wanted:
             return
-        with ThreadPoolExecutor(min(_CLAIM_THREADS, len(wanted)), "txbridge-claim") as pool:
-            outcomes = list(pool.map(self._initialised, wanted))
-        failed = [o for o in outcomes if isinstance(o, KafkaOperationError)]
-        made = [o for o in outcomes if not isinstance(o, KafkaOperationError)]
-        if failed:
-            self._release_clients(made)
-            raise failed[0]
-        for number, producer in zip(wanted, made, strict=True):
-            self._writers[number] = TransactionWriter(producer, self._sizes)
-
-    def _initialised(self, number: int) -> Producer | KafkaOperationError:
+        # A new incarnation's producer is initialised while the owners are read and fenced: its id
+        # is new, so no owner record names it and nothing here waits for it.
         cfg = self.config
-        transactional_id = cfg.partition_transactional_id(number)
+        own = self.transactional_id or coordinator_transactional_id(cfg.namespace, cfg.instance_id)
+        with ThreadPoolExecutor(1, "txbridge-init") as pool:
+            made = pool.submit(self._ensure_producer, own)
+            try:
+                owners = self._read_owners(wanted)
+                to_fence: dict[str, list[int]] = {}
+                for number in wanted:
+                    record = owners.get(number)
+                    if record is None:  # an older txbridge's data, or nobody's yet
+                        earlier = cfg.partition_transactional_id(number)
+                    elif record.released or record.transactional_id == own:
+                        continue
+                    else:
+                        earlier = record.transactional_id
+                    to_fence.setdefault(earlier, []).append(number)
+                self.fence(to_fence)
+            finally:
+                made.result()
+        self.mark(wanted, released=False)
+        self._claimed |= set(wanted)
+
+    def _read_owners(self, numbers: list[int]) -> dict[int, OwnerRecord]:
+        with self._watchdog.deadline(f"reading the owners of {self._state_topic}", 2 * _INIT_TIMEOUT_S):
+            return changelog.read_owners(
+                self.config.bootstrap, self._state_topic, numbers, self.config.extra_config, _INIT_TIMEOUT_S
+            )
+
+    def fence(self, earlier: dict[str, list[int]]) -> None:
+        """``init_transactions`` on each of ``earlier``'s ids (id -> the partitions it held):
+        whatever it left open is aborted, and it can never commit again.
+
+        Raises:
+            KafkaOperationError: an id could not be fenced.
+        """
+        ids = sorted(earlier)
+        if not ids:
+            return
+        with ThreadPoolExecutor(min(_FENCE_THREADS, len(ids)), "txbridge-fence") as pool:
+            outcomes = list(pool.map(self._fence_one, ids))
+        for transactional_id, outcome in zip(ids, outcomes, strict=True):
+            if outcome is not None:
+                raise kafka.to_error(
+                    outcome,
+                    f"fencing {transactional_id}, the owner of partitions {earlier[transactional_id]}",
+                )
+            self.fenced.add(transactional_id)
+        logger.info("fenced the earlier owners %s", earlier)
+
+    def _fence_one(self, transactional_id: str) -> Exception | None:
+        cfg = self.config
+        producer = kafka.producer(
+            cfg.bootstrap,
+            cfg.extra_config,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=cfg.transaction_timeout_ms,
+        )
+        try:
+            with self._watchdog.deadline(f"init_transactions of {transactional_id}", 2 * _INIT_TIMEOUT_S):
+                kafka.init_transactions(producer, _INIT_TIMEOUT_S)
+        except Exception as exc:
+            return exc
+        finally:
+            self._release_clients([producer])
+        return None
+
+    def reclaim(self, numbers: Iterable[int]) -> list[int]:
+        """Claim again partitions this producer released and kept (an eager rebalance gave them
+        back); returns those whose kept state is still current.
+
+        A kept partition is current when nothing was written to its ``<ns>_state`` between this
+        producer's release and this claim: the claim lies right after the release's commit
+        marker. Anything in between (another owner's claim, whatever it then committed) makes
+        it stale: the caller reads it again, and the restore fences that other owner. Checked
+        after the claim is committed, so an owner claiming later finds this claim and fences
+        this producer.
+
+        Raises:
+            KafkaOperationError: the claim failed.
+        """
+        wanted = sorted(set(numbers) - self._claimed)
+        released_at = {n: self._released_at.pop(n) for n in wanted if n in self._released_at}
+        offsets = self.mark(wanted, released=False)
+        self._claimed |= set(wanted)
+        # The release record, then its transaction's commit marker, then the claim.
+        return [n for n in wanted if n in released_at and offsets.get(n) == released_at[n] + 2]
+
+    def mark(self, numbers: Iterable[int], *, released: bool) -> dict[int, int]:
+        """Commit an owner record for each of ``numbers`` in one transaction: a claim, or a
+        release (the partitions may go to another member, whose claim then fences nobody).
+        Released partitions are no longer claimed. Returns each record's offset.
+
+        The commit cycle must have no transaction open (it is drained first).
+
+        Raises:
+            KafkaOperationError: the transaction failed (it is aborted when it can be).
+        """
+        wanted = sorted(set(numbers))
+        if not wanted:
+            return {}
+        offsets: dict[int, int] = {}
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                offsets[int(msg.partition())] = int(msg.offset())
+
+        producer = self.producer()
+        value = OwnerRecord(str(self.transactional_id), released).encode()
+        what = "releasing" if released else "claiming"
+        try:
+            with self._watchdog.deadline(f"{what} partitions {wanted}", 4 * _MARK_TIMEOUT_S):
+                producer.begin_transaction()
+                for number in wanted:
+                    producer.produce(
+                        self._state_topic, key=OWNER_KEY, value=value, partition=number, on_delivery=delivered
+                    )
+                producer.flush(_MARK_TIMEOUT_S)  # serves the delivery reports: the offsets
+                producer.commit_transaction(_MARK_TIMEOUT_S)
+        except Exception as exc:
+            error = kafka.to_error(exc, f"{what} partitions {wanted}")
+            if not error.fatal:
+                try:
+                    producer.abort_transaction(_MARK_TIMEOUT_S)
+                except Exception as abort_exc:  # the next transaction's begin says what is wrong
+                    logger.warning("aborting the %s transaction: %s", what, abort_exc)
+            raise error from exc
+        if released:
+            self._claimed -= set(wanted)
+            self._released_at.update(offsets)
+        return offsets
+
+    def _ensure_producer(self, transactional_id: str) -> None:
+        """This incarnation's producer under ``transactional_id``, made and initialised at its
+        first claim."""
+        if self._writer is not None and self.transactional_id is not None:
+            return
+        cfg = self.config
         producer = kafka.producer(
             cfg.bootstrap,
             cfg.extra_config,
@@ -109,21 +257,34 @@ class PartitionProducers:
                 kafka.init_transactions(producer, _INIT_TIMEOUT_S)
         except Exception as exc:
             self._release_clients([producer])
-            return kafka.to_error(exc, f"claiming partition {number} (transactional id {transactional_id})")
-        return producer
+            raise kafka.to_error(exc, f"initialising the transactional id {transactional_id}") from exc
+        logger.info("coordinator %s commits under the transactional id %s", cfg.instance_id, transactional_id)
+        self._writer = TransactionWriter(producer, self._sizes)
+        self.transactional_id = transactional_id
+
+    # ------------------------------------------------------------------ letting go
 
     def release(self, numbers: Iterable[int]) -> None:
-        """Let go of the producers of ``numbers`` (their transactions are committed or abandoned)."""
-        gone = [self._writers.pop(n) for n in sorted(set(numbers)) if n in self._writers]
-        self._release_clients([w.producer for w in gone if w.producer is not None])
+        """Stop counting ``numbers`` as claimed (their work is committed or abandoned). The
+        producer stays: it commits the other partitions."""
+        self._claimed -= set(numbers)
 
     def release_all(self) -> None:
-        self.release(list(self._writers))
+        """Let go of every partition and of the producer: the next claim makes a new one, under
+        a new id (an id is never reused, so no later incarnation is fenced by a claim of this
+        one's)."""
+        self._claimed.clear()
+        self._released_at.clear()
+        writer, self._writer, self.transactional_id = self._writer, None, None
+        if writer is not None and writer.producer is not None:
+            self._release_clients([writer.producer])
 
-    def abandon(self, number: int) -> None:
-        """Forget partition ``number``'s producer without touching it: a call on it is stuck
-        (confluentinc/librdkafka#5511), and the next claim of the partition fences it."""
-        self._writers.pop(number, None)
+    def abandon(self, number: int | None = None) -> None:
+        """Forget the producer without touching it: a call on it is stuck
+        (confluentinc/librdkafka#5511), and the next owner of its partitions fences it."""
+        self._claimed.clear()
+        self._released_at.clear()
+        self._writer, self.transactional_id = None, None
 
     @staticmethod
     def _release_clients(clients: list[Any]) -> None:

@@ -5,13 +5,15 @@ the loop takes it over right after the poll that ran the callback (:meth:`Rebala
 The revocation and loss callbacks do their work inside the callback: it must be done before
 the partitions go to another member.
 
-An assignment claims the partitions it gives (:class:`coordinator.commit.ownership.PartitionProducers`)
-before it reads where they stand (:class:`coordinator.group.restore.Restorer`), and only then installs
-their states: the order is the ownership argument (docs/DESIGN.md, "Ownership"). A revocation
-commits the open work first; the revoked partitions whose work is all committed are kept, with
-their producers, and served on from memory if the next assignment gives them back. Lost
-partitions are dropped without committing. A partition whose Kafka transaction was aborted is
-rewound the same way a taken-over one is read, without a claim (it is still this owner's).
+An assignment claims the partitions it gives (:class:`coordinator.commit.ownership.Ownership`:
+their earlier owners fenced, claim records committed) before it reads where they stand
+(:class:`coordinator.group.restore.Restorer`), and only then installs their states: the order
+is the ownership argument (docs/DESIGN.md, "Ownership"). A revocation commits the open work
+first; the revoked partitions whose work is all committed are kept and served on from memory
+if the next assignment gives them back; those moved to another member (incremental protocol)
+are released. Lost partitions are dropped without committing. A partition whose Kafka
+transaction was aborted is rewound the same way a taken-over one is read, without a claim (it
+is still this owner's).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from typing import Any
 
 from coordinator.commit.cycle import CommitCycle, KafkaCommitClients
-from coordinator.commit.ownership import PartitionProducers
+from coordinator.commit.ownership import Ownership
 from coordinator.config import CoordinatorConfig
 from coordinator.failures import Failures
 from coordinator.group.assignments import Assignments
@@ -56,7 +58,7 @@ class Rebalancer:
         failures: where a failed takeover asks for new clients.
         stopping: set when the coordinator must stop (an assignment stops retrying).
         cycle: the commit cycle: a revocation commits the open work first.
-        owners: the owned partitions' producers (claimed and released here).
+        owners: the coordinator's producer and its claims (claimed and released here).
         restorer: reads where a partition stands.
         health: told while an assignment is under way and what is served.
         running: set once partitions may be served.
@@ -73,7 +75,7 @@ class Rebalancer:
         failures: Failures,
         stopping: threading.Event,
         cycle: CommitCycle,
-        owners: PartitionProducers,
+        owners: Ownership,
         restorer: Restorer,
         health: Health,
         running: threading.Event,
@@ -163,16 +165,57 @@ class Rebalancer:
     def _take_over(self, consumer: Consumer, numbers: list[int]) -> None:
         """Claim ``numbers``, then read where they stand: the order is the ownership argument.
 
-        Claiming first (:meth:`PartitionProducers.claim`) means that no earlier owner's
-        transaction is open on them any more when their committed offsets and ``<ns>_state``
-        are read, and that no earlier owner can commit after the read (docs/DESIGN.md,
-        "Ownership").
+        Claiming first (:meth:`Ownership.claim`: the last owner named in ``<ns>_state`` fenced
+        unless it released them, then this owner's claim committed) means that no earlier
+        owner's transaction is open on them any more when ``<ns>_state`` is read, and that no
+        earlier owner can commit after the read (docs/DESIGN.md, "Ownership").
         """
+        # Kept partitions given back (_take_back) were released at the revocation: claimed again,
+        # and read again unless nobody wrote to their <ns>_state in between (Ownership.reclaim).
+        back = [n for n in numbers if n in self.partitions and n not in self._owners]
         fresh = [n for n in numbers if n not in self.partitions]  # not kept (_take_back)
         claimed = [n for n in fresh if n not in self._owners]
-        self._owners.claim(fresh)
+        if claimed or back:
+            self._cycle.drain()  # the claim's transaction is the producer's next one
+        try:
+            if back:
+                stale = sorted(set(back) - set(self._owners.reclaim(back)))
+                if stale:
+                    logger.warning(
+                        "kept partitions %s were taken by another owner meanwhile: reading them again", stale
+                    )
+                    self._owned.drop(self._both(stale))
+                    fresh = sorted({*fresh, *stale})
+            self._owners.claim(fresh)
+        except KafkaOperationError as exc:
+            if not exc.fatal:
+                raise  # tried again (_assign)
+            # This producer is fenced or unusable: only new clients can claim.
+            self.drop(self._both(sorted({*fresh, *back})))
+            self._failures.clients = exc
+            return
         self.stats[Stat.OWNERS_FENCED] += len(claimed)
         restored = self._restorer.read_changelog(fresh)
+        # An owner claim the first read did not reach: a transaction under an id nobody claims
+        # held <ns>_state's last stable offset below it. The restore waited that transaction out
+        # and read on: a claim it found after the fenced ones, by another id than this owner's,
+        # is fenced now, and the partition read again.
+        late: dict[str, list[int]] = {}
+        for number in fresh:
+            earlier = [
+                r
+                for r in restored.owners.get(number, [])
+                if r.transactional_id != self._owners.transactional_id
+            ]
+            if (
+                earlier
+                and not earlier[-1].released
+                and earlier[-1].transactional_id not in self._owners.fenced
+            ):
+                late.setdefault(earlier[-1].transactional_id, []).append(number)
+        if late:
+            self._owners.fence(late)
+            restored = self._restorer.read_changelog(fresh)
         young = self._restorer.take_positions(fresh, restored, consumer)
         # Consume from there: the group's committed offsets are only a copy for monitoring.
         self._read_from_positions(consumer, numbers)
@@ -212,7 +255,7 @@ class Rebalancer:
         What fails to commit is above the committed positions: the next owner does it again.
 
         Runs inside the callback, not handed to the loop as an assignment is: once it returns the
-        partitions may go to another member, whose claim fences this one's producers (the open
+        partitions may go to another member, whose claim may fence this one's producer (the open
         work would be done again), and a record fetched before the revocation must then find its
         partition dropped (:meth:`Coordinator.on_record` does not apply it). Their take-over,
         if still queued, is cancelled first: they were never claimed nor served.
@@ -224,10 +267,32 @@ class Rebalancer:
         cycle.drain()
         cycle.copy_now()  # the group's copy of the offsets up to date before they go
         if self._incremental:
+            # The partitions go to another member: a release record tells it that nothing of
+            # this owner's can be open on them, so its claim fences nobody (this producer goes on
+            # committing the partitions it still serves).
+            revoked = {tp.partition for tp in partitions if tp.topic in (self.topics.half, self.topics.op)}
+            self._release(sorted(revoked & set(self.partitions)))
             self._let_go(consumer, partitions)
             return
+        # Eager: every partition is revoked, and most come back; all are released (those that
+        # go to another member are then taken without a fence), and the kept ones given back are
+        # claimed again (_take_over).
+        revoked = {tp.partition for tp in partitions if tp.topic == self.topics.half} & self._owners.numbers()
         self._keep(partitions)
         self.drop(partitions)
+        self._release(sorted(revoked))
+
+    def _release(self, numbers: list[int]) -> None:
+        """Commit release records of ``numbers`` (their last transaction ended); on failure the
+        next owner fences this one instead."""
+        if not numbers or self._failures.clients is not None or self._failures.fatal is not None:
+            return
+        try:
+            self._owners.mark(numbers, released=True)
+        except KafkaOperationError as exc:
+            logger.warning("releasing partitions %s: %s", numbers, exc)
+            if exc.fatal:
+                self._failures.clients = exc
 
     def _let_go(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Incremental: stop reading ``partitions`` and stop serving their numbers (a number
@@ -242,16 +307,15 @@ class Rebalancer:
         self._health.assigning(self._assignments.pending())
 
     def _keep(self, partitions: list[TopicPartition]) -> None:
-        """Keep the revoked partitions whose work is all committed, with their producers.
+        """Keep the revoked partitions whose work is all committed, in memory.
 
         An eager rebalance revokes every partition, and most come back to the same member in
-        the next generation. No other member was assigned them in between, so nobody claimed
-        their transactional ids and nothing of them was committed elsewhere: the kept state is
-        current, and a claim and a restore would only read it back. Should another owner have
-        claimed one all the same (a generation this member missed, two coordinators under one
-        instance id), the kept producer is fenced, and its next commit fails and replaces the
-        clients (:class:`coordinator.commit.cycle.CommitCycle`): nothing is committed from a
-        stale state.
+        the next generation. They are released all the same (another member may get them), and
+        claimed again when given back: :meth:`Ownership.reclaim` finds a kept state current only
+        when nothing was written to the partition's ``<ns>_state`` between the release and the
+        claim. Should another owner have claimed one meanwhile (a generation this member missed,
+        two coordinators under one instance id), it is read again instead, and that owner
+        fenced: nothing is committed from a stale state.
         """
         if self._failures.clients is not None or self._failures.fatal is not None:
             self._owned.forget_kept()

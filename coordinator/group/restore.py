@@ -2,8 +2,8 @@
 each partition's positions, and the young halves re-read, rebuilt into their states.
 
 :class:`Restorer` is one of the coordinator's collaborators (docs/DESIGN.md, "The coordinator's
-parts"). The service claims the partitions first (``PartitionProducers.claim``, which fences
-every earlier owner) and then asks it where they stand: that order is the ownership argument
+parts"). The rebalancer claims the partitions first (``Ownership.claim``, which fences
+the earlier owner the last owner record names) and then asks it where they stand: that order is the ownership argument
 (docs/DESIGN.md, "Ownership"). It also serves a rewind, which reads the same after a failed
 Kafka transaction. The positions it reads are placed with the owned partitions
 (:meth:`coordinator.state.owned.OwnedPartitions.place`), before their states are installed.

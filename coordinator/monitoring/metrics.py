@@ -118,12 +118,12 @@ class Stat(StrEnum):
     )
     OWNERS_FENCED = (
         "owners_fenced",
-        "assigned partitions claimed: their transactional id initialised, so any earlier owner is "
-        "fenced and its open transaction aborted",
+        "assigned partitions claimed: the earlier owner their claim record names (unless it "
+        "released them) fenced and its open transaction aborted",
     )
     PARTITIONS_FENCED = (
         "partitions_fenced",
-        "owned partitions whose transactional id another owner initialised (this one was a zombie)",
+        "commits refused because another owner fenced this coordinator's transactional id (a zombie)",
     )
     PARTITIONS_KEPT = (
         "partitions_kept",

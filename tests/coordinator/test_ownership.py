@@ -1,8 +1,9 @@
 """Ownership of a partition: whoever held it before, and whatever it left open, nothing is
 published twice and nothing is lost.
 
-A partition's work is committed under a transactional id that names the partition, so every
-new owner aborts what an earlier owner of it left open, whatever that owner was called; and a
+A partition's owner commits a claim record naming its transactional id into ``<ns>_state``
+before it serves the partition, so every new owner fences that id and aborts what the earlier
+owner left open, whatever that owner was called; and a
 restore that meets an open transaction on ``<ns>_state`` under an id no coordinator uses waits
 it out rather than serve from a changelog cut short (docs/DESIGN.md).
 What is asserted is what a read_committed consumer of the real topic sees.
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.commit.changelog import read_owners
 from servers.coordinator_process import CoordinatorProcess
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import PARTITIONS, SECRET, Env, eventually
@@ -140,10 +142,10 @@ def test_an_open_transaction_on_the_changelog_under_an_unknown_id_is_waited_out(
 
 
 def test_the_partitions_dead_owner_is_aborted_before_the_next_owner_reads(
-    env: Env, topic_factory: Callable[..., str]
+    env: Env, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An owner that died inside a Kafka transaction under the partition's transactional id
-    (records on the real topic and on ``<ns>_state``, no offsets sent yet): the next owner,
+    """An owner that died inside a Kafka transaction under the transactional id its claim record
+    names (records on the real topic and on ``<ns>_state``, no positions yet): the next owner,
     whatever its name, aborts it before it reads the partition. Its records are never visible,
     the pending transaction it tombstoned survives, and new transactions are visible long
     before its transaction could have timed out."""
@@ -157,12 +159,17 @@ def test_the_partitions_dead_owner_is_aborted_before_the_next_owner_reads(
     x, _ = env.producer.halves([Msg(topic, b"X", key=key)])
     probe = _committed(env, topic, other, b"probe")  # visible once X's entry is committed
     _wait_visible(env, topic, [probe])
+    # It dies rather than stops: its partitions are never released (a clean stop releases them).
+    monkeypatch.setattr(owner.service.rebalancer, "_release", lambda _numbers: None)
     owner.stop()
 
-    # The name CoordinatorConfig.partition_transactional_id gives the partition (and the ACLs grant).
+    # The id the partition's claim record names: the first owner's, which a zombie of it would use.
+    claim = read_owners(env.bootstrap, env.topics.state, [partition])[partition]
+    assert not claim.released
+    assert claim.transactional_id.startswith(f"{env.namespace}-coord-before-")
     dead = kafka.producer(
         env.bootstrap,
-        transactional_id=f"{env.namespace}-partition-{partition}",
+        transactional_id=claim.transactional_id,
         transaction_timeout_ms=DEAD_OWNER_TIMEOUT_MS,
     )
     dead.init_transactions(30)

@@ -188,10 +188,10 @@ def test_a_stuck_commit_is_abandoned_in_process_and_loses_nothing(
 ) -> None:
     """A Kafka call that outlives its timeout cannot be interrupted (librdkafka#5511 was one:
     ``send_offsets_to_transaction`` waited forever once the group coordinator's broker died).
-    Here the first commit of one partition's producer blocks for real (a wrapped client). The
+    Here the first commit the commit cycle ends blocks for real (a wrapped client). The
     watchdog reports it, the loop abandons that producer to its thread and replaces the
     clients in-process: no exit (the wedge hook, which the CLI turns into exit 75, is not
-    called), and the transaction is published once by the partition's next claim, which
+    called), and the transaction is published once after the partitions' next claim, which
     fences the abandoned producer."""
     monkeypatch.setattr(commit_cycle, "TXN_CALL_TIMEOUT_S", 1.0)
     monkeypatch.setattr(service_module, "Watchdog", functools.partial(Watchdog, grace_s=1.0, poll_s=0.1))
@@ -201,7 +201,7 @@ def test_a_stuck_commit_is_abandoned_in_process_and_loses_nothing(
     original = kafka.producer
 
     class Stuck:
-        """A transactional producer whose first commit_transaction does not return."""
+        """A transactional producer whose first commit_transaction on a commit thread does not return."""
 
         def __init__(self, inner: Any, transactional_id: str) -> None:
             self._inner, self._id = inner, transactional_id
@@ -210,7 +210,7 @@ def test_a_stuck_commit_is_abandoned_in_process_and_loses_nothing(
             return getattr(self._inner, name)
 
         def commit_transaction(self, *args: Any) -> None:
-            if not stuck:
+            if not stuck and threading.current_thread().name.startswith(commit_cycle.THREAD_PREFIX):
                 stuck.append(self._id)
                 release.wait(120)  # as librdkafka's call waited for a coordinator that was gone
             self._inner.commit_transaction(*args)

@@ -239,7 +239,7 @@ def test_the_producer_principal_cannot_pose_as_a_coordinator(roles: Roles) -> No
     impostor = txkafka.producer(
         roles.kafka.bootstrap,
         {**roles.config("producer"), "log_level": 0},
-        transactional_id=f"{roles.namespace}-partition-0",
+        transactional_id=f"{roles.namespace}-coord-impostor-0",
     )
     with pytest.raises(KafkaException) as refused:
         impostor.init_transactions(30)

@@ -70,7 +70,8 @@ def test_the_coordinator_gets_its_group_transactional_ids_and_helper_groups() ->
     grants = _grants(acls)
     assert ("group", "coord", False, "Read") in grants
     assert ("group", "coord-offsets", False, "Describe") in grants
-    assert ("transactional-id", "ns-partition-", True, "Write") in grants
+    assert ("transactional-id", "ns-coord-", True, "Write") in grants
+    assert ("transactional-id", "ns-partition-", True, "Write") in grants  # the upgrade's fence
     assert ("transactional-id", "ns-admin-", True, "Write") in grants
     for helper in ("txbridge-registry-", "txbridge-restore-", "txbridge-halfreader-", "txbridge-admin-"):
         assert ("group", helper, True, "Describe") in grants
@@ -93,6 +94,7 @@ def test_the_coordinator_group_defaults_to_txbridge_coordinator() -> None:
     acls = role_acls("coordinator", "User:txb", topics=["orders"])
 
     assert ("group", "txbridge-coordinator", False, "Read") in _grants(acls)
+    assert ("transactional-id", "__txbridge-coord-", True, "Write") in _grants(acls)
     assert ("transactional-id", "__txbridge-partition-", True, "Write") in _grants(acls)
     assert ("topic", "__txbridge_half", False, "Read") in _grants(acls)
 
@@ -102,11 +104,11 @@ def test_another_namespace_defaults_to_its_own_coordinator_group() -> None:
 
     assert ("group", "txbridge-coordinator.ns", False, "Read") in grants
     assert ("group", "txbridge-coordinator.ns-offsets", False, "Describe") in grants
-    assert ("transactional-id", "ns-partition-", True, "Write") in grants
-    # A coordinator of the default namespace may not take over its partitions' transactional ids.
+    assert ("transactional-id", "ns-coord-", True, "Write") in grants
+    # A coordinator of the default namespace may neither fence nor pose as this one's.
     default = _grants(role_acls("coordinator", "User:txb", topics=["orders"]))
     prefixes = [name for kind, name, prefixed, _ in default if kind == "transactional-id" and prefixed]
-    assert not [p for p in prefixes if "ns-partition-0".startswith(p)]
+    assert not [p for p in prefixes if "ns-partition-0".startswith(p) or "ns-coord-c1-ab12".startswith(p)]
 
 
 def test_a_consumer_reads_the_real_topics_and_its_group_and_no_internal_topic() -> None:
@@ -168,8 +170,8 @@ def test_the_table_has_one_line_per_resource_with_its_operations_and_why() -> No
     state = next(line for line in lines if " ns_state " in line)
     assert state.split()[:4] == ["topic", "literal", "ns_state", "Read,Write"]
     assert "changelog of pending transactions" in state
-    txn = next(line for line in lines if line.startswith("transactional-id") and "ns-partition-*" in line)
-    assert txn.split()[:4] == ["transactional-id", "prefixed", "ns-partition-*", "Write"]
+    txn = next(line for line in lines if line.startswith("transactional-id") and "ns-coord-*" in line)
+    assert txn.split()[:4] == ["transactional-id", "prefixed", "ns-coord-*", "Write"]
     assert len(lines) == 1 + len({(a.resource, a.name, a.prefixed) for a in acls})
 
 

@@ -77,11 +77,13 @@ class FakeProducer:
 
 
 class FakeKafka:
-    """:class:`CommitKafka`: one fake producer per partition, end offsets from a dict."""
+    """:class:`CommitKafka`: the coordinator's one fake producer (every partition's), end offsets
+    from a dict."""
 
     def __init__(self, numbers: list[int]) -> None:
-        self.producers = {n: FakeProducer() for n in numbers}
-        self.writers = {n: TransactionWriter(cast(Any, p)) for n, p in self.producers.items()}
+        self.the_producer = FakeProducer()
+        self.producers = dict.fromkeys(numbers, self.the_producer)
+        self.writers = dict.fromkeys(numbers, TransactionWriter(cast(Any, self.the_producer)))
         self.abandoned: list[int] = []
         self.copied: list[list[TopicPartition]] = []
         self.ends: dict[int, int] = {}
@@ -248,19 +250,44 @@ def test_what_becomes_ready_during_a_commit_goes_into_the_next(parts: Parts) -> 
     assert parts.stats[Stat.KAFKA_TRANSACTIONS] == 2
 
 
-def test_partitions_commit_independently() -> None:
-    parts = Parts((0, 1))
+def test_the_partitions_ready_share_one_transaction_and_the_others_wait_for_the_next() -> None:
+    parts = Parts((0, 1, 2))
+    producer = parts.kafka.the_producer
     try:
-        parts.kafka.producers[0].hold = threading.Event()
+        producer.hold = threading.Event()
         parts.commit_tx("a1", 0)
-        parts.cycle.start(everything=False)
         parts.commit_tx("b1", 1)
         parts.cycle.start(everything=False)
-        parts.until(lambda: parts.kafka.producers[1].committed == [["b1"]])
-        assert parts.kafka.producers[0].committed == []
-        parts.kafka.producers[0].hold.set()
+        assert sorted(parts.cycle.in_flight) == [0, 1]
+        parts.commit_tx("c1", 2)
+        parts.commit_tx("a2", 0)
+        assert parts.cycle.waiting() == set(), "a second transaction while one is in flight"
+        assert parts.cycle.behind_in_flight() == {0, 2}
+        parts.cycle.start(everything=True)
+        assert sorted(parts.cycle.in_flight) == [0, 1]
+        producer.hold.set()
         parts.until(lambda: not parts.cycle.in_flight)
-        assert parts.kafka.producers[0].committed == [["a1"]]
+        parts.cycle.start(everything=False)
+        parts.until(lambda: not parts.cycle.in_flight)
+        assert producer.committed == [["a1", "b1"], ["a2", "c1"]]
+        assert parts.stats[Stat.KAFKA_TRANSACTIONS] == 2
+    finally:
+        parts.cycle.close()
+
+
+def test_an_abortable_failure_rewinds_every_partition_of_the_transaction() -> None:
+    parts = Parts((0, 1))
+    producer = parts.kafka.the_producer
+    try:
+        producer.faults.append(kafka_error(KafkaError._STATE, txn_requires_abort=True))
+        parts.commit_tx("a1", 0)
+        parts.commit_tx("b1", 1)
+        parts.cycle.start(everything=False)
+        parts.until(lambda: not parts.cycle.in_flight)
+        assert producer.committed == []
+        assert producer.aborted == [["a1", "b1"]]
+        assert parts.rewound == [[0, 1]]
+        assert parts.stats[Stat.KAFKA_ABORTS] == 1
     finally:
         parts.cycle.close()
 
@@ -315,18 +342,19 @@ def test_a_fenced_or_fatal_commit_asks_for_new_clients_without_rewinding(
     assert parts.rewound == []
 
 
-def test_a_stuck_commit_is_abandoned_and_the_others_go_on() -> None:
+def test_a_stuck_commit_is_abandoned_with_the_producer() -> None:
     parts = Parts((0, 1))
     try:
-        stuck = parts.kafka.producers[0]
+        stuck = parts.kafka.the_producer
         stuck.hold = threading.Event()
         parts.commit_tx("a1", 0)
+        parts.commit_tx("b1", 1)
         parts.cycle.start(everything=False)
         parts.until(lambda: stuck.commit_calls == 1)
         # The watchdog's report names the commit thread the call is stuck on.
         thread = next(t.name for t in threading.enumerate() if t.name.startswith("txbridge-commit"))
         assert parts.cycle.wedged(thread)
-        assert not parts.cycle.wedged("txbridge-claim_0")
+        assert not parts.cycle.wedged("txbridge-fence_0")
         parts.cycle.collect()
 
         assert parts.kafka.abandoned == [0]
@@ -334,11 +362,6 @@ def test_a_stuck_commit_is_abandoned_and_the_others_go_on() -> None:
         assert parts.failures.clients is not None
         assert parts.failures.clients.fatal
         assert parts.cycle.in_flight == {}
-
-        parts.commit_tx("b1", 1)  # on a new commit thread: the stuck one keeps its call
-        parts.cycle.start(everything=False)
-        parts.until(lambda: not parts.cycle.in_flight)
-        assert parts.kafka.producers[1].committed == [["b1"]]
         stuck.hold.set()
     finally:
         parts.cycle.close()

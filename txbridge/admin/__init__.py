@@ -48,6 +48,7 @@ from txbridge.kafka import Producer
 from txbridge.wire import (
     DEFAULT_NAMESPACE,
     H_CHECKS,
+    OWNER_KEY,
     POSITIONS_KEY,
     HalfMessage,
     OpRecord,
@@ -231,7 +232,7 @@ def list_pending(
     out = []
     listed: dict[int, tuple[int, str]] = {}  # partition -> (half position, young listing)
     for (partition, key), value in latest.items():
-        if value is None:
+        if value is None or key == OWNER_KEY:
             continue
         if key == POSITIONS_KEY:
             try:
