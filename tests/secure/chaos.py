@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from coordinator.config import CoordinatorConfig
+from coordinator.commit import changelog
 from servers.cluster import LocalCluster
 from servers.coordinator_process import CoordinatorProcess
 from servers.placement import (
@@ -115,10 +115,13 @@ def create_led_by(kafka: SecureKafka, namespace: str, partitions: int, leader: i
     txkafka.ensure_topics(kafka.bootstrap, specs, extra=kafka.config)
 
 
-def transactional_ids(namespace: str, group_id: str, partitions: int) -> list[str]:
-    """The coordinators' Kafka transactional ids: one per half partition, whoever owns it."""
-    config = CoordinatorConfig(namespace=namespace, group_id=group_id)
-    return [config.partition_transactional_id(p) for p in range(partitions)]
+def transactional_ids(secure: SecureKafka, namespace: str, partitions: int) -> list[str]:
+    """The transactional ids the coordinators commit under now: those their claim records in
+    ``<ns>_state`` name (one per live coordinator incarnation; a new one at each restart)."""
+    owners = changelog.read_owners(
+        secure.bootstrap, Topics(namespace).state, list(range(partitions)), secure.config, 30.0
+    )
+    return sorted({record.transactional_id for record in owners.values() if not record.released})
 
 
 def transaction_coordinators(admin: AdminClient, ids: Sequence[str]) -> Counter[int]:
@@ -127,34 +130,23 @@ def transaction_coordinators(admin: AdminClient, ids: Sequence[str]) -> Counter[
     return Counter(log[partition_for(i, len(log))] for i in ids)
 
 
-def namespace_with_one_transaction_coordinator(
-    admin: AdminClient, partitions: int, avoid: int, tries: int = 5000
-) -> tuple[str, int]:
-    """A namespace (its group ``coord-<namespace>``) whose coordinators' transactional ids all have
-    one transaction coordinator, on a broker other than ``avoid``; and that broker."""
-    log = leaders(admin, TRANSACTION_LOG)
-    best: tuple[int, str, int] = (0, "", -1)
-    for _ in range(tries):
-        namespace = f"chaos{uuid.uuid4().hex[:10]}"
-        ids = transactional_ids(namespace, f"coord-{namespace}", partitions)
-        hosts = Counter(log[partition_for(i, len(log))] for i in ids)
-        node, hosted = max(((n, c) for n, c in hosts.items() if n != avoid), key=lambda nc: nc[1])
-        best = max(best, (hosted, namespace, node))
-        if hosted == partitions:
-            break
-    return best[1], best[2]
-
-
-def roles(admin: AdminClient, node: int, *, half: str, topic: str, group_id: str, ids: Sequence[str]) -> str:
-    """What ``node`` is to the run right now (said in the summary of a kill); ``ids``: the
+def roles(
+    admin: AdminClient, node: int, *, half: str, topic: str, group_id: str, ids: Callable[[], Sequence[str]]
+) -> str:
+    """What ``node`` is to the run right now (said in the summary of a kill); ``ids``: reads the
     coordinators' transactional ids."""
     said = [
         f"leads {sum(n == node for n in leaders(admin, half).values())}/{len(leaders(admin, half))} half",
         f"{sum(n == node for n in leaders(admin, topic).values())} of the topic's partitions",
     ]
-    hosted = transaction_coordinators(admin, ids)[node]
+    try:
+        current = ids()
+    except Exception as exc:  # a node down: the summary says so instead
+        said.append(f"transactional ids not read: {exc}")
+        current = []
+    hosted = transaction_coordinators(admin, current)[node]
     if hosted:
-        said.append(f"transaction coordinator of {hosted}/{len(ids)} transactional ids")
+        said.append(f"transaction coordinator of {hosted}/{len(current)} coordinator transactional ids")
     if coordinator_node(admin, OFFSETS_TOPIC, group_id) == node:
         said.append("the coordinators' group coordinator")
     return "; ".join(said)

@@ -7,9 +7,8 @@ while the secured 3-node cluster loses, by SIGKILL:
 1. the broker leading every ``<ns>_half`` / ``<ns>_op`` partition (the topics are created with
    it as every partition's preferred leader);
 2. the broker that is the Kafka transaction coordinator of most of the coordinators'
-   transactional ids (one per half partition, ``<group>-<namespace>-<partition>``: the
-   namespace is picked so that all of them hash to ``__transaction_state`` partitions led by
-   one broker, not the first victim; the first kill may move some).
+   transactional ids (one per coordinator incarnation, read from the claim records in
+   ``<ns>_state`` just before the kill).
 
 Each comes back after a few seconds; the second kill waits until every replica is in sync
 again (min ISR 2 of 3: one node down at a time is the failure the cluster is built to survive).
@@ -33,6 +32,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -52,7 +52,6 @@ from tests.secure.chaos import (
     ensure_transaction_log,
     leaders,
     longest_gap,
-    namespace_with_one_transaction_coordinator,
     roles,
     supervised,
     tally,
@@ -112,10 +111,13 @@ def test_brokers_killed_under_load_lose_duplicate_and_reorder_nothing(
     wait_in_sync(admin, [t for t in admin.list_topics(timeout=10).topics if t.startswith("__")], 120)
     ensure_transaction_log(secure_kafka)
     half_op_leader = cluster.node_ids[0]
-    namespace, _node = namespace_with_one_transaction_coordinator(admin, PARTITIONS, avoid=half_op_leader)
+    namespace = f"chaos{uuid.uuid4().hex[:10]}"
     names = Topics(namespace)
     group_id = f"coord-{namespace}"
-    ids = transactional_ids(namespace, group_id, PARTITIONS)
+
+    def ids() -> list[str]:
+        return transactional_ids(secure_kafka, namespace, PARTITIONS)
+
     instances = ["c0", "c1"]
     create_led_by(secure_kafka, namespace, PARTITIONS, half_op_leader)
     # The last thing the stack undoes: after the coordinators and producers have stopped.
@@ -184,7 +186,7 @@ def test_brokers_killed_under_load_lose_duplicate_and_reorder_nothing(
 
     kills = [kill("half/op leader", half_op_leader, KILL_AT[0])]
     # Where most transactional ids' transaction coordinator is now (the first kill may have moved some).
-    txn_node = transaction_coordinators(admin, ids).most_common(1)[0][0]
+    txn_node = transaction_coordinators(admin, ids()).most_common(1)[0][0]
     kills.append(kill("transaction coordinator", txn_node, KILL_AT[1]))
 
     assert wait_until(lambda: producers.progress()[0] >= minimum, budget), "the load did not get through"

@@ -139,7 +139,10 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
     replicated = [names.half, names.op, names.state, names.producers, topic, TRANSACTION_LOG, OFFSETS_TOPIC]
 
     group_id = f"coord-{namespace}"
-    ids = transactional_ids(namespace, group_id, PARTITIONS)
+
+    def ids() -> list[str]:
+        return transactional_ids(secure_kafka, namespace, PARTITIONS)
+
     flags = (
         "--command-config",
         str(secure_kafka.properties_file),
