@@ -3,9 +3,9 @@ each partition's positions, and the young halves re-read, rebuilt into their sta
 
 :class:`Restorer` is one of the coordinator's collaborators (docs/DESIGN.md, "The coordinator's
 parts"). The rebalancer claims the partitions first (``Ownership.claim``, which fences
-the earlier owner the last owner record names) and then asks it where they stand: that order is the ownership argument
-(docs/DESIGN.md, "Ownership"). It also serves a rewind, which reads the same after a failed
-Kafka transaction. The positions it reads are placed with the owned partitions
+the earlier owner the last owner record names) and then asks it where they stand: that order
+is the ownership argument (docs/DESIGN.md, "Ownership"). It also serves a rewind, which reads
+the same after a failed Kafka transaction. The positions it reads are placed with the owned partitions
 (:meth:`coordinator.state.owned.OwnedPartitions.place`), before their states are installed.
 """
 
