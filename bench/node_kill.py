@@ -13,15 +13,15 @@ again :attr:`NodeKillOptions.down_s` later:
    with it as every partition's preferred leader);
 2. once that node serves again, every replica is in sync and every leader is back on its
    preferred replica, the node that is the transaction coordinator (the ``__transaction_state``
-   leader) of most of the coordinators' transactional ids, one per half partition; the native
-   producer's transactional id is picked so that its transaction coordinator is that node too.
+   leader) of most of the coordinators' transactional ids; the native producer's transactional
+   id is picked so that its transaction coordinator is that node too.
 
-A namespace's transactional ids differ in their last character only, so they hash to
-consecutive ``__transaction_state`` partitions, whose leaders go round the nodes: no namespace
-has them all on one node. The namespace and the two victims are picked so that the second
-coordinates as many of them as possible and the first as few (it is one of the others'
-transaction coordinators all the same); each kill's ``roles`` in the figure's params say what
-the node was to the run.
+A coordinator's transactional id is its incarnation's, with a random part, so where it hashes
+is known only once the coordinators run: their claim records in ``<ns>_state`` name the ids.
+The step then picks the node coordinating most of them, another than the half and op leader
+when it can, and the native producer's id on that node; at the second kill it reads the ids
+again (a coordinator restarted or fenced by the first kill commits under a new one). Each
+kill's ``roles`` in the figure's params say what the node was to the run.
 
 The figures, per path, overall and per kill:
 
@@ -51,7 +51,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ from bench import txbridge_runs as tb
 from bench.kafka_native import BenchError, Figure, payload
 from bench.scaleout import longest_gap
 from bench.steady_load import Load, NativeLoad, TxbridgeLoad
+from coordinator.commit import changelog
 from servers import placement
 from servers.cluster import LocalCluster
 from servers.coordinator_process import CoordinatorProcess
@@ -67,7 +68,7 @@ from txbridge import kafka
 from txbridge.client_config import ClientConfig
 from txbridge.errors import TxBridgeError
 from txbridge.topics import internal_topics
-from txbridge.wire import H_TX, Topics, default_coordinator_group, header_dict, partition_transactional_id
+from txbridge.wire import H_TX, Topics, default_coordinator_group, header_dict
 
 logger = logging.getLogger(__name__)
 
@@ -192,15 +193,14 @@ def figure_values(
 @dataclass(frozen=True)
 class _Layout:
     """Where the step put things: the namespace, the node leading its half and op partitions,
-    the node that is the transaction coordinator of most of its coordinators' transactional ids
-    (and of the native producer's)."""
+    and once the coordinators run (:func:`_place_transactions`) the node that is the transaction
+    coordinator of most of their transactional ids and of the native producer's."""
 
     namespace: str
     group: str
-    ids: list[str]
     half_op_leader: int
-    txn_node: int
-    native_id: str
+    txn_node: int = -1
+    native_id: str = ""
 
 
 def _start_cluster(cluster: LocalCluster, progress: Progress) -> None:
@@ -219,29 +219,39 @@ def _stop_cluster(cluster: LocalCluster) -> None:
         shutil.rmtree(cluster.home / f"node-{node_id}" / "data", ignore_errors=True)
 
 
-def _coordinator_ids(namespace: str) -> list[str]:
-    return [partition_transactional_id(namespace, p) for p in range(HALF_PARTITIONS)]
+def _coordinator_ids(env: tb.Env, namespace: str) -> list[str]:
+    """The transactional ids the namespace's coordinators commit under now: those their claim
+    records in ``<ns>_state`` name."""
+    owners = changelog.read_owners(
+        env.bootstrap, Topics(namespace).state, list(range(HALF_PARTITIONS)), env.extra, 60.0
+    )
+    return sorted({record.transactional_id for record in owners.values() if not record.released})
 
 
-def _pick_layout(admin: Any, prefix: str, node_ids: Sequence[int], tries: int = 500) -> tuple[str, int, int]:
-    """A namespace, the node to lead its half and op partitions and the node to kill as the
-    transaction coordinator: the second coordinating as many of its coordinators' transactional
-    ids as any namespace of ``tries`` gives, the first as few, the group coordinator neither if
-    possible. Returns (namespace, half/op leader, transaction coordinator)."""
-    log = placement.leaders(admin, placement.TRANSACTION_LOG)
+def _pick_layout(admin: Any, prefix: str, node_ids: Sequence[int]) -> tuple[str, int]:
+    """A namespace and the node to lead its half and op partitions: not its coordinators'
+    group coordinator (a third role the kill would add)."""
     offsets = placement.leaders(admin, placement.OFFSETS_TOPIC)
-    best: tuple[tuple[int, int, bool], str, int, int] = ((0, -HALF_PARTITIONS, False), "", -1, -1)
-    for k in range(tries):
-        namespace = f"{prefix}{k}"
-        group = default_coordinator_group(namespace)
-        hosts = Counter(log[placement.partition_for(i, len(log))] for i in _coordinator_ids(namespace))
-        group_node = offsets[placement.partition_for(group, len(offsets))]
-        for txn_node, leader in itertools.permutations(node_ids, 2):
-            score = (hosts[txn_node], -hosts[leader], group_node not in (txn_node, leader))
-            if score > best[0]:
-                best = (score, namespace, leader, txn_node)
-    _score, namespace, leader, txn_node = best
-    return namespace, leader, txn_node
+    namespace = f"{prefix}0"
+    group_node = offsets[placement.partition_for(default_coordinator_group(namespace), len(offsets))]
+    return namespace, next((n for n in node_ids if n != group_node), node_ids[0])
+
+
+def _place_transactions(env: tb.Env, admin: Any, layout: _Layout, progress: Progress) -> _Layout:
+    """``layout`` with the node to kill as the transaction coordinator, read once the
+    coordinators run: the one coordinating most of their ids, the half and op leader only if it
+    coordinates all of them; and the native producer's id on that node."""
+    hosts = placement.transaction_coordinators(admin, _coordinator_ids(env, layout.namespace))
+    if not hosts:
+        raise BenchError(f"no claim record names a coordinator of {layout.namespace}")
+    others = Counter({n: c for n, c in hosts.items() if n != layout.half_op_leader})
+    txn_node = (others or hosts).most_common(1)[0][0]
+    native_id = _native_id(admin, f"bench-nodekill-native-{env.run_id}-", txn_node)
+    progress(
+        f"node {txn_node} is the transaction coordinator of {hosts[txn_node]}/{sum(hosts.values())} "
+        f"of the coordinators' transactional ids and of the native producer's ({native_id})"
+    )
+    return replace(layout, txn_node=txn_node, native_id=native_id)
 
 
 def _native_id(admin: Any, prefix: str, node: int) -> str:
@@ -256,7 +266,7 @@ def _lay_out(env: tb.Env, cluster: LocalCluster, admin: Any, topics: Sequence[st
     placement.ensure_internal_topics(env.bootstrap, env.extra)
     placement.wait_in_sync(admin, timeout=120)
     placement.elect_preferred_leaders(admin)
-    namespace, leader, txn_node = _pick_layout(admin, f"__txb_nodekill_{env.run_id}_", cluster.node_ids)
+    namespace, leader = _pick_layout(admin, f"__txb_nodekill_{env.run_id}_", cluster.node_ids)
     group = default_coordinator_group(namespace)
     names = Topics(namespace)
     led = placement.led_by(leader, cluster.node_ids, HALF_PARTITIONS)
@@ -267,17 +277,17 @@ def _lay_out(env: tb.Env, cluster: LocalCluster, admin: Any, topics: Sequence[st
     ]
     assignments = {names.half: led, names.op: led, **dict.fromkeys(topics, spread)}
     placement.create_topics(env.bootstrap, specs, assignments, extra=env.extra)
-    native_id = _native_id(admin, f"bench-nodekill-native-{env.run_id}-", txn_node)
-    return _Layout(namespace, group, _coordinator_ids(namespace), leader, txn_node, native_id)
+    return _Layout(namespace, group, leader)
 
 
-def _roles(admin: Any, node: int, layout: _Layout, topic: str) -> dict[str, int]:
+def _roles(env: tb.Env, admin: Any, node: int, layout: _Layout, topic: str) -> dict[str, int]:
     """What ``node`` is to the run right now."""
     half = placement.leaders(admin, Topics(layout.namespace).half)
+    ids = _coordinator_ids(env, layout.namespace)
     return {
         "half partitions led": sum(n == node for n in half.values()),
         "real topic partitions led": sum(n == node for n in placement.leaders(admin, topic).values()),
-        "coordinator transactional ids": placement.transaction_coordinators(admin, layout.ids)[node],
+        "coordinator transactional ids": placement.transaction_coordinators(admin, ids)[node],
         "native transactional id": int(
             placement.coordinator_node(admin, placement.TRANSACTION_LOG, layout.native_id) == node
         ),
@@ -367,10 +377,12 @@ def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress =
     with ExitStack() as stack:
         setup = _set_up(Path(tempfile.mkdtemp(prefix="nodekill-", dir=work)), stack, progress)
         coordinators = _start_coordinators(setup.env, setup.layout.namespace, setup.folder, stack, progress)
+        setup = replace(setup, layout=_place_transactions(setup.env, setup.admin, setup.layout, progress))
         watchers, loads = _start_loads(setup, options, size, stack)
         progress(f"{options.rate:.0f} transactions/s through txbridge and through native transactions ...")
         started = time.time()
         kills = _kill_twice(
+            setup.env,
             setup.cluster,
             setup.admin,
             setup.layout,
@@ -407,12 +419,7 @@ def _set_up(folder: Path, stack: ExitStack, progress: Progress) -> _Setup:
     admin = kafka.admin(env.bootstrap, env.extra)
     topics = {name: f"bench-nodekill-{env.run_id}-{name}" for name in PATHS}
     layout = _lay_out(env, cluster, admin, list(topics.values()))
-    progress(
-        f"namespace {layout.namespace}: node {layout.half_op_leader} leads its half and op "
-        f"partitions, node {layout.txn_node} is the transaction coordinator of "
-        f"{placement.transaction_coordinators(admin, layout.ids)[layout.txn_node]}/{HALF_PARTITIONS} "
-        f"of its coordinators' transactional ids and of the native producer's ({layout.native_id})"
-    )
+    progress(f"namespace {layout.namespace}: node {layout.half_op_leader} leads its half and op partitions")
     return _Setup(folder, cluster, env, admin, topics, layout)
 
 
@@ -500,6 +507,7 @@ def _say_figure(figure: Figure, progress: Progress) -> None:
 
 
 def _kill_twice(
+    env: tb.Env,
     cluster: LocalCluster,
     admin: Any,
     layout: _Layout,
@@ -512,7 +520,7 @@ def _kill_twice(
     """Under the loads: kill the half/op leader; once all is well again, the transaction
     coordinator; each followed by :attr:`NodeKillOptions.after_s` of load."""
     _under_load(loads, options.warmup_s)
-    roles = _roles(admin, layout.half_op_leader, layout, topic)
+    roles = _roles(env, admin, layout.half_op_leader, layout, topic)
     kills = [
         _kill(
             cluster,
@@ -529,12 +537,15 @@ def _kill_twice(
     if elsewhere:
         logger.warning("partitions not back on their preferred leader: %s", elsewhere[:10])
     progress(f"every replica in sync {in_sync_s:.1f}s later, leaders back on their preferred replicas")
-    # The node coordinating most transactional ids now: the planned one unless the kill moved them.
-    hosts = placement.transaction_coordinators(admin, layout.ids)
+    # The node coordinating most of the coordinators' transactional ids now (a coordinator the
+    # first kill restarted or fenced commits under a new id): the planned one unless they moved.
+    hosts = placement.transaction_coordinators(admin, _coordinator_ids(env, layout.namespace))
     txn_node = (
-        layout.txn_node if hosts[layout.txn_node] == max(hosts.values()) else hosts.most_common(1)[0][0]
+        layout.txn_node
+        if not hosts or hosts[layout.txn_node] == max(hosts.values())
+        else hosts.most_common(1)[0][0]
     )
-    roles = _roles(admin, txn_node, layout, topic)
+    roles = _roles(env, admin, txn_node, layout, topic)
     if not roles["native transactional id"]:
         logger.warning("the native producer's transaction coordinator is not node %d", txn_node)
     kills.append(
