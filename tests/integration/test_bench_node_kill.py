@@ -1,12 +1,15 @@
 """The bench's nodekill step end to end, quick: a secured 3-node cluster of its own, its half/op
 leader then its transaction coordinator SIGKILLed under txbridge and native transactions.
 
-It starts its own cluster whatever Kafka the session has (2 to 3 minutes on 2 idle cores, most of
-it the cluster's start and the two nodes' restarts).
+It starts its own cluster whatever Kafka the session has (4 to 5 minutes on 2 cores, most of it
+the cluster's start and the two nodes' restarts), so it runs under ``make soak``: ``make test``
+asserts the same guarantee under the same two kills with tests/secure/test_broker_chaos.py on the
+session's cluster, and CI's ``txbridge bench --quick`` runs this step.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,15 @@ import pytest
 
 from bench import node_kill
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.cluster,
+    pytest.mark.soak,
+    pytest.mark.skipif(
+        float(os.environ.get("TXBRIDGE_SOAK_SCALE", "1.0")) <= 1.0,
+        reason="a cluster of its own for 4 to 5 minutes: run with make soak",
+    ),
+]
 
 
 def test_nodekill_times_both_paths_and_loses_nothing(tmp_path: Path) -> None:
@@ -36,7 +47,9 @@ def test_nodekill_times_both_paths_and_loses_nothing(tmp_path: Path) -> None:
     leader_kill, txn_kill = kills
     assert leader_kill["roles"]["half partitions led"] == node_kill.HALF_PARTITIONS
     assert txn_kill["roles"]["native transactional id"] == 1
-    assert txn_kill["roles"]["coordinator transactional ids"] >= 2
+    # One transactional id per coordinator incarnation (two coordinators): the node killed
+    # coordinates at least one of those they commit under.
+    assert txn_kill["roles"]["coordinator transactional ids"] >= 1
     # The cluster is stopped and its data gone; the logs stay for a look.
     run = next(tmp_path.glob("nodekill-*"))
     assert not list(run.glob("kafka-cluster/node-*/data"))
