@@ -232,7 +232,7 @@ def foundation(config: CoordinatorConfig, on_wedged: Callable[[Wedged], None] | 
 
 
 def kafka_side(base: Foundation) -> KafkaSide:
-    """The partitions' producers, the group's consumer, the commit cycle's Kafka side."""
+    """The coordinator's producer and its claims, the group's consumer, the commit cycle's Kafka side."""
     config = base.config
     owners = Ownership(config, base.watchdog)
     consumers = GroupConsumers(config)
