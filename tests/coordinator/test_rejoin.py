@@ -234,7 +234,10 @@ def test_a_stuck_commit_is_abandoned_in_process_and_loses_nothing(
         time.sleep(2)  # a duplicate would show up now
 
         assert stuck, "no commit was held"
-        assert service.stats[Stat.COMMITS_WEDGED] == 1
+        # At least the held one: with the test's 1 s timeout and 1 s grace, a real commit on a
+        # loaded box (the one right after the fence of the abandoned id) can be reported too, and
+        # is handled the same way.
+        assert service.stats[Stat.COMMITS_WEDGED] >= 1
         assert service.stats[Stat.CONSUMER_REJOINS] >= 1
         assert wedged == [], "the wedge hook (the CLI's exit 75) was called"
         assert thread.is_alive()
