@@ -155,21 +155,35 @@ class Ownership:
         logger.info("fenced the earlier owners %s", earlier)
 
     def _fence_one(self, transactional_id: str) -> Exception | None:
+        try:
+            producer = self._initialised(transactional_id)
+        except Exception as exc:
+            return exc.__cause__ if isinstance(exc.__cause__, Exception) else exc  # the client's own error
+        self._release_clients([producer])
+        return None
+
+    def _initialised(self, transactional_id: str, **settings: Any) -> Producer:
+        """A producer under ``transactional_id``, ``init_transactions`` done: whatever that id
+        left open is aborted and its epoch bumped. Released again if the init fails.
+
+        Raises:
+            KafkaOperationError: the init failed.
+        """
         cfg = self.config
         producer = kafka.producer(
             cfg.bootstrap,
             cfg.extra_config,
             transactional_id=transactional_id,
             transaction_timeout_ms=cfg.transaction_timeout_ms,
+            **settings,
         )
         try:
             with self._watchdog.deadline(f"init_transactions of {transactional_id}", 2 * _INIT_TIMEOUT_S):
                 kafka.init_transactions(producer, _INIT_TIMEOUT_S)
         except Exception as exc:
-            return exc
-        finally:
             self._release_clients([producer])
-        return None
+            raise kafka.to_error(exc, f"initialising the transactional id {transactional_id}") from exc
+        return producer
 
     def reclaim(self, numbers: Iterable[int]) -> list[int]:
         """Claim again partitions this producer released and kept (an eager rebalance gave them
@@ -241,24 +255,16 @@ class Ownership:
         first claim."""
         if self._writer is not None and self.transactional_id is not None:
             return
-        cfg = self.config
-        producer = kafka.producer(
-            cfg.bootstrap,
-            cfg.extra_config,
-            transactional_id=transactional_id,
-            transaction_timeout_ms=cfg.transaction_timeout_ms,
+        producer = self._initialised(
+            transactional_id,
             linger_ms=5,
             # A committed message to a missing topic is quarantined (and can be requeued once the
             # topic exists), never published to a topic the broker made up with its defaults.
             allow_auto_create_topics=False,
         )
-        try:
-            with self._watchdog.deadline(f"init_transactions of {transactional_id}", 2 * _INIT_TIMEOUT_S):
-                kafka.init_transactions(producer, _INIT_TIMEOUT_S)
-        except Exception as exc:
-            self._release_clients([producer])
-            raise kafka.to_error(exc, f"initialising the transactional id {transactional_id}") from exc
-        logger.info("coordinator %s commits under the transactional id %s", cfg.instance_id, transactional_id)
+        logger.info(
+            "coordinator %s commits under the transactional id %s", self.config.instance_id, transactional_id
+        )
         self._writer = TransactionWriter(producer, self._sizes)
         self.transactional_id = transactional_id
 
