@@ -93,6 +93,11 @@ ROWS: tuple[Row, ...] = (
         tuple(("floor commit-to-visible", k) for k in ("p50_ms", "p99_ms", "max_ms")),
     ),
     Row(
+        "broker CPU µs/msg at half load",
+        "txbridge / floor (same rate)",
+        tuple((name, "broker_cpu_us_per_msg") for name in (_HALF, "floor commit-to-visible")),
+    ),
+    Row(
         "txbridge back-check drain",
         "checks/s / checks",
         (("txbridge back-check drain", "checks_per_s"), ("txbridge back-check drain", "checks")),

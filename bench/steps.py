@@ -168,7 +168,8 @@ def _latency(run: StepRun) -> list[Figure]:
     from bench import txbridge_runs as tb
 
     ns, rate = run.shared_namespace(), run.half_of_saturated()
-    return [tb.latency(run.env, ns, size=run.size, rate=rate, duration_s=run.mode.latency_s)]
+    meter = run.meter(coordinator=True)  # the broker's CPU at a rate both latency steps share
+    return [tb.latency(run.env, ns, size=run.size, rate=rate, duration_s=run.mode.latency_s, meter=meter)]
 
 
 def _floor_latency(run: StepRun) -> list[Figure]:
@@ -176,7 +177,10 @@ def _floor_latency(run: StepRun) -> list[Figure]:
     from bench.floor import floor_latency
 
     rate, duration_s = run.half_of_saturated(), run.mode.latency_s
-    return [floor_latency(run.bootstrap, size=run.size, rate=rate, duration_s=duration_s, extra=run.extra)]
+    figure = floor_latency(
+        run.bootstrap, size=run.size, rate=rate, duration_s=duration_s, extra=run.extra, meter=run.meter()
+    )
+    return [figure]
 
 
 def _checks(run: StepRun) -> list[Figure]:

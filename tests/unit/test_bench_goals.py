@@ -34,6 +34,18 @@ def test_the_broker_cpu_ratio_sets_txbridge_against_the_floor() -> None:
     assert ratios(run_figures(broker=140.0))["txbridge / floor broker CPU per message"] == pytest.approx(2.5)
 
 
+def test_the_same_rate_broker_cpu_ratio_comes_from_the_latency_steps() -> None:
+    figures = run_figures(broker=140.0)
+    assert "txbridge / floor broker CPU per message, same rate" not in ratios(figures)  # not metered
+    for figure, cpu in zip(figures[2:4], (90.0, 60.0), strict=True):
+        figure.values["broker_cpu_us_per_msg"] = cpu
+    found = ratios(figures)
+    assert found["txbridge / floor broker CPU per message, same rate"] == pytest.approx(1.5)
+    assert found["txbridge / floor broker CPU per message"] == pytest.approx(2.5)  # saturated: its own
+    run = {"figures": [{"name": f.name, "values": f.values} for f in figures]}
+    assert "| broker CPU µs/msg at half load | txbridge / floor (same rate) | 90.0 / 60.0 |" in table_for(run)
+
+
 def test_each_goal_carries_its_figure_its_bound_and_whether_it_was_met() -> None:
     found = {g.name: (g.value, g.bound, g.met) for g in goals(run_figures(renamed_s=16.0, timeout_s=10.0))}
     assert found == {
