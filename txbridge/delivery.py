@@ -27,10 +27,12 @@ DEFAULT_MESSAGE_TIMEOUT_MS = 30_000
 #: linger.ms of the second producer that writes the ``urgent_topics`` (the op records). An op
 #: record is a single write its caller waits for, and nothing is published before it, so its
 #: linger is added whole to every transaction's commit-to-visible. Half records and heartbeats
-#: keep linger 5: batching them saves produce requests and end-to-end throughput. 0 favours
-#: latency at light load; linger 1 is the candidate if saturated throughput counts more
-#: (the measurements: docs/results/settings.md).
-URGENT_LINGER_MS = 0
+#: keep linger 5: batching them saves produce requests and end-to-end throughput. 1, not 0: at
+#: saturation linger 0 sent an op record a produce request of its own nearly every time, which
+#: cost the broker more CPU per message than the coordinator's whole Kafka transaction and
+#: took a fifth of the throughput; 1 ms costs light load about 1.5 ms of p50
+#: (docs/results/settings.md).
+URGENT_LINGER_MS = 1
 
 
 class Delivered(NamedTuple):

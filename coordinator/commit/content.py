@@ -1,12 +1,12 @@
-"""What goes into one partition's Kafka transaction, in order.
+"""What one partition puts into the commit's Kafka transaction, in order.
 
 Ready committed transactions are republished in decision order; those that cannot
 be (too large, missing topic, refused, halves deleted) are quarantined whole;
 incomplete and expired ones are copied aside; then the batched records (op
 records, quarantined input); last the ``<ns>_state`` changelog entries and the
-partition's positions record. Each
-owned partition has a transaction of its own (see :mod:`coordinator.commit.ownership`),
-so everything here concerns one partition.
+partition's positions record. One Kafka transaction covers every owned partition with
+work (see :mod:`coordinator.commit.cycle`); a :class:`TransactionContent` writes one
+partition's share of it, so everything here concerns that partition.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 class TransactionContent:
-    """Fills a partition's open Kafka transaction; its state moves as records are produced.
+    """Fills a partition's share of the open Kafka transaction; its state moves as records are produced.
 
     Args:
         writer: the partition's transactional producer wrapper.
