@@ -80,8 +80,12 @@ class BackChecks:
         self._reader = reader
         self._now_ms = now_ms
         self._started = time.monotonic()
-        self._expedited: set[tuple[str, str]] = set()  # silent producer instances already expedited
+        # Writers found gone (silent, or left: True) and expedited, with when: their transactions
+        # that arrive later are expedited too, while they stay silent or for a liveness period
+        # after they left (their halves can still be on the way, or behind in the topic).
+        self._gone: dict[tuple[str, str], tuple[int, bool]] = {}
         self._left: set[tuple[str, str]] = set()  # decisive instances that left, not expedited yet
+        self._arrivals = 0  # the owned partitions' arrivals at the last look
         self._awaiting: set[tuple[str, str, str | None]] = set()  # writers said to be waited for
         self._running_logged: dict[str, float] = {}  # group -> when a RUNNING answer was last logged
 
@@ -176,25 +180,36 @@ class BackChecks:
         heartbeating is most likely dead, and with a decisive check (the database barrier) even
         a local transaction still in flight cannot commit after a ROLLBACK answer, so asking
         another instance early is safe; with an ordinary check it waits for the delay as before.
+        A gone writer's transactions that arrive after it was found gone (its last halves were
+        still being read) are expedited at the next look too: found gone once is not enough.
         """
         view, now = self._registry.view, self._now_ms()
         self._left |= view.left  # a tombstoned instance is no longer in the view: remember it
         view.left = set()
         silent = view.silent(now)
-        for group, instance in sorted((silent | self._left) - self._expedited):
+        # One that beats again is watched afresh; one that left is kept a liveness period.
+        self._gone = {
+            writer: (since, left)
+            for writer, (since, left) in self._gone.items()
+            if (now - since <= view.liveness_ms if left else writer in silent)
+        }
+        arrivals = sum(state.arrivals for state in self.partitions.values())
+        arrived, self._arrivals = arrivals != self._arrivals, arrivals
+        found = sorted((silent | self._left) - self._gone.keys())
+        again = sorted(self._gone) if arrived else []
+        for group, instance in found + again:
             if not view.decisive_elsewhere(group, instance, now):
                 continue  # looked at again next time: another instance may come
+            if (group, instance) not in self._gone:
+                left = (group, instance) in self._left
+                self._left.discard((group, instance))
+                self._gone[group, instance] = (now, left)
             count = sum(state.expedite(group, instance, now) for state in self.partitions.values())
-            if (group, instance) in self._left:
-                self._left.discard((group, instance))  # done with it
-            else:
-                self._expedited.add((group, instance))
             if count:
                 self.stats[Stat.CHECKS_EXPEDITED] += count
                 logger.info(
                     "producer %s/%s is gone: its %d open transactions are checked now", group, instance, count
                 )
-        self._expedited &= silent  # one that beats again is watched afresh
 
     def observe_returns(self, resumer: ExpiryResumer) -> None:
         """Hand the resumer the live producer instances; count what it did since the last look."""

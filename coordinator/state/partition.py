@@ -173,6 +173,8 @@ class PartitionState:
         self.unsaved = UnsavedChanges()
         self.tombstones = self.unsaved.tombstones
         self.payload_bytes = 0
+        #: Transactions whose first half was consumed here (a gone writer's may come after it went).
+        self.arrivals = 0
         self._decisions = 0
         self._resolved = ResolvedMemory(RESOLVED_MEMORY)
         # Indexes (see the module docstring), kept by _adopt, _moved, _rescheduled and _resolve
@@ -240,6 +242,7 @@ class PartitionState:
             tx.first_append_ms = append_ms
             tx.check_after_s = msg.check_after_s
         if new:
+            self.arrivals += 1
             self._adopt(tx, arriving=True)  # indexes it by key, payload bytes, check time
         else:
             self.payload_bytes += size
@@ -379,14 +382,16 @@ class PartitionState:
 
     @_checked
     def expedite(self, group: str, instance: str, now_ms: int) -> int:
-        """Make the OPEN transactions written by ``instance`` of ``group`` due now (its writer is
-        gone and another instance answers decisively). Returns how many. A scan: called when a
-        writer goes silent or leaves, not per record."""
+        """Make the OPEN transactions written by ``instance`` of ``group`` and never checked due
+        now (its writer is gone and another instance answers decisively): the first check's delay
+        is skipped; the backoff between checks is not. Returns how many. A scan: called when a
+        writer goes silent or leaves, and again while it stays gone as transactions arrive."""
         count = 0
         for tx in self.pending.values():
             if (
                 tx._phase is Phase.OPEN
                 and tx._halves is not None
+                and tx.checks == 0
                 and tx.group == group
                 and tx.instance == instance
                 and (tx._next_check_ms is None or tx._next_check_ms > now_ms)

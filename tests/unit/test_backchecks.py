@@ -48,6 +48,7 @@ class FakeView:
         self.urls = {("g", "i1"): "http://i1", ("g", "i2"): "http://i2"}
         self.gone: set[tuple[str, str]] = set()
         self.left: set[tuple[str, str]] = set()
+        self.liveness_ms = 2_000  # shorter than DELAY_S: what is due before it was expedited
 
     def targets(self, group: str, instance: str, _source: str | None, _now_ms: int) -> list[str]:
         own = [self.urls[(group, instance)]] if (group, instance) in self.urls else []
@@ -219,6 +220,68 @@ def test_a_gone_writers_transactions_are_due_at_once_when_another_instance_is_de
 
     assert [job.request.tx_id for jobs in parts.checker.sent for job in jobs] == ["young"]
     assert parts.stats["checks_expedited"] == 1
+
+
+def sent_ids(parts: Parts) -> list[str]:
+    return [job.request.tx_id for jobs in parts.checker.sent for job in jobs]
+
+
+def test_a_gone_writers_transaction_that_arrives_after_it_was_found_gone_is_due_at_once_too() -> None:
+    # The writer was found gone before its last transaction's half was read: one look, which
+    # found nothing to expedite, must not be the only one (test_gone_writer.py's race).
+    parts = Parts()
+    parts.now = NOW_MS
+    parts.registry.view.gone = {("g", "i1")}
+    parts.checks.expedite_gone_writers()
+    assert parts.stats["checks_expedited"] == 0
+
+    parts.partitions[1].on_half(half("late"), 0, 10, parts.now)  # not due for another DELAY_S
+    parts.checks.expedite_gone_writers()
+    parts.checks.schedule([0, 1])
+
+    assert sent_ids(parts) == ["late"]
+    assert parts.stats["checks_expedited"] == 1
+
+
+def test_expediting_again_as_transactions_arrive_skips_only_the_first_delay_never_the_backoff() -> None:
+    parts = Parts()
+    parts.now = NOW_MS
+    parts.partitions[0].on_half(half("first"), 0, 10, parts.now)
+    parts.registry.view.gone = {("g", "i1")}
+    parts.checks.expedite_gone_writers()
+    parts.checks.schedule([0])
+    first = parts.partitions[0].pending["first"]
+    parts.answer(first, TxState.UNKNOWN)
+    backoff = first.next_check_ms
+    assert backoff is not None
+    assert backoff > parts.now
+
+    parts.partitions[0].on_half(half("second"), 1, 10, parts.now)
+    parts.checker.sent.clear()
+    parts.checks.expedite_gone_writers()
+    parts.checks.schedule([0])
+
+    assert sent_ids(parts) == ["second"]
+    assert first.next_check_ms == backoff
+    assert parts.stats["checks_expedited"] == 2
+
+
+def test_a_writer_that_left_has_late_transactions_expedited_for_a_liveness_period_only() -> None:
+    parts = Parts()
+    parts.now = NOW_MS
+    view = parts.registry.view
+    view.left = {("g", "i1")}
+    parts.checks.expedite_gone_writers()  # found: it left (nothing of it pending yet)
+
+    parts.partitions[0].on_half(half("soon"), 0, 10, parts.now)
+    parts.now += view.liveness_ms
+    parts.checks.expedite_gone_writers()
+    parts.partitions[0].on_half(half("later"), 1, 10, parts.now)
+    parts.now += 1
+    parts.checks.expedite_gone_writers()  # past its liveness period: forgotten
+    parts.checks.schedule([0])
+
+    assert sent_ids(parts) == ["soon"]
 
 
 def test_checks_wait_for_the_registry_at_most_a_while() -> None:
