@@ -7,7 +7,7 @@ claiming, restoring and placing the partitions is the loop's work, as aiokafka a
 keep their rebalance listeners thin. Meanwhile the given partitions are assigned to the consumer
 paused: a callback that assigns nothing lets the client assign them itself and fetch from the
 group's committed offsets, which are only a copy for monitoring (the positions are in
-``<ns>_state``). The take-over seeks them to their positions and resumes them.
+``<ns>_state``). The take-over resumes them and seeks them to their positions.
 
 A revocation or a loss of partitions still queued cancels them (:meth:`Assignments.cancel`):
 they were never claimed, and nothing of them was served.
