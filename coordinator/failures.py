@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from txbridge.errors import KafkaOperationError
+from txbridge.errors import KafkaOperationError, TxBridgeError
 
 
 @dataclass
@@ -13,4 +13,4 @@ class Failures:
     stop (``fatal``); set by the parts that find out, read by the loop."""
 
     clients: KafkaOperationError | None = None
-    fatal: KafkaOperationError | None = None
+    fatal: TxBridgeError | None = None

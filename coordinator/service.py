@@ -128,6 +128,8 @@ class Coordinator:
         Raises:
             KafkaOperationError: the coordinator cannot go on (its clients failed again and
                 again: another process with the same instance id); the caller may restart it.
+            ConfigurationError: another coordinator group serves the namespace (at the start, or
+                found when this newcomer was fenced: :data:`coordinator.group.clients.NEWCOMER_S`).
         """
         self._start()
         try:

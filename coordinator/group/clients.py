@@ -18,10 +18,11 @@ from typing import Protocol
 
 from coordinator.config import CoordinatorConfig
 from coordinator.failures import Failures
+from coordinator.group import membership
 from coordinator.monitoring.metrics import Stat, Stats
 from coordinator.monitoring.watchdog import Watchdog
 from txbridge import kafka
-from txbridge.errors import KafkaOperationError
+from txbridge.errors import KafkaOperationError, ProducerFencedError
 from txbridge.kafka import Consumer, TopicPartition
 from txbridge.wire import Topics
 
@@ -29,9 +30,16 @@ logger = logging.getLogger(__name__)
 
 #: Clients that fail fatally are replaced in-process (rejoin) at most this many times in
 #: REJOIN_WINDOW_S; more means another process uses the same instance id (its static
-#: membership fences this one's over and over): the coordinator stops.
+#: membership fences this one's over and over): the coordinator stops. A fence by another
+#: owner's claim is not counted: transactional ids are an incarnation's own, so it says only
+#: that the partitions moved on (a session that expired), not who else runs as this instance.
 REJOINS_MAX = 5
 REJOIN_WINDOW_S = 300.0
+#: A coordinator fenced by another owner this soon after it started, while a coordinator group
+#: other than its own holds the namespace's partitions, got past the start's refusal
+#: (membership.refuse_another_group) while that group rebalanced: it is the second group, and it
+#: refuses now, as at the start, instead of taking the partitions back and forth with the first.
+NEWCOMER_S = 120.0
 #: Under the consumer protocol the broker refuses a static member whose instance id another
 #: member still holds (it does not fence the holder, as the classic protocol does): after a
 #: crash, the previous life's member until its session expires. The refusals are not counted
@@ -89,6 +97,7 @@ class GroupClients:
         self._consumer: Consumer | None = None
         self._rejoins: list[float] = []  # monotonic times of recent rejoins
         self._refused_since: float | None = None  # first refusal of the instance id (UNRELEASED_WAIT_S)
+        self._started: float | None = None  # the first join (NEWCOMER_S)
 
     def consumer(self) -> Consumer:
         """The group's consumer (half + op), while the coordinator holds one."""
@@ -101,6 +110,8 @@ class GroupClients:
     def join(self, listener: RebalanceListener) -> None:
         """Create the half/op consumer and subscribe: the group assigns this instance its
         partitions, and ``listener`` takes them over and lets them go."""
+        if self._started is None:
+            self._started = time.monotonic()
         self._consumer = self._make_consumer()
         self._consumer.subscribe(
             [self.topics.half, self.topics.op],
@@ -120,6 +131,8 @@ class GroupClients:
         this the process had to exit and start again (seconds of interpreter start-up on a
         loaded host). More than :data:`REJOINS_MAX` failures in :data:`REJOIN_WINDOW_S` stop the
         coordinator: that is another process using the same instance id, not a broker failover.
+        A fence by another owner is not counted; one within :data:`NEWCOMER_S` of the start while
+        another group serves the namespace stops this coordinator with the start's refusal.
         """
         error, self._failures.clients = self._failures.clients, None
         assert error is not None
@@ -137,7 +150,11 @@ class GroupClients:
             logger.error("%s", self._failures.fatal)
             self._stopping.set()
             return
-        if self._still_held(error, now):
+        if isinstance(error, ProducerFencedError):
+            # Another owner claimed the partitions (not counted: see REJOINS_MAX).
+            if self._refuse_as_second_group(now):
+                return
+        elif self._still_held(error, now):
             logger.info(
                 "coordinator %s: instance id %s is still held by another member of group %s (a "
                 "previous life's, until its session expires?); joining again in %.0fs",
@@ -175,6 +192,19 @@ class GroupClients:
         except Exception as exc:
             logger.info("closing the failed consumer: %s", exc)
         self.join(listener)
+
+    def _refuse_as_second_group(self, now: float) -> bool:
+        """Stop with the start's refusal if this coordinator is the newcomer of two groups
+        serving the namespace (:data:`NEWCOMER_S`); whether it stops."""
+        if self._started is None or now - self._started > NEWCOMER_S:
+            return False
+        other = membership.another_group_serving(self.config, self.topics)
+        if other is None:
+            return False
+        self._failures.fatal = membership.served_by_another(self.config, *other)
+        logger.error("coordinator %s must stop: %s", self.config.instance_id, self._failures.fatal)
+        self._stopping.set()
+        return True
 
     def _still_held(self, error: Exception, now: float) -> bool:
         """Whether ``error`` is the consumer protocol's refusal of this instance id, within

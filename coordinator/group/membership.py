@@ -154,27 +154,12 @@ def refuse_another_group(
     deadline = time.monotonic() + session_timeout_s + 3.0
     said = False
     while not stop.is_set():
-        try:
-            serving = kafka.groups_consuming(
-                config.bootstrap,
-                [topics.half, topics.op],
-                extra=config.extra_config,
-                timeout=_DESCRIBE_TIMEOUT_S,
-            )
-        except Exception as exc:  # cannot tell: fencing keeps it exact, so start
-            logger.warning("could not list the consumer groups serving %s: %s", topics.half, exc)
+        other = another_group_serving(config, topics)
+        if other is None:
             return
-        others = sorted((g, m) for g, m in serving.items() if g != config.group_id)
-        if not others:
-            return
-        group, members = others[0]
+        group, members = other
         if time.monotonic() > deadline:
-            raise ConfigurationError(
-                f"namespace {config.namespace} is served by coordinator group {group!r} "
-                f"(members {', '.join(members)}); this coordinator's group is {config.group_id!r}. "
-                f"Start it with --group-id {group}, or stop every coordinator of {group!r} first to move "
-                "the namespace to a new group (docs/coordinator.md, 'Changing a namespace's group')"
-            )
+            raise served_by_another(config, group, members)
         if not said:
             logger.info(
                 "namespace %s is served by coordinator group %r (members %s): waiting up to %.0fs for "
@@ -186,3 +171,28 @@ def refuse_another_group(
             )
             said = True
         time.sleep(0.5)
+
+
+def another_group_serving(config: CoordinatorConfig, topics: Topics) -> tuple[str, list[str]] | None:
+    """A consumer group other than this coordinator's with a member holding half or op
+    partitions, and those members; None when there is none or the groups cannot be listed
+    (then fencing keeps it exact, and the caller goes on)."""
+    try:
+        serving = kafka.groups_consuming(
+            config.bootstrap, [topics.half, topics.op], extra=config.extra_config, timeout=_DESCRIBE_TIMEOUT_S
+        )
+    except Exception as exc:
+        logger.warning("could not list the consumer groups serving %s: %s", topics.half, exc)
+        return None
+    others = sorted((g, m) for g, m in serving.items() if g != config.group_id)
+    return others[0] if others else None
+
+
+def served_by_another(config: CoordinatorConfig, group: str, members: list[str]) -> ConfigurationError:
+    """The refusal of a coordinator whose namespace ``group`` serves."""
+    return ConfigurationError(
+        f"namespace {config.namespace} is served by coordinator group {group!r} "
+        f"(members {', '.join(members)}); this coordinator's group is {config.group_id!r}. "
+        f"Start it with --group-id {group}, or stop every coordinator of {group!r} first to move "
+        "the namespace to a new group (docs/coordinator.md, 'Changing a namespace's group')"
+    )

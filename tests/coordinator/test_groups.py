@@ -2,21 +2,22 @@
 
 A second coordinator group on a namespace that a live group serves is refused at start, naming
 the group; should two groups run all the same (both started at once, or a group this principal
-may not describe), the partitions' transactional ids name the namespace, not the group, so each
-fences the other's owner and nothing is published twice. Moving a namespace to a new group is
+may not describe), each owner's claim fences the other's and nothing is published twice, and the
+newcomer of the two, fenced, stops with the same refusal. Moving a namespace to a new group is
 stopping the old one and starting the new: nothing is lost, nothing published twice.
 What is asserted is what a read_committed consumer of the real topic sees.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from coordinator.group import membership
+from coordinator.group import clients, membership
 from servers.coordinator_process import CoordinatorProcess
 from tests.coordinator.conftest import SECRET, Env, eventually
 from tests.coordinator.wire_producer import Msg
@@ -65,8 +66,10 @@ def test_a_second_group_on_a_served_namespace_is_refused_naming_the_group(
 def test_two_groups_running_on_one_namespace_publish_each_transaction_once(
     env: Env, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both groups running, as when they start at the same moment: the refusal cannot see it."""
+    """Both groups running, as when they start at the same moment: the refusal cannot see it.
+    Neither counts as the newcomer here, so that they fence each other throughout."""
     monkeypatch.setattr(membership, "refuse_another_group", lambda *args: None)
+    monkeypatch.setattr(clients, "NEWCOMER_S", 0.0)
     topic = topic_factory()
     env.start(group_id=f"one-{env.namespace}")
     env.start(group_id=f"two-{env.namespace}")
@@ -77,6 +80,41 @@ def test_two_groups_running_on_one_namespace_publish_each_transaction_once(
     published = _published(env, topic)
     assert {tx: n for tx, n in published.items() if n != 1} == {}
     assert set(published) == set(txs)
+
+
+def test_a_second_group_that_slipped_in_stops_when_fenced_and_the_first_serves_on(
+    env: Env, topic_factory: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started while the first group rebalanced (the start's refusal saw no member holding
+    partitions), the second group claims them, and the first claims them back. The newcomer,
+    fenced, refuses as at the start; the first group's members rejoin and never stop."""
+    monkeypatch.setattr(clients, "NEWCOMER_S", 15.0)
+    topic = topic_factory()
+    started = time.monotonic()
+    first = env.start(group_id=f"first-{env.namespace}")
+    before = _committed(env, topic, 10, "before")
+    assert eventually(lambda: set(_published(env, topic)) >= set(before))
+    time.sleep(max(0.0, clients.NEWCOMER_S - (time.monotonic() - started)))  # the first is no newcomer
+    monkeypatch.setattr(membership, "refuse_another_group", lambda *args: None)
+    second = env.start(group_id=f"second-{env.namespace}", wait=False)
+
+    during: list[str] = []
+    deadline = time.monotonic() + 90
+    while second.thread.is_alive() and time.monotonic() < deadline:
+        during += _committed(env, topic, 5, f"during{len(during)}")
+        time.sleep(0.2)
+    after = _committed(env, topic, 10, "after")
+
+    assert not second.thread.is_alive(), "the second group's coordinator was not fenced, or did not stop"
+    assert [type(e) for e in second.errors] == [ConfigurationError]
+    assert f"served by coordinator group 'first-{env.namespace}'" in str(second.errors[0])
+    assert first.thread.is_alive()
+    assert not first.errors
+    expected = {*before, *during, *after}
+    assert eventually(lambda: set(_published(env, topic)) >= expected, timeout=60)
+    published = _published(env, topic)
+    assert set(published) == expected
+    assert {tx: n for tx, n in published.items() if n != 1} == {}
 
 
 def test_moving_a_namespace_to_a_new_group_loses_and_repeats_nothing(
