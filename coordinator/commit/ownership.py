@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from coordinator.commit import changelog
@@ -34,10 +34,16 @@ from txbridge.wire import OWNER_KEY, OwnerRecord, Topics, coordinator_transactio
 logger = logging.getLogger(__name__)
 
 #: Earlier owners fenced at once: each fence is a few round trips to the transaction coordinator
-#: (and 0.5 s when its transaction must be aborted first), so a coordinator that takes twelve
-#: partitions from as many dead owners waits for about one of them, not twelve.
+#: (and more when its transaction must be aborted first: _FENCE_ASK_AGAIN_S), so a coordinator
+#: that takes twelve partitions from as many dead owners waits for about one of them, not twelve.
 _FENCE_THREADS = 8
 _INIT_TIMEOUT_S = 30.0
+#: librdkafka asks again for a producer id answered CONCURRENT_TRANSACTIONS (the id's open
+#: transaction is being aborted) only after a fixed 500 ms (rd_kafka_idemp_pid_timer_restart in
+#: rdkafka_idempotence.c), where the abort ends within tens of milliseconds. So a fence not
+#: answered this soon asks a second time, from a second client on the same id: the first answer
+#: fences the id (an answer means its transaction is over and its epoch bumped).
+_FENCE_ASK_AGAIN_S = 0.15
 #: Timeout of the calls that end a claim's or a release's transaction.
 _MARK_TIMEOUT_S = 15.0
 
@@ -155,6 +161,26 @@ class Ownership:
         logger.info("fenced the earlier owners %s", earlier)
 
     def _fence_one(self, transactional_id: str) -> Exception | None:
+        """Fence one id (:data:`_FENCE_ASK_AGAIN_S`): None once a client under it is answered,
+        else the error of the last to fail. A slower ask left running ends by itself."""
+        asks = ThreadPoolExecutor(2, "txbridge-fence-ask")
+        try:
+            pending = {asks.submit(self._ask, transactional_id)}
+            done, pending = wait(pending, timeout=_FENCE_ASK_AGAIN_S)
+            if not done:
+                pending.add(asks.submit(self._ask, transactional_id))
+            outcome: Exception | None = None
+            while pending or done:
+                for future in done:
+                    outcome = future.result()
+                    if outcome is None:
+                        return None
+                done, pending = wait(pending, return_when=FIRST_COMPLETED) if pending else (set(), set())
+            return outcome
+        finally:
+            asks.shutdown(wait=False)
+
+    def _ask(self, transactional_id: str) -> Exception | None:
         try:
             producer = self._initialised(transactional_id)
         except Exception as exc:
