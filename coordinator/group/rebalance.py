@@ -141,8 +141,12 @@ class Rebalancer:
                 break
             except (KafkaOperationError, KafkaException) as exc:
                 # A partition without a leader during an election, a transaction coordinator
-                # moving: tried again here, then by joining afresh; never by exiting.
-                if time.monotonic() > give_up or self._stopping.is_set():
+                # moving: tried again here, then by joining afresh; never by exiting. A partition
+                # the consumer still does not know after the seek's own wait and metadata
+                # refreshes is this client's view, not the cluster's: new clients at once (a
+                # nemesis run saw one consumer fail so for 45 s while a new process took over).
+                unknown = kafka.is_unknown_partition(exc)
+                if unknown or time.monotonic() > give_up or self._stopping.is_set():
                     logger.warning("taking over partitions %s failed, joining again: %s", numbers, exc)
                     self.drop(partitions)
                     self._failures.clients = kafka.to_error(exc, f"taking over partitions {numbers}")

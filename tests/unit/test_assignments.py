@@ -128,6 +128,10 @@ class SeekingConsumer:
     def __init__(self, refusals: int, code: int) -> None:
         self.refusals, self.code = refusals, code
         self.sought: list[tuple[str, int, int]] = []
+        self.metadata_asked: list[str] = []
+
+    def list_topics(self, topic: str, timeout: float) -> None:
+        self.metadata_asked.append(topic)
 
     def seek(self, tp: TopicPartition) -> None:
         if self.refusals:
@@ -143,10 +147,27 @@ def test_a_seek_waits_for_the_fetcher_to_start(code: int) -> None:
     assert consumer.sought == [(HALF, 0, 7), (OP, 0, 9)]
 
 
+def test_a_partition_the_client_does_not_know_has_its_metadata_asked_for_and_is_sought_again() -> None:
+    consumer = SeekingConsumer(2, kafka.KafkaError._UNKNOWN_PARTITION)
+    kafka.seek_started(consumer, [kafka.partition_at(HALF, 0, 7)], 5.0)
+    assert consumer.sought == [(HALF, 0, 7)]
+    assert consumer.metadata_asked == [HALF, HALF]
+
+
+def test_a_partition_still_unknown_when_the_wait_ends_raises_an_unknown_partition() -> None:
+    with pytest.raises(kafka.KafkaException) as raised:
+        kafka.seek_started(
+            SeekingConsumer(10**6, kafka.KafkaError._UNKNOWN_PARTITION),
+            [kafka.partition_at(HALF, 0, 1)],
+            0.05,
+        )
+    assert kafka.is_unknown_partition(raised.value)
+
+
 def test_a_seek_that_fails_otherwise_or_too_long_raises() -> None:
     with pytest.raises(kafka.KafkaException):
         kafka.seek_started(
-            SeekingConsumer(1, kafka.KafkaError._UNKNOWN_PARTITION), [kafka.partition_at(HALF, 0, 1)], 5.0
+            SeekingConsumer(1, kafka.KafkaError._INVALID_ARG), [kafka.partition_at(HALF, 0, 1)], 5.0
         )
     with pytest.raises(kafka.KafkaException):
         kafka.seek_started(

@@ -8,6 +8,7 @@ re-exported here (``Consumer``, ``Producer``, ``TopicPartition``, ``Message``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -18,6 +19,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from txbridge.errors import KafkaOperationError, TxBridgeError
 from txbridge.kafka.config import consumer_config, producer_config
 from txbridge.kafka.errors import is_partition_eof, to_error
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "FROM_START",
@@ -229,6 +232,10 @@ def seek_started(client: Consumer, partitions: Iterable[TopicPartition], timeout
     so the start cannot undo it, and it raises the partition's version barrier: what was fetched
     before it is discarded, never returned by a later poll.
 
+    A partition this client does not know (``_UNKNOWN_PARTITION``: its metadata of the topic
+    lacks it, as a client made while a broker restarted was seen to have for 45 s) has its
+    topic's metadata asked for, and is tried again within the same ``timeout``.
+
     Raises:
         KafkaException: a seek failed otherwise, or the fetcher did not start in time.
     """
@@ -240,14 +247,25 @@ def seek_started(client: Consumer, partitions: Iterable[TopicPartition], timeout
                 break
             except KafkaException as exc:
                 code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
-                if code not in _NOT_STARTED or time.monotonic() > deadline:
+                if code not in (*_NOT_STARTED, KafkaError._UNKNOWN_PARTITION) or time.monotonic() > deadline:
                     raise
+                if code == KafkaError._UNKNOWN_PARTITION:
+                    _refresh_metadata(client, tp.topic, deadline)
                 time.sleep(_SEEK_RETRY_S)
+
+
+def _refresh_metadata(client: Consumer, topic: str, deadline: float) -> None:
+    """Ask for ``topic``'s metadata: librdkafka updates the client's view of it from the answer."""
+    try:
+        client.list_topics(topic, timeout=max(0.1, min(_METADATA_TIMEOUT_S, deadline - time.monotonic())))
+    except KafkaException as exc:
+        logger.info("refreshing the metadata of %s: %s", topic, exc)
 
 
 #: What librdkafka answers a seek of a partition whose fetcher has not started yet.
 _NOT_STARTED = (KafkaError._STATE, KafkaError._PREV_IN_PROGRESS)
 _SEEK_RETRY_S = 0.01
+_METADATA_TIMEOUT_S = 2.0
 
 
 def append_time_ms(message: Any) -> int | None:

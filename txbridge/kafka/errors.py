@@ -18,6 +18,7 @@ __all__ = [
     "KafkaError",
     "KafkaException",
     "is_partition_eof",
+    "is_unknown_partition",
     "is_unreleased_instance",
     "is_unsupported",
     "to_error",
@@ -43,6 +44,15 @@ def to_error(err: KafkaError | KafkaException | Exception, context: str) -> Kafk
 def is_partition_eof(error: Any) -> bool:
     """True for the event a consumer made with ``enable_partition_eof`` sends at a partition's end."""
     return isinstance(error, KafkaError) and error.code() == KafkaError._PARTITION_EOF
+
+
+def is_unknown_partition(error: Any) -> bool:
+    """True for a client's refusal of a partition its metadata does not have (``_UNKNOWN_PARTITION``)."""
+    if isinstance(error, KafkaOperationError):
+        return error.code == KafkaError._UNKNOWN_PARTITION
+    if isinstance(error, KafkaException) and error.args:
+        error = error.args[0]
+    return isinstance(error, KafkaError) and error.code() == KafkaError._UNKNOWN_PARTITION
 
 
 def is_unreleased_instance(error: Any) -> bool:
