@@ -288,7 +288,7 @@ def test_skipping_rocketmq_runs_the_other_three_and_says_so(
     kafka_bootstrap: str, spark: SparkSession, tmp_path: Path
 ) -> None:
     cache = _cache(tmp_path)
-    args = ["--orders", "30", "--no-streaming", "--no-coordinator-kill", "--no-spark-sink"]
+    args = ["--orders", "8", "--no-streaming", "--no-coordinator-kill", "--no-spark-sink"]
 
     result, _ = _demo(
         cache, tmp_path / "reports", "--bootstrap", kafka_bootstrap, "--paths", "txbridge,native,plain", *args
@@ -296,7 +296,7 @@ def test_skipping_rocketmq_runs_the_other_three_and_says_so(
 
     run = _load(result, tmp_path / "reports", cache, 0.0)
     assert {p for p, _ in run.metrics} == {"txbridge", "native", "plain"}
-    assert "30 orders x 3 paths (txbridge, native, plain)" in result.output
+    assert "8 orders x 3 paths (txbridge, native, plain)" in result.output
     assert "txbridge vs Kafka transactions vs plain produce" in result.output
     assert "**rocketmq was skipped** (left out with --paths)." in (run.run_dir / "report.md").read_text()
     assert not (cache / "rocketmq-demo").exists()  # no RocketMQ was started
