@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from typing import Any
 
 from coordinator.commit import changelog
@@ -165,17 +165,14 @@ class Ownership:
         else the error of the last to fail. A slower ask left running ends by itself."""
         asks = ThreadPoolExecutor(2, "txbridge-fence-ask")
         try:
-            pending = {asks.submit(self._ask, transactional_id)}
-            done, pending = wait(pending, timeout=_FENCE_ASK_AGAIN_S)
-            if not done:
-                pending.add(asks.submit(self._ask, transactional_id))
+            futures = [asks.submit(self._ask, transactional_id)]
+            if not wait(futures, timeout=_FENCE_ASK_AGAIN_S).done:
+                futures.append(asks.submit(self._ask, transactional_id))
             outcome: Exception | None = None
-            while pending or done:
-                for future in done:
-                    outcome = future.result()
-                    if outcome is None:
-                        return None
-                done, pending = wait(pending, return_when=FIRST_COMPLETED) if pending else (set(), set())
+            for future in as_completed(futures):  # in the order they end
+                outcome = future.result()
+                if outcome is None:
+                    return None
             return outcome
         finally:
             asks.shutdown(wait=False)
