@@ -14,8 +14,8 @@ import os
 import re
 import secrets
 import sys
+import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -180,16 +180,51 @@ class Topics:
 # ---------------------------------------------------------------- ids and partitioning
 
 
+class _Entropy:
+    """``os.urandom``, read :attr:`BLOCK` bytes at a time and handed out in slices.
+
+    ``os.urandom`` releases the GIL around its ``getrandom`` call; on a producer's hot path,
+    where librdkafka's delivery threads take the GIL, getting it back cost more than the rest
+    of a tx id (docs/results/2026-11-29-producer-path.md). One read per 400 ids keeps the
+    ids' random bits from the kernel's CSPRNG, as RFC 9562 asks.
+    """
+
+    BLOCK = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._block = b""
+        self._at = 0
+
+    def take(self, n: int) -> bytes:
+        with self._lock:  # two threads never get the same slice
+            at = self._at
+            if at + n > len(self._block):
+                self._block, at = os.urandom(self.BLOCK), 0
+            self._at = at + n
+            return self._block[at : at + n]
+
+    def forget(self) -> None:
+        """A forked child must not hand out its parent's bytes again (same ids in two processes)."""
+        self.__init__()  # type: ignore[misc]
+
+
+_ENTROPY = _Entropy()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_ENTROPY.forget)
+
+
 def new_tx_id() -> str:
     """A UUIDv7 (RFC 9562): time-ordered, so tx ids sort by creation time."""
     ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
+    rand = int.from_bytes(_ENTROPY.take(10), "big")
     value = (ms & ((1 << 48) - 1)) << 80
     value |= 0x7 << 76  # version 7
     value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
     value |= 0b10 << 62  # RFC 4122 variant
     value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
-    return str(uuid.UUID(int=value))
+    h = f"{value:032x}"  # uuid.UUID(int=value)'s str, without its checks (a hot path)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def murmur2(data: bytes) -> int:

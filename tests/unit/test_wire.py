@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -52,6 +54,45 @@ def test_tx_ids_are_uuid7_and_sort_by_time() -> None:
     ids = [wire.new_tx_id() for _ in range(50)]
     assert all(uuid.UUID(i).version == 7 for i in ids)
     assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)
+
+
+def test_tx_ids_are_uuid_strings_with_the_variant_and_unique_across_blocks() -> None:
+    # More ids than one block of entropy holds: the refill must not repeat bytes.
+    ids = [wire.new_tx_id() for _ in range(3 * wire._Entropy.BLOCK // 10)]
+    assert len(set(ids)) == len(ids)
+    for i in ids[:: len(ids) // 20]:
+        parsed = uuid.UUID(i)
+        assert str(parsed) == i
+        assert parsed.variant == uuid.RFC_4122
+
+
+def test_tx_ids_are_unique_across_threads() -> None:
+    def some(_: int) -> list[str]:
+        return [wire.new_tx_id() for _ in range(2_000)]
+
+    with ThreadPoolExecutor(4) as pool:
+        ids = [i for batch in pool.map(some, range(4)) for i in batch]
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_does_not_repeat_its_parents_tx_ids() -> None:
+    wire.new_tx_id()  # the parent holds a partly used block
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.close(read)
+        os.write(write, ",".join(wire.new_tx_id() for _ in range(20)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = set(pipe.read().split(","))
+    os.waitpid(pid, 0)
+    parent = {wire.new_tx_id() for _ in range(20)}
+    # Ids of one millisecond differ only in their random bits: a shared block would repeat them.
+    assert len(child) == 20
+    assert not child & parent
+    assert {i[24:] for i in child}.isdisjoint(i[24:] for i in parent)
 
 
 def test_half_round_trip_keeps_user_headers_and_strips_protocol_on_republish() -> None:
