@@ -486,7 +486,8 @@ def decode_half(value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
         raise WireFormatError("half record has an empty txb.tx")
     _check_tx_id(tx_id, "half record")
     seq = _int(_text(named, H_SEQ), H_SEQ)
-    # Interned: a coordinator holds these for every pending transaction; they repeat.
+    # Interned: a coordinator holds these for every pending transaction; they repeat (its state
+    # keeps the message as decoded, with no second pass of its own).
     topic = sys.intern(_text(named, H_TOPIC))
     if not topic:
         raise WireFormatError("half record has an empty txb.topic")

@@ -199,9 +199,9 @@ class Restorer:
                         kafka.partition_at(self.topics.half, number), timeout=10
                     )
                 start = max(low, 0)
-            state = PartitionState(number, self.stats, half_position=start)
-            if self.config.check_invariants:
-                state.debug = True
+            state = PartitionState(
+                number, self.stats, half_position=start, debug=self.config.check_invariants or None
+            )
             for tx in restored.get(number, []):
                 state.add_restored(tx)
             young = self._restore_young(state, listed.get(number, []))

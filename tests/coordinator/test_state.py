@@ -140,3 +140,27 @@ def test_resolving_a_persisted_tx_asks_for_a_tombstone() -> None:
     assert state.tombstones == {"a"}
     state.mark_persisted([], {"a"})
     assert state.tombstones == set()
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_a_debug_state_checks_its_invariants_after_every_step_and_others_do_not(
+    debug: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[str] = []
+    monkeypatch.setattr(PartitionState, "check_invariants", lambda self: checked.append("after"))
+    state = PartitionState(0, debug=debug)
+    state.on_half(half("a", 0), 0, 10, 1000)
+    state.on_op(op("a", TxState.COMMIT, count=1))
+    state.finish(state.ready_in_order()[0], Phase.PUBLISHED)
+    assert checked == (["after"] * 3 if debug else [])
+    assert "a" not in state.pending
+
+
+def test_a_debug_state_stops_at_the_step_that_breaks_an_invariant() -> None:
+    state = PartitionState(0, debug=True)
+    state.on_half(half("a", 0), 0, 10, 1000)
+    state.pending["b"] = PendingTx("b", 0)  # behind the indexes' back: no halves, no decision
+    with pytest.raises(AssertionError):
+        state.on_half(half("c", 0), 1, 10, 1000)
+    # The class default (the tests' fixture sets it) makes every state a debug one.
+    assert PartitionState(1).debug is True
