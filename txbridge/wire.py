@@ -185,7 +185,7 @@ class _Entropy:
 
     ``os.urandom`` releases the GIL around its ``getrandom`` call; on a producer's hot path,
     where librdkafka's delivery threads take the GIL, getting it back cost more than the rest
-    of a tx id (docs/results/2026-11-29-producer-path.md). One read per 400 ids keeps the
+    of a tx id (docs/results/2026-11-28-producer-path.md). One read per 400 ids keeps the
     ids' random bits from the kernel's CSPRNG, as RFC 9562 asks.
     """
 
