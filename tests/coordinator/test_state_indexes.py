@@ -20,7 +20,7 @@ from coordinator.state import partition as state_module
 from coordinator.state import scheduler
 from coordinator.state.partition import PartitionState, PendingTx, Phase
 from coordinator.state.scheduler import CheckPolicy
-from txbridge.wire import HalfMessage, OpRecord, OpSource, TxState
+from txbridge.wire import HalfMessage, OpRecord, OpSource, TxState, decode_half
 
 POLICY = CheckPolicy(delay_s=5.0, max_checks=3, backoff_s=2.0, backoff_max_s=8.0)
 
@@ -208,12 +208,14 @@ def test_a_one_half_transaction_keeps_no_dict_and_its_halves_are_read_only() -> 
 
 def test_repeated_strings_are_shared_between_transactions() -> None:
     state = PartitionState(0)
-    # Distinct but equal strings, as decoding each record produces them.
-    messages = [
-        HalfMessage(f"t{n}", 0, fresh("orders"), b"v", group=fresh("g1"), instance=fresh("i1"))
+    # Each record decoded on its own, from headers whose names and values are fresh objects,
+    # as a consumer returns them: the strings that repeat come out of decoding shared, and
+    # the state keeps them so.
+    sent = [
+        HalfMessage(f"t{n}", 0, "orders", b"v", group="g1", instance="i1", user_headers=(("trace", b"x"),))
         for n in range(2)
     ]
-    assert messages[0].topic is not messages[1].topic
+    messages = [decode_half(m.value, [(fresh(name), raw) for name, raw in m.to_headers()]) for m in sent]
     txs = [state.on_half(msg, n, 10, 1000) for n, msg in enumerate(messages)]
     a, b = (t for t in txs if t is not None)
     assert a.group is b.group
@@ -222,6 +224,7 @@ def test_repeated_strings_are_shared_between_transactions() -> None:
     assert ma is not None
     assert mb is not None
     assert ma.topic is mb.topic
+    assert ma.user_headers[0][0] is mb.user_headers[0][0]
     assert a.halves[0].topic is b.halves[0].topic
 
 
