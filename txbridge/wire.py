@@ -190,11 +190,12 @@ class _Entropy:
     """
 
     BLOCK = 4096
+    _lock: threading.Lock
+    _block: bytes
+    _at: int
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._block = b""
-        self._at = 0
+        self.forget()
 
     def take(self, n: int) -> bytes:
         with self._lock:  # two threads never get the same slice
@@ -205,8 +206,11 @@ class _Entropy:
             return self._block[at : at + n]
 
     def forget(self) -> None:
-        """A forked child must not hand out its parent's bytes again (same ids in two processes)."""
-        self.__init__()  # type: ignore[misc]
+        """Start afresh: a forked child must not hand out its parent's bytes again (the same ids
+        in two processes), nor inherit a lock another thread of its parent held."""
+        self._lock = threading.Lock()
+        self._block = b""
+        self._at = 0
 
 
 _ENTROPY = _Entropy()
