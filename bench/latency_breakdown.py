@@ -73,7 +73,7 @@ from typing import Any, cast
 from bench.kafka_native import percentile
 from bench.txbridge_runs import op_append_times
 from txbridge import kafka
-from txbridge.wire import H_TX
+from txbridge.wire import H_TX, op_tx_ids
 
 PARTITIONS = 3  # the demo's
 CUSTOMERS = 20
@@ -218,16 +218,16 @@ def _instrumented_coordinator(config: Any, timings: _Timings) -> Any:
         cycle_class = TimedCycle
 
         def on_record(self, msg: Any) -> None:
-            is_op = msg.error() is None and msg.topic() == self.topics.op and msg.key()
-            if is_op:
-                timings.op_seen.setdefault(msg.key().decode(), time.time())
+            is_op = msg.error() is None and msg.topic() == self.topics.op
+            tx_ids = op_tx_ids(msg.key(), msg.value()) if is_op else []  # a batch decides several
+            for tx_id in tx_ids:
+                timings.op_seen.setdefault(tx_id, time.time())
             super().on_record(msg)
-            if is_op:
-                state = self.partitions.get(msg.partition())
-                tx = state.pending.get(msg.key().decode()) if state else None
-                timings.op_phase.setdefault(
-                    msg.key().decode(), f"{tx.phase if tx else None}/{msg.partition() in self.work.ready}"
-                )
+            state = self.partitions.get(msg.partition()) if tx_ids else None
+            for tx_id in tx_ids:
+                tx = state.pending.get(tx_id) if state else None
+                phase = f"{tx.phase if tx else None}/{msg.partition() in self.work.ready}"
+                timings.op_phase.setdefault(tx_id, phase)
 
     return Instrumented(config)
 

@@ -42,6 +42,7 @@ from txbridge.wire import (
     TxState,
     half_partition,
     header_dict,
+    op_tx_ids,
     partition_transactional_id,
 )
 
@@ -450,9 +451,10 @@ def op_append_times(
         ends = {p: end for p, end in _log_ends(consumer, topic, partitions).items() if end > start.get(p, 0)}
         consumer.assign([kafka.partition_at(topic, p, start.get(p, kafka.FROM_START)) for p in ends])
         for msg in kafka.read_to_end(consumer, topic, ends, timeout=60, what=f"reading {topic}"):
-            stamp, key = kafka.append_time_ms(msg), msg.key()
-            if stamp is not None and key:
-                appended.setdefault(key.decode(), stamp / 1000)
+            stamp = kafka.append_time_ms(msg)
+            if stamp is not None:
+                for tx_id in op_tx_ids(msg.key(), msg.value()):  # a batch decides several
+                    appended.setdefault(tx_id, stamp / 1000)
     finally:
         consumer.close()
     return appended

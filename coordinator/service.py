@@ -46,7 +46,7 @@ from txbridge.errors import WireFormatError
 from txbridge.kafka import Consumer, KafkaError, TopicPartition
 from txbridge.wire import (
     decode_half,
-    decode_op,
+    decode_ops,
 )
 
 if TYPE_CHECKING:
@@ -408,15 +408,16 @@ class Coordinator:
         else:
             self.stats[Stat.OP_RECORDS] += 1
             try:
-                op = decode_op(msg.value())
+                ops = decode_ops(msg.value())  # one decision, or a producer's batch of them
             except WireFormatError as exc:
                 self._quarantine(msg, str(exc))
                 return
-            tx = state.on_op(op)
-            if tx is not None and tx.decided_ms is None:
-                tx.decided_ms = appended
-            if tx is not None and tx.phase is Phase.READY:
-                self.work.ready.add(number)
+            for op in ops:
+                tx = state.on_op(op)
+                if tx is not None and tx.decided_ms is None:
+                    tx.decided_ms = appended
+                if tx is not None and tx.phase is Phase.READY:
+                    self.work.ready.add(number)
 
     def _quarantine(self, msg: Any, reason: str) -> None:
         origin = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"

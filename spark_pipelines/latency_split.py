@@ -29,7 +29,6 @@ its order is lost instead), so ``prompt`` is what to set beside native's figure.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,8 @@ from typing import Any
 from spark_pipelines.percentiles import percentile
 from spark_pipelines.store import CommittedOrder
 from txbridge import kafka
+from txbridge.errors import WireFormatError
+from txbridge.wire import decode_ops
 
 PARTS = ("producer", "republish", "visible")
 KINDS = ("prompt", "held_by_key", "back_checked")
@@ -85,14 +86,14 @@ def read_decisions(
         consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in ends])
         for msg in kafka.read_to_end(consumer, topic, ends, timeout=timeout, what=f"reading {topic}"):
             appended = kafka.append_time_ms(msg)
-            key = msg.key()
-            if appended is None or not key or key.decode() in decisions:
+            if appended is None:
                 continue
             try:
-                source = str(json.loads(msg.value() or b"{}").get("source", "producer"))
-            except ValueError:
+                ops = decode_ops(msg.value())  # one decision, or a producer's batch of them
+            except WireFormatError:
                 continue  # a malformed op record: the coordinator quarantines it, nothing to time
-            decisions[key.decode()] = Decision(appended, source)
+            for op in ops:
+                decisions.setdefault(op.tx_id, Decision(appended, op.source.value))
     finally:
         consumer.close()
     return decisions

@@ -559,11 +559,44 @@ _OP_SOURCES = {s.value: s for s in OpSource}
 
 
 def decode_op(value: bytes | None) -> OpRecord:
-    """Parse an op record's value.
+    """Parse an op record's value that holds one decision.
 
     Raises:
-        WireFormatError: not JSON, unknown version or state, or a bad field.
+        WireFormatError: not JSON, unknown version or state, a bad field, or a batch
+            (:func:`decode_ops` reads both forms).
     """
+    body = _op_body(value)
+    if "ops" in body:
+        raise WireFormatError("op record is a batch of decisions: read it with decode_ops")
+    return _op(body.get("tx"), body.get("state"), body.get("count"), body.get("reason", ""), body)
+
+
+def decode_ops(value: bytes | None) -> list[OpRecord]:
+    """Parse an op record's value: one decision, or a batch of them (``"ops"``).
+
+    A batch is several transactions' decisions from one producer instance, written as one
+    record (the asyncio producer batches the decisions of one turn of its event loop, per op
+    partition): each entry is ``[tx, state, count]`` or ``[tx, state, count, reason]``;
+    ``source``, ``group``, ``instance`` and ``ts`` are the batch's.
+
+    Raises:
+        WireFormatError: not JSON, unknown version or state, a bad field or entry.
+    """
+    body = _op_body(value)
+    entries = body.get("ops")
+    if entries is None:
+        return [_op(body.get("tx"), body.get("state"), body.get("count"), body.get("reason", ""), body)]
+    if not isinstance(entries, list) or not entries:
+        raise WireFormatError("op record's ops is not a non-empty list")
+    ops = []
+    for entry in entries:
+        if not isinstance(entry, list) or len(entry) not in (3, 4):
+            raise WireFormatError(f"op record's entry {entry!r} is not [tx, state, count(, reason)]")
+        ops.append(_op(entry[0], entry[1], entry[2], entry[3] if len(entry) == 4 else "", body))
+    return ops
+
+
+def _op_body(value: bytes | None) -> dict[str, Any]:
     if not value:
         raise WireFormatError("op record has no value")
     try:
@@ -574,11 +607,14 @@ def decode_op(value: bytes | None) -> OpRecord:
         raise WireFormatError("op record is not a JSON object")
     if body.get("v") != VERSION:
         raise WireFormatError(f"op record has wire version {body.get('v')!r}; this txbridge reads {VERSION}")
-    tx_id = body.get("tx")
+    return body
+
+
+def _op(tx_id: Any, state: Any, count: Any, reason: Any, body: Mapping[str, Any]) -> OpRecord:
+    """One decision of an op record; ``body`` gives what a batch's decisions share."""
     if not isinstance(tx_id, str) or not tx_id:
         raise WireFormatError("op record has no tx id")
     _check_tx_id(tx_id, "op record")
-    state = body.get("state")
     decision = _OP_STATES.get(state) if isinstance(state, str) else None
     if decision is None:
         raise WireFormatError(f"op record has state {state!r}; only COMMIT or ROLLBACK end a transaction")
@@ -586,7 +622,6 @@ def decode_op(value: bytes | None) -> OpRecord:
     source = _OP_SOURCES.get(raw_source) if isinstance(raw_source, str) else None
     if source is None:
         raise WireFormatError(f"op record has unknown source {raw_source!r}")
-    count = body.get("count")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         raise WireFormatError(f"op record has count {count!r}; it must be a positive integer")
     ts = body.get("ts", 0)
@@ -598,8 +633,19 @@ def decode_op(value: bytes | None) -> OpRecord:
         group=str(body.get("group", "")),
         instance=str(body.get("instance", "")),
         timestamp_ms=ts if isinstance(ts, int) else 0,
-        reason=str(body.get("reason", "")),
+        reason=str(reason or ""),
     )
+
+
+def op_tx_ids(key: bytes | None, value: bytes | None) -> list[str]:
+    """The tx ids an op record decides, for readers that need no more: its key, or a batch's
+    entries (a batch has no key). Malformed records give none."""
+    if key:
+        return [key.decode("utf-8", "replace")]
+    try:
+        return [op.tx_id for op in decode_ops(value)]
+    except WireFormatError:
+        return []
 
 
 # ---------------------------------------------------------------- producer registry

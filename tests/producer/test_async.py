@@ -28,10 +28,14 @@ def make_async(kafka_bootstrap: str, namespace: str, group: str, **options: Any)
 
 
 def ops_by_tx(bootstrap: str, topics: Topics) -> dict[str, list[dict[str, Any]]]:
+    """Each transaction's decisions in the op topic (records of one decision or batches)."""
     ops: dict[str, list[dict[str, Any]]] = {}
     for record in read_topic(bootstrap, topics.op):
-        body = json.loads(record.value or b"")
-        ops.setdefault(body["tx"], []).append(body)
+        for op in wire.decode_ops(record.value):
+            body: dict[str, Any] = {"state": op.state.value}
+            if op.count is not None:
+                body["count"] = op.count
+            ops.setdefault(op.tx_id, []).append(body)
     return ops
 
 

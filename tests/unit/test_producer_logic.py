@@ -19,14 +19,25 @@ from txbridge.errors import (
     TransactionStateError,
     TxBridgeError,
     UnknownTopicError,
+    WireFormatError,
 )
 from txbridge.limits import DEFAULT_MAX_MESSAGE_BYTES, republished_size
 from txbridge.producer.catalog import TopicCatalog
-from txbridge.producer.records import RecordEncoder
+from txbridge.producer.records import Decision, RecordEncoder
 from txbridge.producer.settings import ProducerSettings
 from txbridge.producer.transaction import ProducerTransaction, TxPhase
 from txbridge.transaction import TransactionListener, coerce_state, local_transaction_from_check
-from txbridge.wire import CheckMessage, CheckRequest, OpRecord, OpSource, decode_half, decode_op, new_tx_id
+from txbridge.wire import (
+    CheckMessage,
+    CheckRequest,
+    OpRecord,
+    OpSource,
+    decode_half,
+    decode_op,
+    decode_ops,
+    new_tx_id,
+    op_tx_ids,
+)
 
 SCHEMA = {
     "type": "record",
@@ -149,6 +160,29 @@ def test_op_records_are_the_wire_modules_bytes(state: TxState, count: int | None
     assert (key, value) == OpRecord(
         tx_id, state, OpSource.PRODUCER, count, "g", "i-é", decoded.timestamp_ms, reason
     ).encode()
+
+
+def test_a_batch_of_decisions_reads_back_as_each_transactions_op() -> None:
+    ids = [new_tx_id() for _ in range(3)]
+    decisions = [
+        Decision(ids[0], TxState.COMMIT, 2),
+        Decision(ids[1], TxState.ROLLBACK, None, 'local "x" failed: é'),
+        Decision(ids[2], TxState.COMMIT, 1),
+    ]
+    key, value = _encoder().ops(decisions)
+    assert key is None  # a batch decides several transactions: no one tx id keys it
+    ops = decode_ops(value)
+    assert [(o.tx_id, o.state, o.count, o.reason) for o in ops] == [
+        (ids[0], TxState.COMMIT, 2, ""),
+        (ids[1], TxState.ROLLBACK, None, 'local "x" failed: é'),
+        (ids[2], TxState.COMMIT, 1, ""),
+    ]
+    assert {(o.source, o.group, o.instance) for o in ops} == {(OpSource.PRODUCER, "g", "i-é")}
+    assert len({o.timestamp_ms for o in ops}) == 1
+    assert ops[0].timestamp_ms > 0
+    assert op_tx_ids(key, value) == ids
+    with pytest.raises(WireFormatError, match="batch"):
+        decode_op(value)  # the one-decision reader refuses a batch rather than read its first
 
 
 def test_check_request_becomes_a_local_transaction_without_values() -> None:

@@ -95,6 +95,31 @@ def test_a_forked_child_does_not_repeat_its_parents_tx_ids() -> None:
     assert {i[24:] for i in child}.isdisjoint(i[24:] for i in parent)
 
 
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"v": 1, "ops": []}, "non-empty list"),
+        ({"v": 1, "ops": "x"}, "non-empty list"),
+        ({"v": 1, "ops": [["t1", "COMMIT"]]}, "is not \\[tx, state"),
+        ({"v": 1, "ops": [["t1", "COMMIT", 1], ["", "COMMIT", 1]]}, "no tx id"),
+        ({"v": 1, "ops": [["t1", "RUNNING", None]]}, "only COMMIT or ROLLBACK"),
+        ({"v": 1, "ops": [["t1", "COMMIT", 0]]}, "positive integer"),
+        ({"v": 2, "ops": [["t1", "COMMIT", 1]]}, "wire version"),
+        ({"v": 1, "source": "nobody", "ops": [["t1", "COMMIT", 1]]}, "unknown source"),
+    ],
+)
+def test_a_malformed_batch_of_decisions_is_refused_whole(body: dict[str, object], error: str) -> None:
+    with pytest.raises(WireFormatError, match=error):
+        wire.decode_ops(json.dumps(body).encode())
+
+
+def test_one_decision_reads_the_same_through_either_reader() -> None:
+    key, value = OpRecord("t1", TxState.COMMIT, OpSource.CHECK, group="g").encode()
+    assert wire.decode_ops(value) == [wire.decode_op(value)]
+    assert wire.op_tx_ids(key, value) == ["t1"]
+    assert wire.op_tx_ids(None, b"not json") == []
+
+
 def test_half_round_trip_keeps_user_headers_and_strips_protocol_on_republish() -> None:
     msg = HalfMessage(
         tx_id="t1",

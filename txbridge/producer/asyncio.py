@@ -30,8 +30,9 @@ from txbridge import tracing
 from txbridge.delivery import DeliveryPump, delivery_error
 from txbridge.errors import KafkaOperationError
 from txbridge.producer.outcome import SETTLED_REASON, run_local_async, settle_unknown_async
+from txbridge.producer.records import Decision
 from txbridge.producer.runtime import ProducerRuntime, ProducerSurface
-from txbridge.producer.settings import ExecuteFunction, ProducerOptions
+from txbridge.producer.settings import ExecuteFunction, ProducerOptions, ProducerSettings
 from txbridge.producer.transaction import ProducerTransaction, normalise_messages, order_key_bytes
 from txbridge.transaction import Message, TransactionResult
 from txbridge.wire import Headers, TxState
@@ -83,7 +84,7 @@ class _AckBridge:
         self._sweeper: asyncio.TimerHandle | None = None
 
     def write(
-        self, topic: str, partition: int, key: bytes, value: bytes | None, headers: Headers | None
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Headers | None
     ) -> _Ack:
         """Enqueue one record (a transaction's :data:`~txbridge.producer.transaction.RecordWriter`)."""
         ack = _Ack()
@@ -167,6 +168,81 @@ def _failures(acks: list[_Ack]) -> list[BaseException]:
     return [ack.error for ack in acks if ack.error is not None]
 
 
+#: The most decisions one batch record holds (about 60 bytes each: a batch stays far below
+#: ``message.max.bytes`` however many transactions an application runs at once).
+_MAX_BATCH = 1000
+
+
+class _OpBatches:
+    """The decisions of one turn of the event loop: one op record per op partition.
+
+    Under load, transactions end together: their half records' reports arrive in one drain
+    of the :class:`_AckBridge`, so they resume, run their local transactions and decide in one
+    turn of the loop. Their decisions then share one op record (a batch,
+    :func:`txbridge.wire.decode_ops`), one produce and one delivery report; a transaction
+    deciding alone writes the one-decision record as before. Each transaction waits on a future
+    of its own, resolved with the record's acknowledgement, so cancelling one cancels no other.
+    """
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, bridge: _AckBridge, settings: ProducerSettings
+    ) -> None:
+        self._loop = loop
+        self._bridge = bridge
+        self._encoder = settings.encoder
+        self._topic = settings.op_topic
+        self._due: dict[int, list[tuple[Decision, asyncio.Future[_Ack]]]] = {}
+
+    def submit(self, partition: int, decision: Decision) -> asyncio.Future[_Ack]:
+        """Write ``decision`` to op partition ``partition`` at the end of this turn; the future
+        resolves with the record's acknowledgement (its ``error`` set when it failed)."""
+        future: asyncio.Future[_Ack] = self._loop.create_future()
+        due = self._due.get(partition)
+        if due is None:
+            if not self._due:
+                self._loop.call_soon(self._flush)
+            due = self._due[partition] = []
+        due.append((decision, future))
+        return future
+
+    def _flush(self) -> None:
+        due, self._due = self._due, {}
+        for partition, entries in due.items():
+            for start in range(0, len(entries), _MAX_BATCH):
+                self._write(partition, entries[start : start + _MAX_BATCH])
+
+    def _write(self, partition: int, entries: list[tuple[Decision, asyncio.Future[_Ack]]]) -> None:
+        futures = [future for _, future in entries]
+        try:
+            key: bytes | None
+            if len(entries) == 1:
+                one = entries[0][0]
+                key, value = self._encoder.op(one.tx_id, one.state, count=one.messages, reason=one.reason)
+            else:
+                key, value = self._encoder.ops([decision for decision, _ in entries])
+            ack = self._bridge.write(self._topic, partition, key, value, None)
+            pending = self._bridge.pending([ack])
+        except Exception as exc:  # raised in each waiting transaction, as an unbatched write would
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        if pending is None:
+            _resolve(futures, ack)
+        else:
+            pending.add_done_callback(partial(_after, futures, ack))
+
+
+def _after(futures: list[asyncio.Future[_Ack]], ack: _Ack, _done: asyncio.Future[None]) -> None:
+    _resolve(futures, ack)
+
+
+def _resolve(futures: list[asyncio.Future[_Ack]], ack: _Ack) -> None:
+    for future in futures:
+        if not future.done():  # cancelled with its transaction's task
+            future.set_result(ack)
+
+
 #: How often waits are checked against their deadline (the bound is ``ack_timeout_s`` + this).
 _SWEEP_S = 0.5
 
@@ -182,15 +258,17 @@ class AsyncTransactionProducer(ProducerSurface):
     def __init__(self, bootstrap: str, group: str, **options: Unpack[ProducerOptions]) -> None:
         super().__init__(bootstrap, group, options)
         self._bridge: _AckBridge | None = None
+        self._ops: _OpBatches | None = None
 
     def _open(self, order_key: Any = None) -> AsyncTransaction:
         """A new transaction whose records report to the running loop."""
         loop = asyncio.get_running_loop()
         runtime = self._runtime
-        bridge = self._bridge
-        if bridge is None or bridge.loop is not loop:
+        bridge, ops = self._bridge, self._ops
+        if bridge is None or ops is None or bridge.loop is not loop:
             bridge = self._bridge = _AckBridge(loop, runtime.pump, runtime.ack_timeout_s)
-        return AsyncTransaction(runtime, bridge, order_key)
+            ops = self._ops = _OpBatches(loop, bridge, runtime.settings)
+        return AsyncTransaction(runtime, bridge, ops, order_key)
 
     async def start(self) -> None:
         """See :meth:`TransactionProducer.start`."""
@@ -245,15 +323,18 @@ async def _know_topics(runtime: ProducerRuntime, messages: Sequence[Message]) ->
 class AsyncTransaction(ProducerTransaction[_Ack]):
     """``async with producer.transaction() as tx``: see :class:`txbridge.producer.Transaction`."""
 
-    __slots__ = ("_runtime", "bridge")
+    __slots__ = ("_ops", "_runtime", "bridge")
 
-    def __init__(self, runtime: ProducerRuntime, bridge: _AckBridge, order_key: Any = None) -> None:
+    def __init__(
+        self, runtime: ProducerRuntime, bridge: _AckBridge, ops: _OpBatches, order_key: Any = None
+    ) -> None:
         runtime.require_started()
         settings = runtime.settings
         super().__init__(settings, runtime.catalog, bridge.write, order_key_bytes(settings, order_key))
         self._runtime = runtime
         #: Where this transaction's delivery reports reach its event loop.
         self.bridge = bridge
+        self._ops = ops
 
     async def send(self, message: Message | Sequence[Message], *, wait: bool = True) -> None:
         """Write ``message`` (or each of a sequence, in order) as a half record; by default
@@ -300,10 +381,8 @@ class AsyncTransaction(ProducerTransaction[_Ack]):
             settled = await settle_unknown_async(runtime.check, self.local)
             if settled is not TxState.UNKNOWN:
                 state, reason = settled, SETTLED_REASON
-        ack = self.decide(state, reason=reason)
-        if ack is None:
+        decision = self.conclude(state, reason=reason)
+        if decision is None or self.partition is None:
             return self.outcome(state, error, ())
-        pending = self.bridge.pending([ack])
-        if pending is not None:
-            await pending
+        ack = await self._ops.submit(self.partition, decision)
         return self.outcome(state, error, (ack.error,) if ack.error is not None else ())

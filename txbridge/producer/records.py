@@ -37,6 +37,15 @@ class HalfRecord(NamedTuple):
     message_key: bytes | None
 
 
+class Decision(NamedTuple):
+    """One transaction's decision as a batched op record carries it."""
+
+    tx_id: str
+    state: TxState
+    messages: int | None  # the COMMIT's message count (None for a ROLLBACK)
+    reason: str = ""
+
+
 class RecordEncoder:
     """Encodes one producer instance's half and op records (wire format v1).
 
@@ -68,6 +77,7 @@ class RecordEncoder:
         self._group = (wire.H_GROUP, group.encode())
         self._instance = (wire.H_INSTANCE, instance.encode())
         who = f'"group":{json.dumps(group)},"instance":{json.dumps(instance)}'
+        self._batch_head = f'{{"v":{wire.VERSION},"source":"{wire.OpSource.PRODUCER.value}",{who},"ts":'
         self._op_head = f'{{"v":{wire.VERSION},"tx":"'
         self._op_after_tx = {
             state: f'","state":"{state.value}","source":"{wire.OpSource.PRODUCER.value}",{who},"ts":'
@@ -137,3 +147,14 @@ class RecordEncoder:
         if reason:
             body += f',"reason":{json.dumps(reason)}'
         return tx_id.encode(), (body + "}").encode()
+
+    def ops(self, decisions: Sequence[Decision]) -> tuple[None, bytes]:
+        """``(key, value)`` of one op record holding several of this producer's decisions: a
+        batch, with no key (docs/wire-format.md). The tx ids are this producer's UUIDs."""
+        entries = ",".join(
+            f'["{tx_id}","{state.value}",{"null" if count is None else count}'
+            + (f",{json.dumps(reason)}]" if reason else "]")
+            for tx_id, state, count, reason in decisions
+        )
+        body = f'{self._batch_head}{time.time_ns() // 1_000_000},"ops":[{entries}]}}'
+        return None, body.encode()

@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from txbridge import limits, tracing, wire
 from txbridge.errors import MessageTooLargeError, TransactionStateError, UnknownTopicError
 from txbridge.producer.catalog import TopicCatalog
-from txbridge.producer.records import HalfRecord, serialize_key
+from txbridge.producer.records import Decision, HalfRecord, serialize_key
 from txbridge.producer.settings import ProducerSettings
 from txbridge.transaction import LocalTransaction, Message, TransactionResult
 from txbridge.wire import TxState
@@ -316,6 +316,17 @@ class ProducerTransaction(Generic[H]):
     def decide(self, state: TxState, *, reason: str = "") -> H | None:
         """Move to the final phase and write the op record (COMMIT/ROLLBACK; nothing for UNKNOWN
         or when no half record was ever written)."""
+        decision = self.conclude(state, reason=reason)
+        if decision is None or self.partition is None:
+            return None
+        settings = self.settings
+        key, value = settings.encoder.op(decision.tx_id, state, count=decision.messages, reason=reason)
+        return self._write(settings.op_topic, self.partition, key, value, None)
+
+    def conclude(self, state: TxState, *, reason: str = "") -> Decision | None:
+        """Move to the final phase; the decision its op record carries (None: no op record, for
+        UNKNOWN or when no half record was ever written). :meth:`decide` writes it at once; the
+        asyncio producer batches it with others."""
         if state is TxState.COMMIT and self.phase is not TxPhase.PREPARED and self.messages:
             raise TransactionStateError(
                 f"transaction {self.tx_id} cannot commit: its half records are not all acknowledged"
@@ -323,11 +334,7 @@ class ProducerTransaction(Generic[H]):
         self.advance(_FINAL_PHASE[state])
         if state is TxState.UNKNOWN or self.partition is None:
             return None
-        settings = self.settings
-        key, value = settings.encoder.op(
-            self.tx_id, state, count=len(self.messages) if state is TxState.COMMIT else None, reason=reason
-        )
-        return self._write(settings.op_topic, self.partition, key, value, None)
+        return Decision(self.tx_id, state, len(self.messages) if state is TxState.COMMIT else None, reason)
 
     def outcome(
         self, state: TxState, error: BaseException | None, op_failures: Sequence[BaseException]
