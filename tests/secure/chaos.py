@@ -34,10 +34,10 @@ from servers.placement import (
     partition_for,
 )
 from tests.secure import chaos_producer
-from tests.secure.conftest import SecureKafka
+from tests.secure.conftest import SecureKafka, read_committed
 from txbridge import kafka as txkafka
 from txbridge.topics import internal_topics
-from txbridge.wire import Topics
+from txbridge.wire import Topics, decode_ops
 
 #: A coordinator whose log is silent this long (it logs its counts every 5 s) gets SIGUSR1.
 STALL_DUMP_S = 20.0
@@ -213,6 +213,9 @@ class Producers:
     work_ms: float = 0.0
     #: One producer group for every process, each still on its own database (None: a group each).
     group: str | None = None
+    #: The processes that run the asyncio SDK (``--asyncio``: its decisions of one loop turn
+    #: share an op record); the others run the blocking one.
+    asyncio: frozenset[int] = frozenset()
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     #: The producers killed and not started again yet.
     down: set[int] = field(default_factory=set)
@@ -249,6 +252,8 @@ class Producers:
         cmd += ["--db", str(self.db(index)), "--out", str(self.out(index))]
         if self.group is not None:
             cmd += ["--group", self.group]
+        if index in self.asyncio:
+            cmd += ["--asyncio"]
         with self.log(index).open("ab") as log:  # a restart's lines follow the killed one's
             return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=log, stderr=log)
 
@@ -421,6 +426,13 @@ def read_committed_elsewhere(kafka: SecureKafka, topic: str, *, timeout: float =
         return seen
     finally:
         consumer.close()
+
+
+def op_batches(kafka: SecureKafka, topic: str) -> str:
+    """What the asyncio SDK batched in op topic ``topic``: its records of several decisions (no
+    key), and how many decisions they hold; for the summary, to show the faults met batches."""
+    batches = [value for key, value in read_committed(kafka, topic) if not key]
+    return f"op_batches={len(batches)} ({sum(len(decode_ops(v)) for v in batches)} decisions)"
 
 
 def longest_gap(times: Sequence[float], start: float, end: float) -> float:

@@ -39,11 +39,16 @@ Each process has its own database. With ``--group`` several processes are instan
 group, each on its own database (the README's barrier on two hosts): a killed one's
 transactions must then wait for it, never be answered by another's barrier. Without it each
 process is a group of its own (``chaos-<namespace>-<index>``).
+
+With ``--asyncio`` the process runs :class:`AsyncTransactionProducer` instead, each "thread"
+a task of one event loop (the local transaction's work awaited): its transactions that decide
+in one turn of the loop share an op record (a batch), which faults must not break either.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -55,7 +60,14 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from txbridge import LocalTransaction, Message, SqliteBarrier, TransactionProducer, TxState
+from txbridge import (
+    AsyncTransactionProducer,
+    LocalTransaction,
+    Message,
+    SqliteBarrier,
+    TransactionProducer,
+    TxState,
+)
 from txbridge.client_config import ClientConfig
 
 SECRET_ENV = "TXBRIDGE_CHAOS_SECRET"  # noqa: S105 - the name of the variable, not a secret
@@ -112,6 +124,81 @@ def _execute(barrier: SqliteBarrier, recorder: Recorder, begun: dict[str, Any], 
     return execute
 
 
+def _execute_async(barrier: SqliteBarrier, recorder: Recorder, begun: dict[str, Any], work_s: float) -> Any:
+    """:func:`_execute` for the asyncio producer: the same mix, its work awaited."""
+    seq = begun["seq"]
+
+    async def execute(txn: LocalTransaction, _arg: Any) -> TxState:
+        recorder.write({"begun": {**begun, "tx": txn.tx_id}})
+        before = random.uniform(0.0, work_s)
+        await asyncio.sleep(before)
+        if seq % 10 == 7:
+            return TxState.ROLLBACK
+        if seq % 20 == 19:
+            raise LocalFailure(f"seq {seq} failed before its local commit")
+        with barrier.local_transaction(txn.tx_id) as conn:
+            conn.execute("INSERT INTO orders (tx_id, seq) VALUES (?, ?)", (txn.tx_id, seq))
+        await asyncio.sleep(work_s - before)
+        return TxState.UNKNOWN if seq % 10 == 8 else TxState.COMMIT
+
+    return execute
+
+
+def _batch(opts: argparse.Namespace, thread: int, seq: int) -> tuple[list[Message], dict[str, Any]]:
+    key = key_of(opts.index, thread, seq)
+    batch = [
+        Message(opts.topic, value_of(opts.index, thread, seq, n).encode(), key=key.encode())
+        for n in range(messages_in(seq))
+    ]
+    return batch, {"thread": thread, "seq": seq, "key": key, "messages": len(batch), "start": time.time()}
+
+
+def _record_result(recorder: Recorder, record: dict[str, Any], result: Any) -> None:
+    record.update(
+        tx=result.tx_id,
+        state=result.state.value,
+        op_ack=result.op_acknowledged,
+        error=repr(result.error) if result.error is not None else None,
+        end=time.time(),
+    )
+    recorder.write(record)
+
+
+def _record_raised(recorder: Recorder, record: dict[str, Any], exc: Exception) -> None:
+    # nothing was written (docs/producer.md): on record, and go on
+    record.update(tx=None, state=None, op_ack=False, error=f"raised {exc!r}", end=time.time())
+    recorder.write(record)
+
+
+async def run_task(
+    producer: AsyncTransactionProducer,
+    barrier: SqliteBarrier,
+    recorder: Recorder,
+    opts: argparse.Namespace,
+    thread: int,
+    *,
+    first: int,
+) -> None:
+    """:func:`run_thread` as a task of the asyncio producer's loop."""
+    interval = 1.0 / opts.rate if opts.rate > 0 else 0.0
+    next_start = time.monotonic()
+    stop = Path(opts.stop_file) if opts.stop_file else None
+    for seq in range(first, opts.transactions):
+        await asyncio.sleep(max(0.0, next_start - time.monotonic()))
+        next_start = max(next_start + interval, time.monotonic())
+        if stop is not None and stop.exists():
+            break
+        batch, record = _batch(opts, thread, seq)
+        begun = {"thread": thread, "seq": seq, "messages": len(batch)}
+        try:
+            execute = _execute_async(barrier, recorder, begun, opts.work_ms / 1000)
+            result = await producer.send_in_transaction(batch, execute)
+        except Exception as exc:
+            _record_raised(recorder, record, exc)
+            continue
+        _record_result(recorder, record, result)
+
+
 def run_thread(
     producer: TransactionProducer,
     barrier: SqliteBarrier,
@@ -130,29 +217,15 @@ def run_thread(
         next_start = max(next_start + interval, time.monotonic())
         if stop is not None and stop.exists():
             break
-        key = key_of(opts.index, thread, seq)
-        batch = [
-            Message(opts.topic, value_of(opts.index, thread, seq, n).encode(), key=key.encode())
-            for n in range(messages_in(seq))
-        ]
-        record: dict[str, Any] = {"thread": thread, "seq": seq, "key": key, "messages": len(batch)}
-        record["start"] = time.time()
+        batch, record = _batch(opts, thread, seq)
+        begun = {"thread": thread, "seq": seq, "messages": len(batch)}
         try:
-            begun = {"thread": thread, "seq": seq, "messages": len(batch)}
             execute = _execute(barrier, recorder, begun, opts.work_ms / 1000)
             result = producer.send_in_transaction(batch, execute)
-        except Exception as exc:  # nothing was written (docs/producer.md): on record, and go on
-            record.update(tx=None, state=None, op_ack=False, error=f"raised {exc!r}", end=time.time())
-            recorder.write(record)
+        except Exception as exc:
+            _record_raised(recorder, record, exc)
             continue
-        record.update(
-            tx=result.tx_id,
-            state=result.state.value,
-            op_ack=result.op_acknowledged,
-            error=repr(result.error) if result.error is not None else None,
-            end=time.time(),
-        )
-        recorder.write(record)
+        _record_result(recorder, record, result)
 
 
 def resume_points(out: Path, threads: int) -> list[int]:
@@ -179,27 +252,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work-ms", type=float, default=0.0, help="each local transaction's work")
     parser.add_argument("--stop-file", help="stop sending once this file exists")
     parser.add_argument("--group", help="the producer group (default: one of its own)")
+    parser.add_argument("--asyncio", action="store_true", help="run AsyncTransactionProducer")
     opts = parser.parse_args(argv)
     # The SDK's warnings (retries, failed writes) go to this process's log for the test to show.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with sqlite3.connect(opts.db) as db:
         db.execute("CREATE TABLE IF NOT EXISTS orders (tx_id TEXT PRIMARY KEY, seq INTEGER)")
     barrier = SqliteBarrier(opts.db)
-    producer = TransactionProducer(
-        opts.bootstrap,
-        opts.group or f"chaos-{opts.namespace}-{opts.index}",
-        secret=os.environ[SECRET_ENV],
-        check=barrier.check,
-        namespace=opts.namespace,
-        partitions=opts.partitions,
-        instance_id=f"producer-{opts.index}",
-        client_config=ClientConfig.load(opts.command_config),
-    )
+    options: dict[str, Any] = {
+        "secret": os.environ[SECRET_ENV],
+        "check": barrier.check,
+        "namespace": opts.namespace,
+        "partitions": opts.partitions,
+        "instance_id": f"producer-{opts.index}",
+        "client_config": ClientConfig.load(opts.command_config),
+    }
+    group = opts.group or f"chaos-{opts.namespace}-{opts.index}"
     first = resume_points(Path(opts.out), opts.threads)
     with Path(opts.out).open("a") as out:
         if out.tell() and not Path(opts.out).read_text().endswith("\n"):
             out.write("\n")  # the line a SIGKILL cut stays alone on its line
         recorder = Recorder(out)
+        if opts.asyncio:
+            asyncio.run(
+                _main_async(
+                    AsyncTransactionProducer(opts.bootstrap, group, **options), barrier, recorder, opts, first
+                )
+            )
+            return
+        producer = TransactionProducer(opts.bootstrap, group, **options)
         producer.start()
         threads = [
             threading.Thread(
@@ -217,6 +298,22 @@ def main(argv: list[str] | None = None) -> None:
         recorder.write({"done": time.time()})
         sys.stdin.read()  # serve back-checks until the test closes our stdin
         producer.close()
+
+
+async def _main_async(
+    producer: AsyncTransactionProducer,
+    barrier: SqliteBarrier,
+    recorder: Recorder,
+    opts: argparse.Namespace,
+    first: list[int],
+) -> None:
+    await producer.start()
+    await asyncio.gather(
+        *(run_task(producer, barrier, recorder, opts, t, first=first[t]) for t in range(opts.threads))
+    )
+    recorder.write({"done": time.time()})
+    await asyncio.to_thread(sys.stdin.read)  # serve back-checks until the test closes our stdin
+    await producer.close()
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from tests.secure.chaos import (
     Supervised,
     Watcher,
     ensure_transaction_log,
+    op_batches,
     read_committed_elsewhere,
     roles,
     supervised,
@@ -204,6 +205,7 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
         rate=RATE_PER_THREAD,
         work_ms=WORK_MS,
         group=f"chaos-{namespace}",  # instances of one group, each on a database of its own
+        asyncio=frozenset({1}),  # one of each SDK: the asyncio one batches its decisions
     )
     stack.callback(producers.close)
     nemesis = Nemesis(
@@ -255,6 +257,7 @@ def test_random_faults_lose_duplicate_resurrect_and_reorder_nothing(
         f"in_doubt={figures.in_doubt} ({figures.in_doubt_committed} committed) "
         f"op_unacknowledged={figures.op_unacknowledged} committed={figures.committed} "
         f"({figures.expected_messages} messages) expired={len(expired)} quarantined={len(quarantined)} "
+        f"{op_batches(secure_kafka, names.op)} "
         f"coordinator_exits={len(supervision.exits)} producer_kills={producers.kills} "
         f"librdkafka_agrees={Counter(seen_by_librdkafka) == Counter(seen)}; "
         f"load {load_s:.0f}s, test {time.monotonic() - started:.0f}s"
