@@ -27,7 +27,7 @@ from txbridge.wire import (
 Headers = list[tuple[str, bytes]]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one per republished message, and a frozen __init__ costs 3x
 class OutRecord:
     topic: str
     key: bytes | None

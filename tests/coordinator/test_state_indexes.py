@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 import tracemalloc
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 
@@ -107,7 +106,7 @@ class Walk:
         key = self.rng.choice([b"a", b"b", b"c", None, tx_id.encode()])
         msg = half(tx_id, 0, key)
         if self.rng.random() < 0.2:
-            msg = replace(msg, check_after_s=self.rng.choice([0.5, 2.0, 20.0]))
+            msg = msg._replace(check_after_s=self.rng.choice([0.5, 2.0, 20.0]))
         self.state.on_half(msg, self.offset, 50, self.now)
         self.offset += 1
 

@@ -215,7 +215,7 @@ def _requeue(bootstrap: str, namespace: str, entry: Quarantined, extra: Extra) -
 
     def write(producer: Producer) -> None:
         for msg in entry.messages:
-            half = replace(msg, tx_id=new_id, check_after_s=None)
+            half = msg._replace(tx_id=new_id, check_after_s=None)
             produce(
                 producer,
                 topics.half,

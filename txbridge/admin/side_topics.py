@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from txbridge import kafka
@@ -101,7 +100,7 @@ def reason_of(headers: Mapping[str, bytes]) -> str:
 def original(half: HalfMessage) -> HalfMessage:
     """A copied half without the headers the coordinator added when it set it aside."""
     kept = tuple((n, v) for n, v in half.user_headers if n not in _ASIDE_HEADERS)
-    return replace(half, user_headers=kept)
+    return half._replace(user_headers=kept)
 
 
 def check_destinations(
