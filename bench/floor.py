@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PARTITIONS = 12
+APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 #: The floor's republisher holds each Kafka transaction back this long after the previous
 #: commit ended, gathering what arrives meanwhile. The coordinator holds none (group
 #: commit), but at half load this is the better floor, a lower p50 than no gap
@@ -147,9 +148,15 @@ def _running_floor(
 
     prefix = f"bench-floor-{uuid.uuid4().hex[:8]}-"
     half, op, real = (f"{prefix}{name}" for name in ("half", "op", "real"))
+    # Half and op keep LogAppendTime, as txbridge's do: the same broker work, and the op's
+    # append time splits the floor's commit-to-visible as txbridge's is split.
     kafka.ensure_topics(
         bootstrap,
-        [kafka.TopicSpec(half, PARTITIONS), kafka.TopicSpec(op, PARTITIONS), kafka.TopicSpec(real, 6)],
+        [
+            kafka.TopicSpec(half, PARTITIONS, APPEND_TIME),
+            kafka.TopicSpec(op, PARTITIONS, APPEND_TIME),
+            kafka.TopicSpec(real, 6),
+        ],
         extra=extra,
     )
     ctx = multiprocessing.get_context("spawn")
@@ -277,11 +284,14 @@ def floor_latency(
     read_committed consumer sees the republished message. Each Kafka transaction starts ``commit_gap_s`` after
     the previous commit ended (:data:`FLOOR_COMMIT_GAP_S`; 0: as soon as something is ready, as
     the coordinator's group commit does). ``meter``'s processes' CPU over the open loop goes into
-    the figure, per message.
+    the figure, per message, and so does the split of txbridge's figure
+    (:func:`bench.txbridge_runs.latency_split`) at the same timestamps.
 
     Raises:
         BenchError: some committed messages never became visible.
     """
+    from bench.txbridge_runs import latency_split, op_append_times
+
     total = max(1, int(rate * duration_s))
     with _running_floor(bootstrap, commit_gap_s=commit_gap_s, extra=extra) as (
         half,
@@ -294,6 +304,8 @@ def floor_latency(
         cpu = meter.per_message(total)
         watcher.wait(total, timeout=60)
         seen = dict(watcher.seen)
+        appended = op_append_times(bootstrap, op, PARTITIONS, extra)
+        split = latency_split(committed, appended, watcher.created, seen)
     figure = latency_figure(
         "floor commit-to-visible",
         committed,
@@ -304,6 +316,7 @@ def floor_latency(
         duration_s=duration_s,
     )
     figure.values.update(cpu)
+    figure.values.update(split)
     return figure
 
 
