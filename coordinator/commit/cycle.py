@@ -20,6 +20,7 @@ lookup): :class:`KafkaCommitClients` on a real broker, a fake in tests/unit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -40,7 +41,7 @@ from coordinator.monitoring.watchdog import GRACE_S, Watchdog, WedgedCalls
 from coordinator.state.owned import OwnedPartitions
 from coordinator.state.partition import PendingTx, Phase
 from txbridge import kafka
-from txbridge.errors import KafkaOperationError, ProducerFencedError
+from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError
 from txbridge.kafka import Consumer, KafkaError, TopicPartition
 from txbridge.wire import Topics
 
@@ -467,6 +468,7 @@ class CommitCycle:
             )
             return
         self.stats[Stat.KAFKA_TRANSACTIONS] += 1
+        self._report_each(numbers, False)
         now_ms = time.time() * 1000
         for number in numbers:
             self._copy_to_group(self._monitored.pop(number, []))
@@ -521,6 +523,9 @@ class CommitCycle:
             return
         logger.warning("partitions %s: Kafka transaction aborted, rewinding them: %s", numbers, error)
         self.stats[Stat.KAFKA_ABORTS] += 1
+        # A record the broker refused fails the commit, and only its delivery report says which:
+        # the retry reports each record (and the fault poisons its transaction).
+        self._report_each(numbers, True)
         try:
             self._end_transaction(self.kafka.producer(numbers[0]), commit=False)
         except Exception as abort_exc:  # the producer is in no state to go on: new clients
@@ -536,6 +541,12 @@ class CommitCycle:
         # Rebuilt by the loop: the partitions are set aside at once, so that nothing more is
         # applied to or committed from what the aborted transaction left in memory.
         self._rewind(sorted(numbers))
+
+    def _report_each(self, numbers: list[int], on: bool) -> None:
+        """Turn the writer's per-record delivery reports on or off (:attr:`TransactionWriter.report_each`)."""
+        # No producer (being replaced): the next one starts with them off.
+        with contextlib.suppress(TxBridgeError):
+            self.kafka.writer(numbers[0]).report_each = on
 
     def _needs_new_clients(self, numbers: list[int], error: KafkaOperationError) -> bool:
         """A fenced producer or a fatal error: the transaction is not aborted, the clients go."""

@@ -62,10 +62,18 @@ class TransactionWriter:
     ) -> None:
         self.producer = producer
         self.poisoned: dict[str, str] = {}  # tx id -> why it cannot be republished
+        #: Whether each republished record reports its delivery to :meth:`_delivered`. Off until
+        #: a Kafka transaction fails: a Python delivery callback takes the GIL once per record on
+        #: the commit thread, in ``commit_transaction``, against the loop that holds it. A record
+        #: the broker refuses fails its transaction's commit; the cycle then turns reports on
+        #: for the transactions that follow (:meth:`CommitCycle._on_transaction_errors`), so the
+        #: retry finds the record and poisons its transaction, and off again after a commit.
+        self.report_each = False
         self._topic_sizes: dict[str, tuple[int | None, float]] = {} if sizes is None else sizes
 
     def produce(self, record: OutRecord, *, tx_id: str | None = None) -> None:
-        """Produce ``record``; with ``tx_id``, a delivery failure poisons that transaction.
+        """Produce ``record``; with ``tx_id`` and :attr:`report_each`, a delivery failure poisons
+        that transaction.
 
         Raises:
             KafkaOperationError: the client refused the record.
@@ -73,7 +81,7 @@ class TransactionWriter:
         kwargs: dict[str, Any] = {"key": record.key, "value": record.value, "headers": record.headers}
         if record.partition is not None:
             kwargs["partition"] = record.partition
-        if tx_id is not None:
+        if tx_id is not None and self.report_each:
             kwargs["on_delivery"] = partial(self._delivered, tx_id)
         producer = kafka.opened(self.producer, "the coordinator's producer")
         while True:

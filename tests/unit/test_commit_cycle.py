@@ -43,6 +43,7 @@ class FakeProducer:
         self.hold: threading.Event | None = None  # commit_transaction waits for it
         self.faults: list[Exception] = []  # raised by the next commit_transaction calls
         self.commit_calls = 0
+        self.reported: list[bool] = []  # per republished record: whether it asked for its delivery report
 
     def begin_transaction(self) -> None:
         assert self.open is None, "a transaction began while the previous one was open"
@@ -53,6 +54,7 @@ class FakeProducer:
         tx = dict(kwargs.get("headers") or ()).get("txb.tx")
         if topic == "orders" and tx is not None:
             self.open.append(tx.decode() if isinstance(tx, bytes) else tx)
+            self.reported.append("on_delivery" in kwargs)
 
     def poll(self, _timeout: float) -> int:
         return 0
@@ -290,6 +292,22 @@ def test_an_abortable_failure_rewinds_every_partition_of_the_transaction() -> No
         assert parts.stats[Stat.KAFKA_ABORTS] == 1
     finally:
         parts.cycle.close()
+
+
+def test_records_report_their_delivery_only_after_an_abort_until_a_commit(parts: Parts) -> None:
+    # A delivery report is a GIL round trip on the commit thread per record: only the retry of a
+    # failed transaction needs them, to find a record the broker refused.
+    producer = parts.kafka.producers[0]
+    for tx, fault in (("t1", False), ("t2", True), ("t3", False), ("t4", False)):
+        if fault:
+            producer.faults.append(kafka_error(KafkaError._STATE, txn_requires_abort=True))
+        parts.commit_tx(tx)
+        parts.cycle.start(everything=False)
+        parts.until(lambda: not parts.cycle.in_flight)
+
+    assert producer.aborted == [["t2"]]
+    assert producer.committed == [["t1"], ["t3"], ["t4"]]
+    assert producer.reported == [False, False, True, False]
 
 
 def test_an_abortable_failure_aborts_and_rewinds_the_partition(parts: Parts) -> None:
