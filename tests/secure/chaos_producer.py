@@ -105,6 +105,18 @@ class Recorder:
             self._out.flush()
 
 
+def _local(barrier: SqliteBarrier, seq: int, txn: LocalTransaction) -> TxState:
+    """The mix (module docstring): ROLLBACK with nothing written, a failure, or the barrier row
+    written and COMMIT (or UNKNOWN, as if the answer was lost)."""
+    if seq % 10 == 7:
+        return TxState.ROLLBACK
+    if seq % 20 == 19:
+        raise LocalFailure(f"seq {seq} failed before its local commit")
+    with barrier.local_transaction(txn.tx_id) as conn:
+        conn.execute("INSERT INTO orders (tx_id, seq) VALUES (?, ?)", (txn.tx_id, seq))
+    return TxState.UNKNOWN if seq % 10 == 8 else TxState.COMMIT
+
+
 def _execute(barrier: SqliteBarrier, recorder: Recorder, begun: dict[str, Any], work_s: float) -> Any:
     seq = begun["seq"]
 
@@ -112,14 +124,10 @@ def _execute(barrier: SqliteBarrier, recorder: Recorder, begun: dict[str, Any], 
         recorder.write({"begun": {**begun, "tx": txn.tx_id}})
         before = random.uniform(0.0, work_s)
         time.sleep(before)
-        if seq % 10 == 7:
-            return TxState.ROLLBACK
-        if seq % 20 == 19:
-            raise LocalFailure(f"seq {seq} failed before its local commit")
-        with barrier.local_transaction(txn.tx_id) as conn:
-            conn.execute("INSERT INTO orders (tx_id, seq) VALUES (?, ?)", (txn.tx_id, seq))
-        time.sleep(work_s - before)
-        return TxState.UNKNOWN if seq % 10 == 8 else TxState.COMMIT
+        state = _local(barrier, seq, txn)
+        if state is not TxState.ROLLBACK:
+            time.sleep(work_s - before)
+        return state
 
     return execute
 
@@ -132,16 +140,31 @@ def _execute_async(barrier: SqliteBarrier, recorder: Recorder, begun: dict[str, 
         recorder.write({"begun": {**begun, "tx": txn.tx_id}})
         before = random.uniform(0.0, work_s)
         await asyncio.sleep(before)
-        if seq % 10 == 7:
-            return TxState.ROLLBACK
-        if seq % 20 == 19:
-            raise LocalFailure(f"seq {seq} failed before its local commit")
-        with barrier.local_transaction(txn.tx_id) as conn:
-            conn.execute("INSERT INTO orders (tx_id, seq) VALUES (?, ?)", (txn.tx_id, seq))
-        await asyncio.sleep(work_s - before)
-        return TxState.UNKNOWN if seq % 10 == 8 else TxState.COMMIT
+        state = _local(barrier, seq, txn)
+        if state is not TxState.ROLLBACK:
+            await asyncio.sleep(work_s - before)
+        return state
 
     return execute
+
+
+class _Pace:
+    """A thread's (or task's) pace: at most ``--rate`` per second, without catching up after a
+    stall (it goes on at its rate, not in a burst), until ``--stop-file`` exists."""
+
+    def __init__(self, opts: argparse.Namespace) -> None:
+        self._interval = 1.0 / opts.rate if opts.rate > 0 else 0.0
+        self._next = time.monotonic()
+        self._stop = Path(opts.stop_file) if opts.stop_file else None
+
+    def wait_s(self) -> float:
+        """How long to sleep before the next transaction."""
+        return max(0.0, self._next - time.monotonic())
+
+    def go_on(self) -> bool:
+        """After that sleep: whether to send the next one."""
+        self._next = max(self._next + self._interval, time.monotonic())
+        return self._stop is None or not self._stop.exists()
 
 
 def _batch(opts: argparse.Namespace, thread: int, seq: int) -> tuple[list[Message], dict[str, Any]]:
@@ -180,13 +203,10 @@ async def run_task(
     first: int,
 ) -> None:
     """:func:`run_thread` as a task of the asyncio producer's loop."""
-    interval = 1.0 / opts.rate if opts.rate > 0 else 0.0
-    next_start = time.monotonic()
-    stop = Path(opts.stop_file) if opts.stop_file else None
+    pace = _Pace(opts)
     for seq in range(first, opts.transactions):
-        await asyncio.sleep(max(0.0, next_start - time.monotonic()))
-        next_start = max(next_start + interval, time.monotonic())
-        if stop is not None and stop.exists():
+        await asyncio.sleep(pace.wait_s())
+        if not pace.go_on():
             break
         batch, record = _batch(opts, thread, seq)
         begun = {"thread": thread, "seq": seq, "messages": len(batch)}
@@ -208,14 +228,10 @@ def run_thread(
     *,
     first: int,
 ) -> None:
-    interval = 1.0 / opts.rate if opts.rate > 0 else 0.0
-    next_start = time.monotonic()
-    stop = Path(opts.stop_file) if opts.stop_file else None
+    pace = _Pace(opts)
     for seq in range(first, opts.transactions):
-        # Paced without catching up: after a stall the thread goes on at its rate, not in a burst.
-        time.sleep(max(0.0, next_start - time.monotonic()))
-        next_start = max(next_start + interval, time.monotonic())
-        if stop is not None and stop.exists():
+        time.sleep(pace.wait_s())
+        if not pace.go_on():
             break
         batch, record = _batch(opts, thread, seq)
         begun = {"thread": thread, "seq": seq, "messages": len(batch)}
