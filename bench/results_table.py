@@ -93,6 +93,11 @@ ROWS: tuple[Row, ...] = (
         tuple(("floor commit-to-visible", k) for k in ("p50_ms", "p99_ms", "max_ms")),
     ),
     Row(
+        "floor commit-to-visible",
+        "p50 ms: decision to op appended / to republished / to visible",
+        tuple(("floor commit-to-visible", k) for k in _SPLIT),
+    ),
+    Row(
         "broker CPU µs/msg at half load",
         "txbridge / floor (same rate)",
         tuple((name, "broker_cpu_us_per_msg") for name in (_HALF, "floor commit-to-visible")),
