@@ -169,7 +169,7 @@ def test_a_batch_that_cannot_be_written_raises_in_each_of_its_transactions() -> 
     from txbridge.producer.asyncio import _OpBatches
 
     class Broken:
-        def ops(self, decisions: Any) -> Any:
+        def decisions(self, decisions: Any) -> Any:
             raise ValueError("cannot encode")
 
     async def main() -> list[BaseException | Any]:

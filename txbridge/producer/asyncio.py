@@ -214,12 +214,7 @@ class _OpBatches:
     def _write(self, partition: int, entries: list[tuple[Decision, asyncio.Future[_Ack]]]) -> None:
         futures = [future for _, future in entries]
         try:
-            key: bytes | None
-            if len(entries) == 1:
-                one = entries[0][0]
-                key, value = self._encoder.op(one.tx_id, one.state, count=one.messages, reason=one.reason)
-            else:
-                key, value = self._encoder.ops([decision for decision, _ in entries])
+            key, value = self._encoder.decisions([decision for decision, _ in entries])
             ack = self._bridge.write(self._topic, partition, key, value, None)
             pending = self._bridge.pending([ack])
         except Exception as exc:  # raised in each waiting transaction, as an unbatched write would

@@ -148,6 +148,15 @@ class RecordEncoder:
             body += f',"reason":{json.dumps(reason)}'
         return tx_id.encode(), (body + "}").encode()
 
+    def decisions(self, decisions: Sequence[Decision]) -> tuple[bytes | None, bytes]:
+        """``(key, value)`` of the op record of ``decisions``: the one-decision record for one
+        (:meth:`op`), a batch for more (:meth:`ops`)."""
+        return self.decision(decisions[0]) if len(decisions) == 1 else self.ops(decisions)
+
+    def decision(self, decision: Decision) -> tuple[bytes, bytes]:
+        """``(key, value)`` of the one-decision op record of ``decision`` (:meth:`op`)."""
+        return self.op(decision.tx_id, decision.state, count=decision.messages, reason=decision.reason)
+
     def ops(self, decisions: Sequence[Decision]) -> tuple[None, bytes]:
         """``(key, value)`` of one op record holding several of this producer's decisions: a
         batch, with no key (docs/wire-format.md). The tx ids are this producer's UUIDs."""

@@ -320,7 +320,7 @@ class ProducerTransaction(Generic[H]):
         if decision is None or self.partition is None:
             return None
         settings = self.settings
-        key, value = settings.encoder.op(decision.tx_id, state, count=decision.messages, reason=reason)
+        key, value = settings.encoder.decision(decision)
         return self._write(settings.op_topic, self.partition, key, value, None)
 
     def conclude(self, state: TxState, *, reason: str = "") -> Decision | None:
