@@ -1,0 +1,157 @@
+"""What a Kafka transaction's shape costs: where a commit could carry its partitions' positions.
+
+The coordinator's commit carries republished records and, for every partition it covers, a
+positions record in that partition's ``<ns>_state`` partition: about 11 more partitions in the
+transaction at half load, each added, produced to and given a marker. This compares, at one
+cadence and record count, alternated in blocks on one broker:
+
+- ``state``: the records plus one small record in each of ``--state-partitions`` partitions of a
+  compacted topic (the coordinator's shape now);
+- ``offsets``: the records plus ``send_offsets_to_transaction`` for ``--offset-partitions``
+  partitions with metadata, for a group with no members (KIP-447's shape: the positions in a
+  group's committed offsets, one ``__consumer_offsets`` partition);
+- ``state1``: the records plus one record in one partition (the least any record-based shape adds);
+- ``none``: the records alone.
+
+Each transaction is timed from its last republished record's ``produce`` to the end of
+``commit_transaction`` (the positions step, the flush, the EndTxn), and the broker's CPU is
+read from ``/proc`` around each block. Run it beside a local broker::
+
+    python -m bench.txn_shape --bootstrap 127.0.0.1:9092 --broker-pid "$(pgrep -f kafka.Kafka)"
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from txbridge import kafka
+from txbridge.kafka import TopicPartition
+
+SHAPES = ("state", "offsets", "state1", "none")
+
+
+@dataclass
+class _Timings:
+    positions: list[float] = field(default_factory=list)
+    flush: list[float] = field(default_factory=list)
+    end: list[float] = field(default_factory=list)
+    total: list[float] = field(default_factory=list)
+    broker_cpu_s: float = 0.0
+
+    def line(self, shape: str) -> str:
+        def ms(values: list[float], decile: int | None = None) -> str:
+            if decile is None:
+                return f"{statistics.median(values) * 1e3:.2f}"
+            value = statistics.quantiles(values, n=10)[decile]
+            return f"{value * 1e3:.2f}"
+
+        return (
+            f"{shape:8s} total p50 {ms(self.total)} p90 {ms(self.total, 8)} ms"
+            f" (positions {ms(self.positions)}, flush {ms(self.flush)}, EndTxn {ms(self.end)})"
+            f" | broker CPU {self.broker_cpu_s / len(self.total) * 1e3:.2f} ms per transaction"
+        )
+
+
+def _process_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--broker-pid", type=int, required=True, help="the broker's pid, for its CPU")
+    parser.add_argument("--shapes", default="state,offsets,state1,none")
+    parser.add_argument("--blocks", type=int, default=3, help="rounds of every shape, alternated")
+    parser.add_argument("--commits", type=int, default=250, help="transactions per shape per block")
+    parser.add_argument("--period-ms", type=float, default=20.0, help="one transaction begun every ...")
+    parser.add_argument("--records", type=int, default=96, help="republished records per transaction")
+    parser.add_argument("--record-partitions", type=int, default=6)
+    parser.add_argument("--state-partitions", type=int, default=11)
+    parser.add_argument("--offset-partitions", type=int, default=24)
+    args = parser.parse_args(argv)
+    args.shapes = args.shapes.split(",")
+    if unknown := set(args.shapes) - set(SHAPES):
+        parser.error(f"unknown shapes {sorted(unknown)}; known: {', '.join(SHAPES)}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _arguments(argv)
+    shapes = args.shapes
+
+    tag = uuid.uuid4().hex[:8]
+    out, state, source = f"shape_out_{tag}", f"shape_state_{tag}", f"shape_in_{tag}"
+    kafka.ensure_topics(
+        args.bootstrap,
+        [
+            kafka.TopicSpec(out, args.record_partitions),
+            kafka.TopicSpec(state, args.state_partitions, {"cleanup.policy": "compact"}),
+            kafka.TopicSpec(source, args.offset_partitions),
+        ],
+    )
+    group_metadata = kafka.consumer(args.bootstrap, f"shape-positions-{tag}").consumer_group_metadata()
+    producers = {}
+    for shape in shapes:
+        producers[shape] = kafka.producer(args.bootstrap, transactional_id=f"shape-{shape}-{tag}")
+        kafka.init_transactions(producers[shape], 30.0)
+
+    value, positions = b"x" * 200, "txb1:" + ",".join(str(n) for n in range(60))[:195]
+    timings = {shape: _Timings() for shape in shapes}
+    offset = 0
+
+    def positions_of(shape: str) -> Callable[[kafka.Producer], None]:
+        def records(producer: kafka.Producer, partitions: int) -> None:
+            for partition in range(partitions):
+                producer.produce(state, positions.encode(), key=b"\x00positions", partition=partition)
+
+        def offsets(producer: kafka.Producer) -> None:
+            producer.send_offsets_to_transaction(
+                [TopicPartition(source, p, offset, positions) for p in range(args.offset_partitions)],
+                group_metadata,
+            )
+
+        return {
+            "state": lambda producer: records(producer, args.state_partitions),
+            "state1": lambda producer: records(producer, 1),
+            "offsets": offsets,
+            "none": lambda producer: None,
+        }[shape]
+
+    for block in range(args.blocks):
+        for shape, producer in producers.items():
+            add_positions, timing = positions_of(shape), timings[shape]
+            cpu_before, due = _process_cpu_s(args.broker_pid), time.perf_counter()
+            for _ in range(args.commits):
+                due += args.period_ms / 1e3
+                producer.begin_transaction()
+                for n in range(args.records):
+                    producer.produce(out, value, partition=n % args.record_partitions)
+                offset += 10
+                started = time.perf_counter()
+                add_positions(producer)
+                produced = time.perf_counter()
+                producer.flush()
+                flushed = time.perf_counter()
+                producer.commit_transaction()
+                ended = time.perf_counter()
+                timing.positions.append(produced - started)
+                timing.flush.append(flushed - produced)
+                timing.end.append(ended - flushed)
+                timing.total.append(ended - started)
+                time.sleep(max(0.0, due - time.perf_counter()))
+            timing.broker_cpu_s += _process_cpu_s(args.broker_pid) - cpu_before
+        print(f"block {block + 1} of {args.blocks} done", flush=True)
+    for shape in shapes:
+        print(timings[shape].line(shape))
+
+
+if __name__ == "__main__":
+    main()
