@@ -1,9 +1,11 @@
-"""The local brokers' internal topics roll small segments, so their compaction keeps up.
+"""Compacted topics that are read from their start roll small segments, so compaction keeps up.
 
 A checkout's local broker keeps its data directory across runs; with Kafka's 100 MB segments
 ``__transaction_state`` was never compacted and every start replayed it (919 MB here after a
 day's runs). New internal topics get :data:`INTERNAL_SEGMENT_BYTES`; existing ones are lowered
 at start (``shrink_internal_segments``, with :func:`txbridge.kafka.lower_topic_setting`).
+txbridge's own ``<ns>_state`` is read from its start by every takeover: ``txbridge init``
+creates it with :data:`STATE_SEGMENT_BYTES` segments and lowers an existing one's.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 
 from servers.broker import INTERNAL_SEGMENT_BYTES, shrink_internal_segments
 from txbridge import kafka
+from txbridge.topics import STATE_SEGMENT_BYTES, init_topics
+from txbridge.wire import Topics
 
 pytestmark = pytest.mark.integration
 
@@ -65,3 +69,26 @@ def test_lower_topic_setting_lowers_only_larger_values_and_keeps_the_others(
     assert _setting(kafka_bootstrap, big, "cleanup.policy") == "compact"  # an incremental change
     assert _setting(kafka_bootstrap, small, "segment.bytes") == str(2 * 1024 * 1024)
     assert missing not in kafka.admin(kafka_bootstrap).list_topics(timeout=10).topics
+
+
+def test_init_gives_the_state_topic_small_segments_and_lowers_an_older_namespaces(
+    kafka_bootstrap: str,
+) -> None:
+    fresh, older = (f"__txb_segments_{uuid.uuid4().hex[:8]}" for _ in range(2))
+    # A namespace an older txbridge made: <ns>_state with the broker's segments.
+    kafka.ensure_topics(
+        kafka_bootstrap,
+        [kafka.TopicSpec(Topics(older).state, 2, {"cleanup.policy": "compact", "segment.bytes": str(_BIG)})],
+    )
+
+    created = init_topics(kafka_bootstrap, fresh, partitions=2)
+    upgraded = init_topics(kafka_bootstrap, older, partitions=2)
+    again = init_topics(kafka_bootstrap, older, partitions=2)
+
+    assert created[Topics(fresh).state] == "created"
+    assert upgraded[Topics(older).state] == "updated"
+    assert again[Topics(older).state] == "exists"
+    for namespace in (fresh, older):
+        state = Topics(namespace).state
+        assert _setting(kafka_bootstrap, state, "segment.bytes") == str(STATE_SEGMENT_BYTES)
+        assert _setting(kafka_bootstrap, state, "cleanup.policy") == "compact"
