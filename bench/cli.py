@@ -112,9 +112,12 @@ def _run(options: dict[str, object]) -> None:
                 console.print(f"  {figure.name}: {name} = {value:,.2f}")
     console.print(results.render(run.figures))
     out = Path(options["out"])  # type: ignore[arg-type]
-    path = results.write_json(run.figures, out, mode=mode, bootstrap=bootstrap, skipped=skipped)
+    some_steps = only != set(STEPS)
+    path = results.write_json(
+        run.figures, out, mode=mode, bootstrap=bootstrap, skipped=skipped, some_steps=some_steps
+    )
     latest = out / f"latest-{mode}.md"
-    if only == set(STEPS):
+    if not some_steps:
         latest.write_text(results.markdown(run.figures, results.machine()))
     else:  # some steps only: the last whole run's summary stays
         console.print(f"{latest} left as it was (not every step ran)")

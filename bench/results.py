@@ -230,10 +230,14 @@ def write_json(
     mode: str,
     bootstrap: str,
     skipped: Mapping[str, str] | None = None,
+    some_steps: bool = False,
 ) -> Path:
+    """The run's JSON, ``bench-<mode>-<stamp>.json``; ``bench-steps-<mode>-<stamp>.json`` when
+    ``some_steps`` (``--only``/``--skip``), which :mod:`bench.results_table` never takes for a
+    whole run."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = out_dir / f"bench-{mode}-{stamp}.json"
+    path = out_dir / f"bench-{'steps-' if some_steps else ''}{mode}-{stamp}.json"
     data = {
         "date": stamp,
         "mode": mode,

@@ -53,6 +53,9 @@ def results_dir(tmp_path: Path) -> Path:
     older["figures"][1]["values"]["msgs_per_s"] = 1.0
     (out / "bench-full-20000101T000000Z.json").write_text(json.dumps(older))
     (out / "bench-quick-29991231T235959Z.json").write_text(path.read_text())  # not a full run
+    some = write_json(_figures()[:1], out, mode="full", bootstrap="127.0.0.1:9092", some_steps=True)  # --only
+    assert some.name.startswith("bench-steps-full-")
+    some.rename(out / "bench-steps-full-29991231T235959Z.json")  # newer than the whole run, and not one
     return out
 
 
