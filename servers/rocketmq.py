@@ -411,8 +411,12 @@ class LocalRocketMQ:
             raise BrokerError(f"mqadmin {args[0]} did not finish in {_TOOLS_TIMEOUT_S:.0f}s") from exc
         output = result.stdout + result.stderr
         if result.returncode != 0 or "Exception" in output:
-            tail = "\n".join(output.strip().splitlines()[-8:])
-            raise BrokerError(f"mqadmin {args[0]} failed (exit {result.returncode}):\n{tail}")
+            lines = output.strip().splitlines()
+            # The exception's own line says what failed (callers retry a timeout); a stack's tail
+            # alone does not.
+            cause = [line for line in lines if "Exception" in line][:1]
+            shown = "\n".join(dict.fromkeys([*cause, *lines[-8:]]))
+            raise BrokerError(f"mqadmin {args[0]} failed (exit {result.returncode}):\n{shown}")
         return result.stdout
 
     def create_topic(self, topic: str, *, transactional: bool = False, queues: int = 4) -> None:
