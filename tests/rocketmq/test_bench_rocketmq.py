@@ -51,7 +51,7 @@ def env(kafka_bootstrap: str) -> dict[str, str]:
 
 
 def _figures(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    data = json.loads(next(path.glob("bench-quick-*.json")).read_text())
+    data = json.loads(next(path.glob("bench-steps-quick-*.json")).read_text())  # --only: some steps
     return {f["name"]: f for f in data["figures"]}, data
 
 
