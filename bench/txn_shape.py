@@ -15,7 +15,7 @@ cadence and record count, alternated in blocks on one broker:
 
 Each transaction is timed from its last republished record's ``produce`` to the end of
 ``commit_transaction`` (the positions step, the flush, the EndTxn), and the broker's CPU is
-read from ``/proc`` around each block. Run it beside a local broker::
+read around each block (:class:`bench.kafka_native.CpuMeter`). Run it beside a local broker::
 
     python -m bench.txn_shape --bootstrap 127.0.0.1:9092 --broker-pid "$(pgrep -f kafka.Kafka)"
 """
@@ -23,13 +23,13 @@ read from ``/proc`` around each block. Run it beside a local broker::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bench.kafka_native import CpuMeter
 from txbridge import kafka
 from txbridge.kafka import TopicPartition
 
@@ -56,12 +56,6 @@ class _Timings:
             f" (positions {ms(self.positions)}, flush {ms(self.flush)}, EndTxn {ms(self.end)})"
             f" | broker CPU {self.broker_cpu_s / len(self.total) * 1e3:.2f} ms per transaction"
         )
-
-
-def _process_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -125,10 +119,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             "none": lambda producer: None,
         }[shape]
 
+    broker = CpuMeter({"broker": args.broker_pid})
     for block in range(args.blocks):
         for shape, producer in producers.items():
             add_positions, timing = positions_of(shape), timings[shape]
-            cpu_before, due = _process_cpu_s(args.broker_pid), time.perf_counter()
+            broker.start()
+            due = time.perf_counter()
             for _ in range(args.commits):
                 due += args.period_ms / 1e3
                 producer.begin_transaction()
@@ -147,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 timing.end.append(ended - flushed)
                 timing.total.append(ended - started)
                 time.sleep(max(0.0, due - time.perf_counter()))
-            timing.broker_cpu_s += _process_cpu_s(args.broker_pid) - cpu_before
+            timing.broker_cpu_s += broker.per_message(1).get("broker_cpu_us_per_msg", 0.0) / 1e6
         print(f"block {block + 1} of {args.blocks} done", flush=True)
     for shape in shapes:
         print(timings[shape].line(shape))
