@@ -118,6 +118,9 @@ def coordinator(
     Its Kafka client settings: --command-config FILE (or the TOML's client_config and [kafka]
     table) with -X KEY=VALUE on top; the start-up probe connects with them.
     """
+    # First, before the imports below: `kill -USR1 <pid>` prints every thread's stack to stderr
+    # (where a stalled coordinator waits); a supervisor's SIGUSR1 before this line would end it.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     from coordinator.commit.tracing import install_provider
     from coordinator.config import CoordinatorConfig, parse_pairs
     from coordinator.service import Coordinator
@@ -142,8 +145,6 @@ def coordinator(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    # `kill -USR1 <pid>` prints every thread's stack to stderr: where a stalled coordinator waits.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         service.run()
     finally:

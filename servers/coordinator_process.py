@@ -169,10 +169,14 @@ class CoordinatorProcess:
             return
         now = time.time()
         try:
-            written = self.log_path.stat().st_mtime
+            stat = self.log_path.stat()
         except FileNotFoundError:
             return
-        silent = now - max(written, self._awake_since)
+        if stat.st_size <= self._log_offset:
+            # Not a line from this child yet: it is still importing, before its SIGUSR1 handler,
+            # and SIGUSR1's default action would end it (seen in CI on a slow box: exit -10).
+            return
+        silent = now - max(stat.st_mtime, self._awake_since)
         if silent > self._stall_dump_s and now - self._last_dump > 60:
             logger.warning("coordinator pid %d logged nothing for %.0fs: stacks to its log", pid, silent)
             os.kill(pid, signal.SIGUSR1)
