@@ -212,8 +212,10 @@ def decide_once(
         key, value, headers = mine.record()
         produce(producer, marker_topic, key, value, headers=headers)
     except Exception as exc:
-        _abort_quietly(producer, tx_id)
-        raise kafka.to_error(exc, f"writing the decision on tx {tx_id} (nothing was published)") from exc
+        error = kafka.to_error(exc, f"writing the decision on tx {tx_id}")
+        if not error.fatal:
+            _abort_quietly(producer, tx_id)
+        raise _not_published(mine, error, reread) from exc
     try:
         producer.commit_transaction(_KAFKA_TIMEOUT_S)
     except Exception as exc:
@@ -229,6 +231,42 @@ def _abort_quietly(producer: Producer, tx_id: str) -> bool:
         logger.warning("aborting the admin transaction of tx %s: %s", tx_id, exc)
         return False
     return True
+
+
+def _not_published(
+    mine: Marker, error: KafkaOperationError, reread: Callable[[], list[Marker]]
+) -> TxBridgeError:
+    """This attempt failed before its commit, so it published nothing: say whether another
+    admin's attempt fenced it (its write then fails too, often as a bare _FATAL)."""
+    if not (isinstance(error, ProducerFencedError) or error.fatal):
+        return KafkaOperationError(f"{error} (nothing was published)")
+    try:
+        seen = reread()
+    except TxBridgeError:
+        seen = []
+    return _lost_race(mine.tx_id, error, seen)
+
+
+def _lost_race(tx_id: str, error: KafkaOperationError, seen: list[Marker]) -> TxBridgeError:
+    """The error of an attempt that another admin's fenced: the winner's decision when it is
+    readable, else what the fence looked like. Nothing was published by this attempt."""
+    if seen:
+        return AlreadyDecidedError(
+            f"another admin {seen[0].verb} transaction {tx_id} at the same time ({seen[0].describe()}); "
+            "nothing was published by this call",
+            seen[0],
+        )
+    if isinstance(error, ProducerFencedError):
+        return KafkaOperationError(
+            f"another admin took over transaction {tx_id} at the same time (this call was fenced); "
+            "nothing was published by this call"
+        )
+    # Under KIP-890 a fence can also surface as INVALID_TXN_STATE (KAFKA-20785), and a call
+    # after it as _FATAL.
+    return KafkaOperationError(
+        f"{error}, likely fenced by another admin acting on transaction {tx_id} at the same time; "
+        "nothing was published by this call"
+    )
 
 
 def _settle(
@@ -247,24 +285,9 @@ def _settle(
     if any(m.attempt == mine.attempt for m in seen):
         logger.info("tx %s: the commit reported %s but it landed", tx_id, error)
         return next(m for m in seen if m.attempt == mine.attempt)
-    if seen:
-        raise AlreadyDecidedError(
-            f"another admin {seen[0].verb} transaction {tx_id} at the same time ({seen[0].describe()}); "
-            "nothing was published by this call",
-            seen[0],
-        )
-    if isinstance(error, ProducerFencedError):
-        raise KafkaOperationError(
-            f"another admin took over transaction {tx_id} at the same time (this call was fenced); "
-            "nothing was published by this call"
-        )
-    if error.fatal:
+    if seen or isinstance(error, ProducerFencedError) or error.fatal:
         # A dead producer sends nothing more, and the read above waited for what it had sent.
-        # Under KIP-890 a fence can also surface as INVALID_TXN_STATE (KAFKA-20785).
-        raise KafkaOperationError(
-            f"{error}, likely fenced by another admin acting on transaction {tx_id} at the same time; "
-            "nothing was published by this call"
-        )
+        raise _lost_race(tx_id, error, seen)
     if aborted:
         raise KafkaOperationError(f"{error}; nothing was published by this call: run it again")
     raise KafkaOperationError(

@@ -35,7 +35,9 @@ def to_error(err: KafkaError | KafkaException | Exception, context: str) -> Kafk
     return KafkaOperationError(
         f"{context}: {kerr.str()} ({kerr.name()})",
         retriable=kerr.retriable(),
-        fatal=kerr.fatal(),
+        # _FATAL: a call refused because the client already had a fatal error (produce() says
+        # "Unable to produce message: Local: Fatal error" once a fence killed the producer).
+        fatal=kerr.fatal() or kerr.code() == KafkaError._FATAL,
         txn_requires_abort=kerr.txn_requires_abort(),
         code=kerr.code(),
     )
