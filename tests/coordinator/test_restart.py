@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from coordinator.commit.changelog import decode_entry
+from coordinator.group.clients import REJOIN_WINDOW_S
 from tests.coordinator.check_server import CheckServer
 from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
@@ -70,7 +71,9 @@ def test_two_coordinators_with_one_instance_id_publish_once_and_one_stops(
     first = env.start(instance_id="same")
     second = env.start(instance_id="same", wait=False)
     sent: list[str] = []
-    deadline = time.monotonic() + 120
+    # The rule stops a coordinator whose clients failed REJOINS_MAX times in REJOIN_WINDOW_S;
+    # each failure is a fence and a rejoin, which on a slow box took past 120 s for all of them.
+    deadline = time.monotonic() + REJOIN_WINDOW_S
     while first.thread.is_alive() and second.thread.is_alive() and time.monotonic() < deadline:
         sent.append(env.producer.transaction([Msg(topic, f"m{len(sent)}".encode())], TxState.COMMIT))
         first.thread.join(0.5)
