@@ -737,8 +737,35 @@ def restart(env: Env, *, size: int, rate: float = 100.0, after_s: float = 8.0) -
     values = {
         "seconds_to_first_republish": min(after) - killed,
         "unseen": float(len(committed) - len(watcher.seen)),
+        **restart_timeline(coordinator.current_log(), killed),
     }
     return Figure("restart", len(committed), values["seconds_to_first_republish"], values, {"rate": rate})
+
+
+#: What the restarted coordinator logs on its way back, in order (coordinator/service.py,
+#: coordinator/commit/ownership.py, coordinator/group/rebalance.py), by the figure it gives.
+_RESTART_MARKS = {
+    "restart_first_log_s": "",  # Python's start, the imports, the cluster's size asked
+    "restart_claimed_s": "commits under the transactional id",
+    "restart_fenced_s": "fenced the earlier owners",
+    "restart_assigned_s": "assigned partitions",  # after the restore
+}
+_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+
+
+def restart_timeline(log: str, killed: float) -> dict[str, float]:
+    """Seconds from the kill to each of the restarted coordinator's steps back (its log's
+    ``asctime``, local time, to the millisecond); a step it did not log is left out."""
+    out: dict[str, float] = {}
+    for line in log.splitlines():
+        match = _LOG_TIME.match(line)
+        if match is None:
+            continue
+        at = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")) + int(match.group(2)) / 1000
+        for name, mark in _RESTART_MARKS.items():
+            if name not in out and mark in line:
+                out[name] = round(at - killed, 3)
+    return out
 
 
 def coordinator_transaction_timeout_s() -> float:

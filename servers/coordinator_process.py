@@ -219,6 +219,10 @@ class CoordinatorProcess:
         except FileNotFoundError:
             return ""
 
+    def current_log(self) -> str:
+        """Everything the current child has logged so far (not its predecessors' lines)."""
+        return self._current_log()
+
     def log_tail(self, lines: int = 15) -> str:
         """The last ``lines`` lines the current child logged."""
         return "\n".join(self._current_log().splitlines()[-lines:])
