@@ -118,9 +118,8 @@ def coordinator(
     Its Kafka client settings: --command-config FILE (or the TOML's client_config and [kafka]
     table) with -X KEY=VALUE on top; the start-up probe connects with them.
     """
-    # First, before the imports below: `kill -USR1 <pid>` prints every thread's stack to stderr
-    # (where a stalled coordinator waits); a supervisor's SIGUSR1 before this line would end it.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # First, before the imports below: a supervisor's SIGUSR1 before this would end the process.
+    _dump_stacks_on_sigusr1()
     from coordinator.commit.tracing import install_provider
     from coordinator.config import CoordinatorConfig, parse_pairs
     from coordinator.service import Coordinator
@@ -151,6 +150,16 @@ def coordinator(
         if provider is not None:
             provider.shutdown()  # exports the spans still batched
     sys.exit(0)
+
+
+def _dump_stacks_on_sigusr1() -> None:
+    """`kill -USR1 <pid>` prints every thread's stack to stderr: where a stalled coordinator waits."""
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (AttributeError, OSError, ValueError):
+        # A stderr without a file descriptor (the command run in-process, as click's CliRunner
+        # does): there is nowhere to write stacks to, and no supervisor to ask for them.
+        logging.getLogger(__name__).debug("no file descriptor for stacks on SIGUSR1")
 
 
 def _end_wedged_process(wedged: Any) -> None:
