@@ -210,8 +210,8 @@ class CoordinatorProcess:
         self.starts += 1
         logger.info("coordinator child pid %d started (log %s)", self._proc.pid, self.log_path)
 
-    def _current_log(self) -> str:
-        """What the current child has logged so far."""
+    def current_log(self) -> str:
+        """What the current child has logged so far (not its predecessors' lines)."""
         try:
             with self.log_path.open("rb") as log:
                 log.seek(self._log_offset)
@@ -219,13 +219,9 @@ class CoordinatorProcess:
         except FileNotFoundError:
             return ""
 
-    def current_log(self) -> str:
-        """Everything the current child has logged so far (not its predecessors' lines)."""
-        return self._current_log()
-
     def log_tail(self, lines: int = 15) -> str:
         """The last ``lines`` lines the current child logged."""
-        return "\n".join(self._current_log().splitlines()[-lines:])
+        return "\n".join(self.current_log().splitlines()[-lines:])
 
     def wait_ready(self, timeout: float = 60.0, *, marks: int = 1, poll_s: float = 0.1) -> None:
         """Wait until the current child has logged ``marks`` partition assignments.
@@ -238,7 +234,7 @@ class CoordinatorProcess:
             if not self.alive():
                 code = self._proc.returncode if self._proc else None
                 raise CoordinatorProcessError(f"the coordinator exited (code {code}):\n{self.log_tail()}")
-            if self._current_log().count(READY_MARK) >= marks:
+            if self.current_log().count(READY_MARK) >= marks:
                 return
             time.sleep(poll_s)
         raise CoordinatorProcessError(f"the coordinator was not assigned partitions within {timeout:.0f}s")
