@@ -7,6 +7,7 @@ A set is fetched once: a ``.complete`` marker makes later calls free.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -202,11 +203,27 @@ def ensure_jars(jar_set: JarSet, *, root: Path | None = None) -> Path:
     """
     folder = (root or cache_root()) / "jars" / jar_set.name
     jars = folder / "jars"
-    marker = folder / ".complete"
-    if marker.is_file() and any(jars.glob("*.jar")):
+    if _complete(folder):
         return jars
     check_prerequisites()
     folder.mkdir(parents=True, exist_ok=True)
+    # One fetch of a set at a time: processes started together (pytest-xdist's workers on a
+    # fresh clone) otherwise empty the folder under each other's mvn, which then fails to copy.
+    # The others wait here and find the set complete.
+    with (folder / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _complete(folder):
+            return jars
+        _fetch(jar_set, folder)
+    return jars
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / ".complete").is_file() and any((folder / "jars").glob("*.jar"))
+
+
+def _fetch(jar_set: JarSet, folder: Path) -> None:
+    jars = folder / "jars"
     shutil.rmtree(jars, ignore_errors=True)
     (folder / "pom.xml").write_text(_pom(jar_set))
     settings = os.environ.get("TXBRIDGE_MAVEN_SETTINGS")
@@ -238,8 +255,7 @@ def ensure_jars(jar_set: JarSet, *, root: Path | None = None) -> Path:
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
         raise SetupError(f"mvn failed to fetch {jar_set.name} (exit {result.returncode}):\n{tail}")
-    marker.write_text("\n".join(jar_set.coordinates) + "\n")
-    return jars
+    (folder / ".complete").write_text("\n".join(jar_set.coordinates) + "\n")
 
 
 def kafka_classpath(root: Path | None = None) -> str:
