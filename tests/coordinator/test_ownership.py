@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,11 @@ pytestmark = pytest.mark.integration
 
 #: Longer than any bound below: a pass never comes from the broker timing a transaction out.
 DEAD_OWNER_TIMEOUT_MS = 120_000
+#: A resumed zombie's partitions are served again once its fenced clients are replaced and it
+#: has joined again: its consumer's close is watched for 30 s (``GroupClients.close``) and a
+#: join waits for every member's revocation. 2-4 s here; CI's loaded box once took more than 30.
+RESUMED_REJOIN_S = 100.0
+RESUMED_SLOW_S = 20.0
 
 
 def _keys_in(partition: int, count: int) -> list[bytes]:
@@ -234,9 +240,11 @@ def test_a_frozen_owner_resumed_after_a_takeover_publishes_nothing_twice(
         _wait_visible(env, topic, [z, during])
 
         os.kill(pid, signal.SIGCONT)
+        resumed_at = time.monotonic()
         resumed = True
         after = [_committed(env, topic, k, b"after") for k in keys]
-        seen = _settled(env, topic, [before, z, during, *after])
+        seen = _settled(env, topic, [before, z, during, *after], timeout=RESUMED_REJOIN_S)
+        took = time.monotonic() - resumed_at
     finally:
         if frozen.is_set() and not resumed:
             os.kill(pid, signal.SIGCONT)
@@ -244,7 +252,16 @@ def test_a_frozen_owner_resumed_after_a_takeover_publishes_nothing_twice(
 
     named = {"before": before, "Z": z, "during": during, **{f"after-{i}": t for i, t in enumerate(after)}}
     names = _as_names(seen, named)
-    assert sorted(names) == sorted(named), f"the real topic holds {names}"  # each once
+    zombie_log = zombie.log_tail(40)
+    assert sorted(names) == sorted(named), (  # each once
+        f"the real topic holds {names} {took:.0f}s after the resume; the zombie's log ends:\n{zombie_log}"
+    )
+    if took > RESUMED_SLOW_S:  # a pass, but a stall worth reading about (CI once saw one past 30 s)
+        warnings.warn(
+            f"the resumed owner's partitions were served again {took:.0f}s after its resume; the zombie's "
+            f"log ends:\n{zombie_log}",
+            stacklevel=1,
+        )
     in_key_order = ["before", "Z", "during", "after-1"]
     assert [n for n in names if n in in_key_order] == in_key_order
     assert len(check_server.calls_for(z)) >= 2  # both owners asked about Z
