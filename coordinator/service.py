@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from coordinator.assembly import build
@@ -146,9 +147,7 @@ class Coordinator:
 
     def _start(self) -> None:
         cfg, parts = self.config, self.parts
-        check_copartitioned(cfg, self.topics)  # before anything starts: a refusal leaves nothing running
-        # Before any thread or client of its own: one committer per namespace partition.
-        membership.refuse_another_group(cfg, self.topics, self._session_timeout_s(), self._stop)
+        self._refuse_before_starting()
         parts.base.watchdog.start()
         # The registry catches up in the loop: checks wait for it (BackChecks), publishing does not.
         parts.sources.registry.start()
@@ -179,6 +178,35 @@ class Coordinator:
         logger.info(
             "coordinator %s started: %r, extra_config keys %s", cfg.instance_id, cfg, sorted(cfg.extra_config)
         )
+
+    def _refuse_before_starting(self) -> None:
+        """Refuse before any thread or client of its own starts (a refusal leaves nothing
+        running): topics that are not co-partitioned, or another coordinator group serving the
+        namespace (one committer per namespace partition).
+
+        The checks only read the cluster, each with an admin client of its own (a connection,
+        API versions, metadata), so they run side by side with the session timeout's question:
+        a restart in place waits for the slowest of them, not for their sum.
+
+        Raises:
+            ConfigurationError: the co-partitioning's refusal first, else the other group's.
+        """
+        cfg = self.config
+        pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="coordinator-start")
+        try:
+            session = pool.submit(self._session_timeout_s)  # asked once; the waits below read it
+            copartitioned = pool.submit(check_copartitioned, cfg, self.topics)
+            one_group = pool.submit(
+                membership.refuse_another_group, cfg, self.topics, session.result, self._stop
+            )
+            copartitioned.result()
+            one_group.result()
+            session.result()
+        except BaseException:
+            self._stop.set()  # a wait still running ends: this coordinator does not start
+            raise
+        finally:
+            pool.shutdown(wait=False)
 
     def _session_timeout_ms(self) -> int:
         """``session.timeout.ms`` from ``extra_config``, else by the cluster's size (asked once)."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from coordinator.config import CoordinatorConfig
 from txbridge import kafka
@@ -135,7 +136,7 @@ def wait_for_handed_over(
 
 
 def refuse_another_group(
-    config: CoordinatorConfig, topics: Topics, session_timeout_s: float, stop: threading.Event
+    config: CoordinatorConfig, topics: Topics, session_timeout_s: Callable[[], float], stop: threading.Event
 ) -> None:
     """Before joining: refuse to start while a coordinator group other than this one's serves
     the namespace (a member of it holds half or op partitions).
@@ -145,31 +146,32 @@ def refuse_another_group(
     and publishes nothing twice; but the two would take the partitions from each other at every
     commit. Changing a namespace's group is stopping the old one, then starting the new
     (docs/coordinator.md): a stopped static member stays in its group until its session expires,
-    so another group is waited for that long before it counts as serving. Groups this principal
-    may not describe are not seen; fencing still holds for them.
+    so another group is waited for that long before it counts as serving (``session_timeout_s``
+    is asked only then). Groups this principal may not describe are not seen; fencing still
+    holds for them.
 
     Raises:
         ConfigurationError: another group still serves the namespace.
     """
-    deadline = time.monotonic() + session_timeout_s + 3.0
-    said = False
+    deadline: float | None = None
     while not stop.is_set():
         other = another_group_serving(config, topics)
         if other is None:
             return
         group, members = other
-        if time.monotonic() > deadline:
-            raise served_by_another(config, group, members)
-        if not said:
+        if deadline is None:
+            wait_s = session_timeout_s() + 3.0
+            deadline = time.monotonic() + wait_s
             logger.info(
                 "namespace %s is served by coordinator group %r (members %s): waiting up to %.0fs for "
                 "them to leave (a stopped coordinator's session expires) before refusing to start",
                 config.namespace,
                 group,
                 ", ".join(members),
-                session_timeout_s + 3.0,
+                wait_s,
             )
-            said = True
+        elif time.monotonic() > deadline:
+            raise served_by_another(config, group, members)
         time.sleep(0.5)
 
 
