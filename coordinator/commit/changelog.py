@@ -204,7 +204,7 @@ def restore(
     """
     if not partitions:
         return Restored()
-    ends = _high_watermarks(bootstrap, topic, partitions, extra)
+    ends = _ends(bootstrap, topic, partitions, extra)
     consumer = kafka.consumer(
         bootstrap,
         f"txbridge-restore-{uuid.uuid4().hex[:8]}",
@@ -216,7 +216,6 @@ def restore(
     out = Restored()
     try:
         consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in partitions])
-        _warn_if_held(consumer, topic, ends)
         late = " (an open transaction holds its last stable offset below its high watermark)"
         for msg in kafka.read_to_end(
             consumer, topic, ends, timeout=timeout, what=f"restoring {topic}", late=late
@@ -296,14 +295,18 @@ def read_owners(
     return owners
 
 
-def _warn_if_held(consumer: Any, topic: str, ends: dict[int, int | None]) -> None:
-    """Say why a restore is about to wait: open transactions hold partitions below their ends."""
-    try:
-        stable = {p: consumer.get_watermark_offsets(kafka.partition_at(topic, p), 10)[1] for p in ends}
-    except Exception as exc:  # only the warning is lost: the read itself waits all the same
-        logger.debug("%s: last stable offsets: %s", topic, exc)
-        return
-    held = {p: (stable[p], end) for p, end in ends.items() if end is not None and stable[p] < end}
+def _ends(
+    bootstrap: str, topic: str, partitions: list[int], extra: Mapping[str, Any] | None
+) -> dict[int, int | None]:
+    """Each partition's high watermark, None for an empty one (read to its partition-EOF); and a
+    warning first when open transactions hold partitions below it (the read then waits)."""
+    bounds = kafka.offset_bounds(kafka.admin(bootstrap, extra), topic, partitions, timeout=10.0)
+    ends = {p: high if high > max(low, 0) else None for p, (low, _stable, high) in bounds.items()}
+    held = {
+        p: (stable, high)
+        for p, (_low, stable, high) in bounds.items()
+        if ends[p] is not None and stable < high
+    }
     if held:
         logger.warning(
             "%s: open transactions hold partitions %s (last stable offset, high watermark: %s); "
@@ -312,23 +315,4 @@ def _warn_if_held(consumer: Any, topic: str, ends: dict[int, int | None]) -> Non
             sorted(held),
             held,
         )
-
-
-def _high_watermarks(
-    bootstrap: str, topic: str, partitions: list[int], extra: Mapping[str, Any] | None
-) -> dict[int, int | None]:
-    """Each partition's high watermark, None for an empty one (read to its partition-EOF).
-
-    Asked as read_uncommitted: librdkafka asks for the offsets with its isolation level, and
-    read_committed answers the last stable offset.
-    """
-    client = kafka.consumer(bootstrap, "txbridge-restore", extra, isolation_level="read_uncommitted")
-    try:
-        marks = {
-            p: client.get_watermark_offsets(kafka.partition_at(topic, p), timeout=10) for p in partitions
-        }
-    except Exception as exc:
-        raise kafka.to_error(exc, f"reading the high watermarks of {topic}") from exc
-    finally:
-        client.close()
-    return {p: high if high > max(low, 0) else None for p, (low, high) in marks.items()}
+    return ends

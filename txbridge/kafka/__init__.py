@@ -41,6 +41,7 @@ from txbridge.kafka.admin import (
     group_protocols,
     groups_consuming,
     lower_topic_setting,
+    offset_bounds,
     partition_counts,
     stable_offsets,
 )
@@ -135,6 +136,7 @@ __all__ = [
     "is_unsupported",
     "librdkafka_refusal",
     "lower_topic_setting",
+    "offset_bounds",
     "opened",
     "partition_at",
     "partition_counts",
