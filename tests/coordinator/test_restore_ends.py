@@ -34,9 +34,9 @@ def test_an_open_transaction_holds_the_restore_of_its_partition_alone_and_is_nam
     _owner(open_tx, topic, 1, "open-1")
     open_tx.flush(10)  # written, not committed: partition 1's last stable offset stays below
 
-    with caplog.at_level(logging.WARNING, logger="coordinator.commit.changelog"):
-        with pytest.raises(KafkaOperationError, match=r"partitions \[1\] did not reach their end"):
-            changelog.restore(kafka_bootstrap, topic, [0, 1, 2], timeout=3.0)
+    held = pytest.raises(KafkaOperationError, match=r"partitions \[1\] did not reach their end")
+    with caplog.at_level(logging.WARNING, logger="coordinator.commit.changelog"), held:
+        changelog.restore(kafka_bootstrap, topic, [0, 1, 2], timeout=3.0)
     assert "open transactions hold partitions [1]" in caplog.text
 
     open_tx.commit_transaction(30)
