@@ -147,19 +147,26 @@ class Coordinator:
 
     def _start(self) -> None:
         cfg, parts = self.config, self.parts
-        self._refuse_before_starting()
-        parts.base.watchdog.start()
-        # The registry catches up in the loop: checks wait for it (BackChecks), publishing does not.
-        parts.sources.registry.start()
-        parts.sources.checker.start()
-        if parts.sources.resumer is not None:
-            parts.sources.resumer.start()
-        # Under the consumer protocol a member that joins with another subscription than its
-        # instance's previous life (handed over: <ns>_state alone) is assigned afresh at once.
-        if cfg.group_protocol == "consumer":
-            membership.require_consumer_protocol(cfg)
-        elif cfg.static_membership:
-            membership.wait_for_handed_over(cfg, self.topics, self._session_timeout_s(), self._stop)
+        # The checks before joining only read the cluster, each with an admin client of its own
+        # (a connection, API versions, metadata): run side by side, a restart in place waits for
+        # the slowest of them, not for their sum.
+        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="coordinator-start")
+        try:
+            session = pool.submit(self._session_timeout_s)  # asked once; the waits read it
+            ready_to_join = pool.submit(self._wait_ready_to_join, session.result)
+            self._refuse_before_starting(pool, session.result)
+            parts.base.watchdog.start()
+            # The registry catches up in the loop: checks wait for it (BackChecks), publishing does not.
+            parts.sources.registry.start()
+            parts.sources.checker.start()
+            if parts.sources.resumer is not None:
+                parts.sources.resumer.start()
+            ready_to_join.result()
+        except BaseException:
+            self._stop.set()  # a wait still running ends, and so do the threads started
+            raise
+        finally:
+            pool.shutdown(wait=False)
         if cfg.metrics_port is not None:
             from prometheus_client import generate_latest
 
@@ -179,34 +186,34 @@ class Coordinator:
             "coordinator %s started: %r, extra_config keys %s", cfg.instance_id, cfg, sorted(cfg.extra_config)
         )
 
-    def _refuse_before_starting(self) -> None:
+    def _refuse_before_starting(
+        self, pool: ThreadPoolExecutor, session_timeout_s: Callable[[], float]
+    ) -> None:
         """Refuse before any thread or client of its own starts (a refusal leaves nothing
         running): topics that are not co-partitioned, or another coordinator group serving the
         namespace (one committer per namespace partition).
-
-        The checks only read the cluster, each with an admin client of its own (a connection,
-        API versions, metadata), so they run side by side with the session timeout's question:
-        a restart in place waits for the slowest of them, not for their sum.
 
         Raises:
             ConfigurationError: the co-partitioning's refusal first, else the other group's.
         """
         cfg = self.config
-        pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="coordinator-start")
-        try:
-            session = pool.submit(self._session_timeout_s)  # asked once; the waits below read it
-            copartitioned = pool.submit(check_copartitioned, cfg, self.topics)
-            one_group = pool.submit(
-                membership.refuse_another_group, cfg, self.topics, session.result, self._stop
-            )
-            copartitioned.result()
-            one_group.result()
-            session.result()
-        except BaseException:
-            self._stop.set()  # a wait still running ends: this coordinator does not start
-            raise
-        finally:
-            pool.shutdown(wait=False)
+        copartitioned = pool.submit(check_copartitioned, cfg, self.topics)
+        one_group = pool.submit(
+            membership.refuse_another_group, cfg, self.topics, session_timeout_s, self._stop
+        )
+        copartitioned.result()
+        one_group.result()
+
+    def _wait_ready_to_join(self, session_timeout_s: Callable[[], float]) -> None:
+        """Under the consumer protocol, refuse brokers that lack it; a static member of the
+        classic one waits while its previous life, handed over, still holds ``<ns>_state``
+        (:mod:`coordinator.group.membership`). Under the consumer protocol a member that joins
+        with another subscription than its previous life's is assigned afresh at once."""
+        cfg = self.config
+        if cfg.group_protocol == "consumer":
+            membership.require_consumer_protocol(cfg)
+        elif cfg.static_membership:
+            membership.wait_for_handed_over(cfg, self.topics, session_timeout_s, self._stop)
 
     def _session_timeout_ms(self) -> int:
         """``session.timeout.ms`` from ``extra_config``, else by the cluster's size (asked once)."""

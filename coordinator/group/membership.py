@@ -96,12 +96,12 @@ def require_consumer_protocol(config: CoordinatorConfig) -> None:
 
 
 def wait_for_handed_over(
-    config: CoordinatorConfig, topics: Topics, session_timeout_s: float, stop: threading.Event
+    config: CoordinatorConfig, topics: Topics, session_timeout_s: Callable[[], float], stop: threading.Event
 ) -> None:
     """Before joining: while this instance id is a member of the group that holds only
     ``<ns>_state`` (its previous life handed its partitions over), wait for that member's
-    session to expire."""
-    deadline = time.monotonic() + session_timeout_s + 3.0
+    session to expire (``session_timeout_s`` is asked only then)."""
+    deadline: float | None = None
     waited = False
     while not stop.is_set():
         try:
@@ -115,23 +115,25 @@ def wait_for_handed_over(
                     "instance %s: its previous member has left group %s", config.instance_id, config.group_id
                 )
             return
-        if time.monotonic() > deadline:
-            logger.warning(
-                "instance %s is still a member of group %s after %.0fs; joining anyway",
-                config.instance_id,
-                config.group_id,
-                session_timeout_s,
-            )
-            return
-        if not waited:
+        if deadline is None:
+            session_s = session_timeout_s()
+            deadline = time.monotonic() + session_s + 3.0
             logger.info(
                 "instance %s: its previous member handed its partitions over and is still in group %s; "
                 "joining once its session expires (within %.0fs), so that the group rebalances",
                 config.instance_id,
                 config.group_id,
-                session_timeout_s,
+                session_s,
             )
             waited = True
+        elif time.monotonic() > deadline:
+            logger.warning(
+                "instance %s is still a member of group %s after %.0fs; joining anyway",
+                config.instance_id,
+                config.group_id,
+                session_s,
+            )
+            return
         time.sleep(0.25)
 
 
