@@ -101,8 +101,7 @@ def wait_for_handed_over(
     """Before joining: while this instance id is a member of the group that holds only
     ``<ns>_state`` (its previous life handed its partitions over), wait for that member's
     session to expire (``session_timeout_s`` is asked only then)."""
-    deadline: float | None = None
-    waited = False
+    deadline: float | None = None  # set once it waits
     while not stop.is_set():
         try:
             mine = [held for instance, held in _members(config) if instance == config.instance_id]
@@ -110,7 +109,7 @@ def wait_for_handed_over(
             logger.info("describing group %s before joining: %s", config.group_id, exc)
             return
         if not mine or any(held != {topics.state} for held in mine):
-            if waited:
+            if deadline is not None:
                 logger.info(
                     "instance %s: its previous member has left group %s", config.instance_id, config.group_id
                 )
@@ -125,7 +124,6 @@ def wait_for_handed_over(
                 config.group_id,
                 session_s,
             )
-            waited = True
         elif time.monotonic() > deadline:
             logger.warning(
                 "instance %s is still a member of group %s after %.0fs; joining anyway",

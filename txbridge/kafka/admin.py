@@ -398,17 +398,12 @@ def offset_bounds(
     )
     # Asked together, answered together: the three requests' round trips overlap.
     pending = [
-        (
-            index,
-            client.list_offsets(
-                {TopicPartition(topic, p): spec for p in wanted},
-                isolation_level=level,
-                request_timeout=timeout,
-            ),
+        client.list_offsets(
+            {TopicPartition(topic, p): spec for p in wanted}, isolation_level=level, request_timeout=timeout
         )
-        for index, (spec, level) in enumerate(asked)
+        for spec, level in asked
     ]
-    for index, futures in pending:
+    for index, futures in enumerate(pending):
         for tp, future in futures.items():
             try:
                 out[tp.partition][index] = future.result(timeout=timeout).offset
