@@ -23,6 +23,7 @@ from coordinator.monitoring.metrics import Stats
 from coordinator.monitoring.watchdog import Watchdog
 from coordinator.state.partition import PartitionState
 from txbridge import kafka
+from txbridge import positions as group_positions
 from txbridge.errors import WireFormatError
 from txbridge.kafka import Consumer, TopicPartition
 from txbridge.wire import Topics, decode_young
@@ -61,6 +62,8 @@ class Restorer:
         reader: re-reads half records by offset (the young halves).
         now_ms: the brokers' clock (:class:`coordinator.checks.broker_clock.BrokerClock`), the append
             time of a half of a topic that keeps CreateTime.
+        positions_client: makes a client of the positions group, closed after each read
+            (default :func:`txbridge.positions.consumer`).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class Restorer:
         positions: Placement,
         reader: HalfReader,
         now_ms: Callable[[], int] = _now_ms,
+        positions_client: Callable[[], Consumer] | None = None,
     ) -> None:
         self.config = config
         self.topics = topics
@@ -81,6 +85,9 @@ class Restorer:
         self._reader = reader
         self._watchdog = watchdog
         self._now_ms = now_ms
+        self._positions_client = positions_client or (
+            lambda: group_positions.consumer(config.bootstrap, config.namespace, config.extra_config)
+        )
 
     def read_changelog(self, numbers: list[int]) -> changelog.Restored:
         """``numbers``' pending transactions and positions in ``<ns>_state``, read to its end."""
@@ -95,24 +102,30 @@ class Restorer:
     def take_positions(
         self, numbers: list[int], restored: changelog.Restored, consumer: Consumer
     ) -> dict[int, list[int]]:
-        """Where ``numbers`` resume: their positions records, read in the same transactions as
-        their changelog entries; for a partition an older txbridge served (no record yet), the
-        group's committed offsets. Returns the young halves' offsets per partition."""
+        """Where ``numbers`` resume: the positions group's committed offsets, committed in the
+        same transactions as their changelog entries (:mod:`txbridge.positions`); for a
+        partition this txbridge has not committed yet, the positions record an earlier one wrote
+        in ``<ns>_state``, or before those the coordinators' group's committed offsets
+        (``consumer``'s). Returns the young halves' offsets per partition.
+
+        The group is read after the claim, like ``<ns>_state``: the fence aborted whatever an
+        earlier owner left open, and a transaction under an id nobody claims is waited out
+        (read_committed asks for stable offsets)."""
         for number in numbers:
             for topic in (self.topics.half, self.topics.op):
                 self._positions.place(topic, number, None)
-        committed = []
-        for number, where in restored.positions.items():
-            if where.half is not None:
-                committed.append(TopicPartition(self.topics.half, number, where.half, where.young))
-            if where.op is not None:
-                committed.append(TopicPartition(self.topics.op, number, where.op))
-        older = [
-            kafka.partition_at(t, n)
-            for n in numbers
-            if n not in restored.positions
-            for t in (self.topics.half, self.topics.op)
-        ]
+        client = self._positions_client()
+        try:
+            found = group_positions.from_committed(
+                self.topics, self._stable_committed(client, group_positions.wanted(self.topics, numbers))
+            )
+        finally:
+            client.close()
+        earlier = {n: where for n, where in restored.positions.items() if n not in found}
+        topics = self.topics
+        where = {**earlier, **found}
+        committed = [tp for n, w in where.items() for tp in group_positions.offsets(topics, n, w)]
+        older = group_positions.wanted(topics, (n for n in numbers if n not in found and n not in earlier))
         if older:
             committed += self._stable_committed(consumer, older)
         return self._take_committed(committed)
@@ -149,7 +162,8 @@ class Restorer:
             uncommitted.close()
 
     def _stable_committed(self, consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """The committed offsets of ``partitions``, once no open transaction holds them.
+        """The committed offsets of ``partitions`` in ``consumer``'s group, once no open
+        transaction holds them.
 
         After the claim only a transaction under an id no coordinator uses can hold them: it is
         waited out, up to :data:`RESTORE_WAIT_S`.
@@ -202,6 +216,7 @@ class Restorer:
             state = PartitionState(
                 number, self.stats, half_position=start, debug=self.config.check_invariants or None
             )
+            state.positions_record = number in read.positions
             for tx in restored.get(number, []):
                 state.add_restored(tx)
             young = self._restore_young(state, listed.get(number, []))

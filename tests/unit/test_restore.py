@@ -27,6 +27,7 @@ class FakeConsumer:
         self._committed = committed
         self.low = low
         self.asked: list[tuple[str, int]] = []
+        self.closed = False
 
     def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
         out = []
@@ -39,6 +40,9 @@ class FakeConsumer:
     def get_watermark_offsets(self, _tp: TopicPartition, timeout: float) -> tuple[int, int]:
         return self.low, self.low + 100
 
+    def close(self) -> None:
+        self.closed = True
+
 
 class FakeReader:
     def __init__(self, records: dict[int, HalfMessage]) -> None:
@@ -48,7 +52,7 @@ class FakeReader:
         return {o: HalfRecord(self.records[o], 10, 1_000) for o in offsets if o in self.records}
 
 
-class TestPositions:
+class PlacedPositions:
     """Where the restorer places positions: the test's own map, to see what it wrote into it."""
 
     def __init__(self, positions: dict[tuple[str, int], int]) -> None:
@@ -61,13 +65,18 @@ class TestPositions:
             self.positions[(topic, number)] = offset
 
 
-def restorer(positions: dict[tuple[str, int], int], reader: FakeReader | None = None) -> Restorer:
+def restorer(
+    positions: dict[tuple[str, int], int], reader: FakeReader | None = None, group: FakeConsumer | None = None
+) -> Restorer:
+    """A restorer whose positions group answers from ``group`` (default: nothing committed)."""
+    group = group or FakeConsumer({})
     return Restorer(
         CoordinatorConfig(bootstrap="b:1", namespace=TOPICS.namespace),
         TOPICS,
         Counter(),
         Watchdog(lambda _wedged: None),
-        positions=TestPositions(positions),
+        positions=PlacedPositions(positions),
+        positions_client=lambda: cast(Any, group),
         reader=cast(Any, reader or FakeReader({})),
     )
 
@@ -76,16 +85,40 @@ def half(tx: str, seq: int = 0) -> HalfMessage:
     return HalfMessage(tx, seq, "orders", b"v", key=b"k", group="g", instance="i")
 
 
-def test_positions_come_from_the_changelog_and_the_group_only_for_a_partition_it_never_recorded() -> None:
+def test_positions_come_from_the_positions_group_then_a_record_then_the_coordinators_group() -> None:
     positions = {(TOPICS.half, 0): 999, (TOPICS.op, 0): 999}  # a previous owner's, now stale
-    read = changelog.Restored(positions={0: Positions(half=40, op=7, young=encode_young(40, [35, 38]))})
-    consumer = FakeConsumer({(TOPICS.half, 1): (12, encode_young(12, [11])), (TOPICS.op, 1): (3, None)})
+    group = FakeConsumer({(TOPICS.half, 0): (50, encode_young(50, [49])), (TOPICS.op, 0): (9, None)})
+    read = changelog.Restored(
+        positions={  # earlier txbridges' records: partition 0's is older than its group offsets
+            0: Positions(half=40, op=7, young=encode_young(40, [35, 38])),
+            1: Positions(half=30, op=4, young=""),
+        }
+    )
+    consumer = FakeConsumer({(TOPICS.half, 2): (12, encode_young(12, [11])), (TOPICS.op, 2): (3, None)})
 
-    young = restorer(positions).take_positions([0, 1], read, cast(Any, consumer))
+    young = restorer(positions, group=group).take_positions([0, 1, 2], read, cast(Any, consumer))
 
-    assert positions == {(TOPICS.half, 0): 40, (TOPICS.op, 0): 7, (TOPICS.half, 1): 12, (TOPICS.op, 1): 3}
-    assert young == {0: [35, 38], 1: [11]}
-    assert sorted(consumer.asked) == [(TOPICS.half, 1), (TOPICS.op, 1)]  # partition 0 had its record
+    assert positions == {
+        (TOPICS.half, 0): 50,
+        (TOPICS.op, 0): 9,
+        (TOPICS.half, 1): 30,
+        (TOPICS.op, 1): 4,
+        (TOPICS.half, 2): 12,
+        (TOPICS.op, 2): 3,
+    }
+    assert young == {0: [49], 1: [], 2: [11]}
+    assert sorted(group.asked) == sorted((t, n) for n in (0, 1, 2) for t in (TOPICS.half, TOPICS.op))
+    assert sorted(consumer.asked) == [(TOPICS.half, 2), (TOPICS.op, 2)]  # only the one never recorded
+    assert group.closed
+
+
+def test_a_partition_restored_from_a_positions_record_deletes_it_at_its_next_commit() -> None:
+    read = changelog.Restored(positions={0: Positions(half=40, op=7, young="")})
+
+    states = restorer({(TOPICS.half, 0): 40}).restore([0, 1], read, {}, cast(Any, FakeConsumer({})))
+
+    assert states[0].positions_record
+    assert not states[1].positions_record
 
 
 def test_a_partition_with_no_position_anywhere_starts_where_its_half_partition_starts() -> None:
