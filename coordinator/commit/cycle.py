@@ -41,7 +41,7 @@ from coordinator.monitoring.watchdog import GRACE_S, Watchdog, WedgedCalls
 from coordinator.state.owned import OwnedPartitions
 from coordinator.state.partition import PendingTx, Phase
 from txbridge import kafka, positions
-from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError
+from txbridge.errors import ConfigurationError, KafkaOperationError, ProducerFencedError, TxBridgeError
 from txbridge.kafka import Consumer, KafkaError, TopicPartition
 from txbridge.wire import Topics
 
@@ -572,6 +572,17 @@ class CommitCycle:
         except Exception as abort_exc:  # the producer is in no state to go on: new clients
             self.failures.clients = kafka.to_error(
                 abort_exc, f"aborting the transaction of partitions {numbers}"
+            )
+            return
+        if error.code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            # The positions group is the one group the transaction commits to: without Read on
+            # it no commit can ever succeed (an upgrade that did not grant it). Stop, saying so,
+            # rather than abort and retry forever.
+            group = positions.group(self.config.namespace)
+            self.failures.fatal = ConfigurationError(
+                f"coordinator {self.config.instance_id}: its principal may not commit offsets of the "
+                f"positions group {group!r}; grant it Read on that group (`txbridge acls --role "
+                "coordinator` lists every ACL it needs) and start it again"
             )
             return
         if error.code == KafkaError.FENCED_INSTANCE_ID:

@@ -24,8 +24,8 @@ from coordinator.monitoring.watchdog import Watchdog
 from coordinator.state.partition import PartitionState
 from txbridge import kafka
 from txbridge import positions as group_positions
-from txbridge.errors import WireFormatError
-from txbridge.kafka import Consumer, TopicPartition
+from txbridge.errors import ConfigurationError, WireFormatError
+from txbridge.kafka import Consumer, KafkaError, TopicPartition
 from txbridge.wire import Topics, decode_young
 
 logger = logging.getLogger(__name__)
@@ -33,11 +33,25 @@ logger = logging.getLogger(__name__)
 #: How long a takeover waits for ``<ns>_state`` and the committed offsets to settle: an earlier
 #: owner's transaction left open under an id nobody claims is waited out, up to its timeout.
 RESTORE_WAIT_S = 900.0
-_SETTLE_S = 5.0  # how long a transaction opened after the restore may stay open (assert_settled)
+_SETTLE_S = 5.0
+#: A committed-offsets read refused for want of an ACL: no wait ends it.
+_REFUSED = (
+    KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+)  # how long a transaction opened after the restore may stay open (assert_settled)
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _committed(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    """``consumer.committed(partitions)``, raising the first partition's error if one has any."""
+    committed = list(consumer.committed(partitions, timeout=10))
+    failed = next((tp.error for tp in committed if tp.error is not None), None)
+    if failed is not None:
+        raise kafka.KafkaException(failed)
+    return committed
 
 
 class Placement(Protocol):
@@ -116,9 +130,9 @@ class Restorer:
                 self._positions.place(topic, number, None)
         client = self._positions_client()
         try:
-            found = group_positions.from_committed(
-                self.topics, self._stable_committed(client, group_positions.wanted(self.topics, numbers))
-            )
+            wanted = group_positions.wanted(self.topics, numbers)
+            group = group_positions.group(self.config.namespace)
+            found = group_positions.from_committed(self.topics, self._stable_committed(client, wanted, group))
         finally:
             client.close()
         earlier = {n: where for n, where in restored.positions.items() if n not in found}
@@ -127,7 +141,7 @@ class Restorer:
         committed = [tp for n, w in where.items() for tp in group_positions.offsets(topics, n, w)]
         older = group_positions.wanted(topics, (n for n in numbers if n not in found and n not in earlier))
         if older:
-            committed += self._stable_committed(consumer, older)
+            committed += self._stable_committed(consumer, older, self.config.group_id)
         return self._take_committed(committed)
 
     def assert_settled(self, numbers: list[int], committed: Consumer) -> None:
@@ -161,20 +175,33 @@ class Restorer:
         finally:
             uncommitted.close()
 
-    def _stable_committed(self, consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        """The committed offsets of ``partitions`` in ``consumer``'s group, once no open
-        transaction holds them.
+    def _stable_committed(
+        self, consumer: Consumer, partitions: list[TopicPartition], group: str
+    ) -> list[TopicPartition]:
+        """The committed offsets of ``partitions`` in ``consumer``'s group ``group``, once no
+        open transaction holds them.
 
         After the claim only a transaction under an id no coordinator uses can hold them: it is
-        waited out, up to :data:`RESTORE_WAIT_S`.
+        waited out, up to :data:`RESTORE_WAIT_S`. A partition answered with an error is never
+        taken for one with no offset (that would resume it from its start): the read is asked
+        again.
+
+        Raises:
+            ConfigurationError: the principal may not read the group's offsets (an ACL to grant).
         """
         give_up = time.monotonic() + RESTORE_WAIT_S
         while True:
             try:
                 with self._watchdog.deadline("reading the committed offsets", 10):
-                    return list(consumer.committed(partitions, timeout=10))
+                    return _committed(consumer, partitions)
             except Exception as exc:
-                error = kafka.to_error(exc, "reading the committed offsets")
+                error = kafka.to_error(exc, f"reading the committed offsets of group {group!r}")
+                if error.code in _REFUSED:
+                    raise ConfigurationError(
+                        f"{error}: the coordinator's principal may not read the offsets of group "
+                        f"{group!r}; grant it Read on that group (`txbridge acls --role coordinator` "
+                        "lists every ACL it needs)"
+                    ) from None
                 if time.monotonic() > give_up:
                     raise error from exc
                 logger.warning(

@@ -26,7 +26,7 @@ from coordinator.monitoring.watchdog import Watchdog, WedgedCalls
 from coordinator.state.owned import OwnedPartitions, Work
 from coordinator.state.partition import PartitionState, PendingTx, Phase
 from coordinator.state.republisher import Batch
-from txbridge.errors import KafkaOperationError
+from txbridge.errors import ConfigurationError, KafkaOperationError
 from txbridge.kafka import KafkaError, KafkaException, TopicPartition
 from txbridge.wire import HalfMessage, OpRecord, OpSource, Topics, TxState, encode_young
 
@@ -264,6 +264,22 @@ def test_a_failed_positions_send_is_resumed_or_aborts_and_rewinds(
         assert producer.aborted == [["t1"]]
         assert producer.commit_calls == 0
         assert parts.rewound == [[0]]
+
+
+def test_a_principal_refused_the_positions_group_stops_the_coordinator_saying_what_to_grant(
+    parts: Parts,
+) -> None:
+    producer = parts.kafka.producers[0]
+    producer.send_faults.append(kafka_error(KafkaError.GROUP_AUTHORIZATION_FAILED, txn_requires_abort=True))
+    parts.commit_tx("t1")
+    parts.cycle.start(everything=False)
+    parts.until(lambda: not parts.cycle.in_flight)
+
+    assert producer.aborted == [["t1"]]
+    assert isinstance(parts.failures.fatal, ConfigurationError)
+    assert "grant it Read on that group" in str(parts.failures.fatal)
+    assert "txbridge-positions." in str(parts.failures.fatal)
+    assert parts.rewound == []
 
 
 def test_a_stuck_positions_send_is_abandoned_with_the_producer(parts: Parts) -> None:

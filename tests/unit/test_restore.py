@@ -8,7 +8,10 @@ a real broker in tests/coordinator/test_ownership.py, test_failover.py and test_
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any, cast
+
+import pytest
 
 from coordinator.commit import changelog
 from coordinator.commit.payloads import HalfRecord
@@ -16,10 +19,16 @@ from coordinator.config import CoordinatorConfig
 from coordinator.group.restore import Restorer
 from coordinator.monitoring.watchdog import Watchdog
 from coordinator.state.partition import PendingTx, Phase
-from txbridge.kafka import TopicPartition
+from txbridge.errors import ConfigurationError
+from txbridge.kafka import KafkaError, TopicPartition
 from txbridge.wire import HalfMessage, Positions, Topics, encode_young
 
 TOPICS = Topics("ns")
+
+
+def _errored(tp: TopicPartition, error: KafkaError) -> Any:
+    """``tp`` answered with ``error`` (a TopicPartition's ``error`` cannot be set from Python)."""
+    return SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=-1001, metadata=None, error=error)
 
 
 class FakeConsumer:
@@ -28,8 +37,16 @@ class FakeConsumer:
         self.low = low
         self.asked: list[tuple[str, int]] = []
         self.closed = False
+        self.errors: list[KafkaError] = []  # the next reads answer every partition with these
 
     def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        if self.errors:
+            error = self.errors.pop(0)
+            return (
+                [TopicPartition(tp.topic, tp.partition, -1001) for tp in partitions]
+                if error is None
+                else [_errored(tp, error) for tp in partitions]
+            )
         out = []
         for tp in partitions:
             self.asked.append((tp.topic, tp.partition))
@@ -110,6 +127,27 @@ def test_positions_come_from_the_positions_group_then_a_record_then_the_coordina
     assert sorted(group.asked) == sorted((t, n) for n in (0, 1, 2) for t in (TOPICS.half, TOPICS.op))
     assert sorted(consumer.asked) == [(TOPICS.half, 2), (TOPICS.op, 2)]  # only the one never recorded
     assert group.closed
+
+
+def test_a_partition_answered_with_an_error_is_read_again_not_resumed_from_its_start(caplog: Any) -> None:
+    positions: dict[tuple[str, int], int] = {}
+    group = FakeConsumer({(TOPICS.half, 0): (50, None), (TOPICS.op, 0): (9, None)})
+    group.errors.append(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+
+    restorer(positions, group=group).take_positions([0], changelog.Restored(), cast(Any, FakeConsumer({})))
+
+    assert positions == {(TOPICS.half, 0): 50, (TOPICS.op, 0): 9}
+    assert "not stable yet" in caplog.text
+    assert "COORDINATOR_LOAD_IN_PROGRESS" in caplog.text
+
+
+def test_a_positions_group_the_principal_may_not_read_stops_with_what_to_grant() -> None:
+    group = FakeConsumer({})
+    group.errors.append(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
+
+    with pytest.raises(ConfigurationError, match=r"grant it Read on that group") as refused:
+        restorer({}, group=group).take_positions([0], changelog.Restored(), cast(Any, FakeConsumer({})))
+    assert "txbridge-positions.ns" in str(refused.value)
 
 
 def test_a_partition_restored_from_a_positions_record_deletes_it_at_its_next_commit() -> None:
