@@ -54,6 +54,12 @@ COMMIT_THREADS = 1
 #: broker failover takes seconds; a call that times out is retried (commit) or its transaction
 #: aborted and the work done again. Every such call runs under the watchdog.
 TXN_CALL_TIMEOUT_S = 15.0
+#: Timeout of ``send_offsets_to_transaction``, which librdkafka does not enforce (#5456): the
+#: watchdog's report of it stuck comes this long plus its grace after the call. It answers in
+#: milliseconds; waiting for a group coordinator to move after its broker died takes seconds,
+#: and past that the call may wait forever (#5511, where the dead broker stays cached), so an
+#: incarnation that gives up sooner rejoins sooner (the claims fence what it left open).
+SEND_POSITIONS_TIMEOUT_S = 5.0
 #: How long a commit or an abort is resumed while it fails retriably (see _end_transaction).
 END_RETRY_S = 60.0
 #: How often the positions are copied to the group's committed offsets (for lag monitoring).
@@ -361,6 +367,8 @@ class CommitCycle:
             evict_states(self.partitions.values(), self.config.payload_cache_bytes)
             return
         self._with_expiries = {t.partition for t in expiring}
+        for number in filled:  # until _end names its thread, no thread ends these (not a stuck one)
+            self._ending.pop(number, None)
         future = self._commits.submit(self._end, filled, [tp for n in filled for tp in sent[n]])
         for number in filled:
             self.in_flight[number] = future
@@ -443,6 +451,7 @@ class CommitCycle:
                 "send_offsets_to_transaction",
                 lambda timeout: self.kafka.send_positions(number, offsets, timeout),
                 Stat.COMMIT_RETRIES,
+                timeout=SEND_POSITIONS_TIMEOUT_S,
             )
         self._end_transaction(self.kafka.producer(number), commit=True)
 
@@ -459,16 +468,22 @@ class CommitCycle:
             self._resumed("abort_transaction", producer.abort_transaction, Stat.ABORT_RETRIES, aborting=True)
 
     def _resumed(
-        self, what: str, call: Callable[[float], None], retries: Stat, *, aborting: bool = False
+        self,
+        what: str,
+        call: Callable[[float], None],
+        retries: Stat,
+        *,
+        aborting: bool = False,
+        timeout: float = TXN_CALL_TIMEOUT_S,
     ) -> None:
         """``call(timeout)`` resumed while it fails retriably, for up to :data:`END_RETRY_S`, each
-        call under the watchdog. An error that asks for the transaction's abort is raised, unless
-        the call is that abort."""
+        call under the watchdog (``timeout`` plus its grace). An error that asks for the
+        transaction's abort is raised, unless the call is that abort."""
         give_up = time.monotonic() + END_RETRY_S
         while True:
             try:
-                with self._watchdog.deadline(what, TXN_CALL_TIMEOUT_S):
-                    call(TXN_CALL_TIMEOUT_S)
+                with self._watchdog.deadline(what, timeout):
+                    call(timeout)
             except Exception as exc:
                 error = kafka.to_error(exc, what)
                 if (
