@@ -143,7 +143,7 @@ class Rebalancer:
                 self.drop(partitions)
                 self._failures.fatal = exc
                 return
-            except (KafkaOperationError, KafkaException) as exc:
+            except (KafkaOperationError, KafkaException, TimeoutError) as exc:
                 # A partition without a leader during an election, a transaction coordinator
                 # moving: tried again here, then by joining afresh; never by exiting. A partition
                 # the consumer still does not know after the seek's own wait and metadata
