@@ -8,19 +8,23 @@ group is bound to the namespace, not to the coordinators' consumer group: an ope
 that one, and positions under the old name would be lost. No member ever joins it.
 
 Offsets sent in a transaction are part of it: committed with its records or discarded with them.
-A read_committed client asks for stable offsets (librdkafka sets ``require_stable``), so an
-offset still pending in an open transaction is never read; the broker answers
-UNSTABLE_OFFSET_COMMIT until that transaction ends.
+:func:`read` asks for stable offsets (``require_stable``), so an offset still pending in an open
+transaction is never read: the broker answers UNSTABLE_OFFSET_COMMIT until that transaction ends.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from txbridge import kafka
-from txbridge.kafka import Consumer, TopicPartition
+from txbridge.errors import KafkaOperationError
+from txbridge.kafka import AdminClient, Consumer, KafkaError, TopicPartition
 from txbridge.wire import Positions, Topics
+
+#: How soon a read answered UNSTABLE_OFFSET_COMMIT asks again.
+_UNSTABLE_AGAIN_S = 0.02
 
 
 def group(namespace: str) -> str:
@@ -29,8 +33,8 @@ def group(namespace: str) -> str:
 
 
 def consumer(bootstrap: str, namespace: str, extra: Mapping[str, Any] | None = None) -> Consumer:
-    """A read_committed client of the positions group that never subscribes: it reads the
-    group's committed offsets (stable ones only) and gives its metadata to a transaction."""
+    """A client of the positions group that never subscribes: its group metadata is what a
+    transaction's ``send_offsets_to_transaction`` names (:func:`read` reads the offsets)."""
     return kafka.consumer(bootstrap, group(namespace), extra)
 
 
@@ -51,7 +55,7 @@ def wanted(topics: Topics, numbers: Iterable[int]) -> list[TopicPartition]:
 
 
 def from_committed(topics: Topics, committed: Iterable[TopicPartition]) -> dict[int, Positions]:
-    """The positions in the committed offsets ``Consumer.committed(wanted(...))`` answered; a
+    """The positions in the committed offsets read of ``wanted(...)``; a
     partition with neither a half nor an op offset is absent (no coordinator committed it)."""
     half: dict[int, tuple[int, str]] = {}
     op: dict[int, int] = {}
@@ -68,15 +72,24 @@ def from_committed(topics: Topics, committed: Iterable[TopicPartition]) -> dict[
     }
 
 
-def read(client: Consumer, topics: Topics, numbers: Iterable[int], timeout: float) -> dict[int, Positions]:
-    """The committed positions of ``numbers`` (absent: none committed), read with ``client``
-    (:func:`consumer`).
+def read(client: AdminClient, topics: Topics, numbers: Iterable[int], timeout: float) -> dict[int, Positions]:
+    """The committed positions of ``numbers`` (absent: none committed), stable ones only: while a
+    coordinator's transaction holds one open (UNSTABLE_OFFSET_COMMIT, milliseconds), asked again.
 
     Raises:
-        KafkaException: not answered within ``timeout`` (UNSTABLE_OFFSET_COMMIT while a
-            transaction holds one of them open, or no group coordinator).
+        KafkaOperationError: the group's or a partition's error (GROUP_AUTHORIZATION_FAILED
+            without the ACL), still unstable at ``timeout``, or no answer within it.
     """
     partitions = wanted(topics, numbers)
     if not partitions:
         return {}
-    return from_committed(topics, client.committed(partitions, timeout=timeout))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            left = max(deadline - time.monotonic(), 0.1)
+            committed = kafka.committed_offsets(client, group(topics.namespace), partitions, timeout=left)
+            return from_committed(topics, committed)
+        except KafkaOperationError as exc:
+            if exc.code != KafkaError.UNSTABLE_OFFSET_COMMIT or time.monotonic() > deadline:
+                raise
+            time.sleep(_UNSTABLE_AGAIN_S)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from coordinator.commit import changelog
 from coordinator.commit.payloads import HalfReader
@@ -24,16 +24,20 @@ from coordinator.monitoring.watchdog import Watchdog
 from coordinator.state.partition import PartitionState
 from txbridge import kafka
 from txbridge import positions as group_positions
-from txbridge.errors import ConfigurationError, WireFormatError
-from txbridge.kafka import Consumer, KafkaError, TopicPartition
-from txbridge.wire import Topics, decode_young
+from txbridge.errors import ConfigurationError, KafkaOperationError, WireFormatError
+from txbridge.kafka import AdminClient, Consumer, KafkaError, TopicPartition
+from txbridge.wire import Positions, Topics, decode_young
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: How long a takeover waits for ``<ns>_state`` and the committed offsets to settle: an earlier
 #: owner's transaction left open under an id nobody claims is waited out, up to its timeout.
 RESTORE_WAIT_S = 900.0
 _SETTLE_S = 5.0
+#: How soon a committed-offsets read answered with an error is asked again.
+_ASK_AGAIN_S = 0.1
 #: A committed-offsets read refused for want of an ACL: no wait ends it.
 _REFUSED = (
     KafkaError.GROUP_AUTHORIZATION_FAILED,
@@ -76,8 +80,8 @@ class Restorer:
         reader: re-reads half records by offset (the young halves).
         now_ms: the brokers' clock (:class:`coordinator.checks.broker_clock.BrokerClock`), the append
             time of a half of a topic that keeps CreateTime.
-        positions_client: makes a client of the positions group, closed after each read
-            (default :func:`txbridge.positions.consumer`).
+        read_positions: reads the positions group's committed positions of some partitions
+            (default :func:`txbridge.positions.read` on an admin client of its own).
     """
 
     def __init__(
@@ -90,7 +94,7 @@ class Restorer:
         positions: Placement,
         reader: HalfReader,
         now_ms: Callable[[], int] = _now_ms,
-        positions_client: Callable[[], Consumer] | None = None,
+        read_positions: Callable[[list[int]], Mapping[int, Positions]] | None = None,
     ) -> None:
         self.config = config
         self.topics = topics
@@ -99,9 +103,8 @@ class Restorer:
         self._reader = reader
         self._watchdog = watchdog
         self._now_ms = now_ms
-        self._positions_client = positions_client or (
-            lambda: group_positions.consumer(config.bootstrap, config.namespace, config.extra_config)
-        )
+        self._read_positions = read_positions or self._read_group
+        self._admin: AdminClient | None = None
 
     def read_changelog(self, numbers: list[int]) -> changelog.Restored:
         """``numbers``' pending transactions and positions in ``<ns>_state``, read to its end."""
@@ -124,24 +127,26 @@ class Restorer:
 
         The group is read after the claim, like ``<ns>_state``: the fence aborted whatever an
         earlier owner left open, and a transaction under an id nobody claims is waited out
-        (read_committed asks for stable offsets)."""
+        (the read asks for stable offsets).
+
+        Raises:
+            ConfigurationError: the principal may not read a group's offsets (an ACL to grant).
+        """
         for number in numbers:
             for topic in (self.topics.half, self.topics.op):
                 self._positions.place(topic, number, None)
-        client = self._positions_client()
-        try:
-            wanted = group_positions.wanted(self.topics, numbers)
-            group = group_positions.group(self.config.namespace)
-            found = group_positions.from_committed(self.topics, self._stable_committed(client, wanted, group))
-        finally:
-            client.close()
+        group = group_positions.group(self.config.namespace)
+        found = self._stable(lambda: dict(self._read_positions(numbers)), numbers, group)
         earlier = {n: where for n, where in restored.positions.items() if n not in found}
         topics = self.topics
         where = {**earlier, **found}
         committed = [tp for n, w in where.items() for tp in group_positions.offsets(topics, n, w)]
         older = group_positions.wanted(topics, (n for n in numbers if n not in found and n not in earlier))
         if older:
-            committed += self._stable_committed(consumer, older, self.config.group_id)
+            older_numbers = sorted({tp.partition for tp in older})
+            committed += self._stable(
+                lambda: _committed(consumer, older), older_numbers, self.config.group_id
+            )
         return self._take_committed(committed)
 
     def assert_settled(self, numbers: list[int], committed: Consumer) -> None:
@@ -175,16 +180,18 @@ class Restorer:
         finally:
             uncommitted.close()
 
-    def _stable_committed(
-        self, consumer: Consumer, partitions: list[TopicPartition], group: str
-    ) -> list[TopicPartition]:
-        """The committed offsets of ``partitions`` in ``consumer``'s group ``group``, once no
-        open transaction holds them.
+    def _read_group(self, numbers: list[int]) -> Mapping[int, Positions]:
+        if self._admin is None:
+            self._admin = kafka.admin(self.config.bootstrap, self.config.extra_config)
+        return group_positions.read(self._admin, self.topics, numbers, timeout=10)
+
+    def _stable(self, read: Callable[[], _T], numbers: list[int], group: str) -> _T:
+        """``read()`` of ``group``'s committed offsets of ``numbers``, once no open transaction
+        holds them.
 
         After the claim only a transaction under an id no coordinator uses can hold them: it is
         waited out, up to :data:`RESTORE_WAIT_S`. A partition answered with an error is never
-        taken for one with no offset (that would resume it from its start): the read is asked
-        again.
+        taken for one with no offset (that would resume it from its start): it is asked again.
 
         Raises:
             ConfigurationError: the principal may not read the group's offsets (an ACL to grant).
@@ -192,10 +199,14 @@ class Restorer:
         give_up = time.monotonic() + RESTORE_WAIT_S
         while True:
             try:
-                with self._watchdog.deadline("reading the committed offsets", 10):
-                    return _committed(consumer, partitions)
+                with self._watchdog.deadline(f"reading the committed offsets of group {group!r}", 10):
+                    return read()
             except Exception as exc:
-                error = kafka.to_error(exc, f"reading the committed offsets of group {group!r}")
+                error = (
+                    exc
+                    if isinstance(exc, KafkaOperationError)
+                    else kafka.to_error(exc, f"reading the committed offsets of group {group!r}")
+                )
                 if error.code in _REFUSED:
                     raise ConfigurationError(
                         f"{error}: the coordinator's principal may not read the offsets of group "
@@ -207,9 +218,10 @@ class Restorer:
                 logger.warning(
                     "the committed offsets of partitions %s are not stable yet (%s): a transaction under an "
                     "id that is not a partition's holds them; waiting until it ends",
-                    sorted({tp.partition for tp in partitions}),
+                    numbers,
                     error,
                 )
+                time.sleep(_ASK_AGAIN_S)
 
     def _take_committed(self, committed: list[Any]) -> dict[int, list[int]]:
         """Positions from the committed offsets; returns the young halves' offsets per partition."""

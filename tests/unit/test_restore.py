@@ -8,6 +8,7 @@ a real broker in tests/coordinator/test_ownership.py, test_failover.py and test_
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -19,34 +20,23 @@ from coordinator.config import CoordinatorConfig
 from coordinator.group.restore import Restorer
 from coordinator.monitoring.watchdog import Watchdog
 from coordinator.state.partition import PendingTx, Phase
+from txbridge import positions as group_positions
 from txbridge.errors import ConfigurationError
-from txbridge.kafka import KafkaError, TopicPartition
+from txbridge.kafka import KafkaError, KafkaException, TopicPartition
 from txbridge.wire import HalfMessage, Positions, Topics, encode_young
 
 TOPICS = Topics("ns")
 
 
-def _errored(tp: TopicPartition, error: KafkaError) -> Any:
-    """``tp`` answered with ``error`` (a TopicPartition's ``error`` cannot be set from Python)."""
-    return SimpleNamespace(topic=tp.topic, partition=tp.partition, offset=-1001, metadata=None, error=error)
-
-
 class FakeConsumer:
+    """The coordinators' group's committed offsets (an older txbridge's positions)."""
+
     def __init__(self, committed: dict[tuple[str, int], tuple[int, str | None]], low: int = 0) -> None:
         self._committed = committed
         self.low = low
         self.asked: list[tuple[str, int]] = []
-        self.closed = False
-        self.errors: list[KafkaError] = []  # the next reads answer every partition with these
 
     def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        if self.errors:
-            error = self.errors.pop(0)
-            return (
-                [TopicPartition(tp.topic, tp.partition, -1001) for tp in partitions]
-                if error is None
-                else [_errored(tp, error) for tp in partitions]
-            )
         out = []
         for tp in partitions:
             self.asked.append((tp.topic, tp.partition))
@@ -57,8 +47,36 @@ class FakeConsumer:
     def get_watermark_offsets(self, _tp: TopicPartition, timeout: float) -> tuple[int, int]:
         return self.low, self.low + 100
 
-    def close(self) -> None:
-        self.closed = True
+
+class FakeAdmin:
+    """The positions group's committed offsets through the admin API (ListConsumerGroupOffsets)."""
+
+    def __init__(self, committed: dict[tuple[str, int], tuple[int, str | None]]) -> None:
+        self._committed = committed
+        self.asked: list[tuple[str, int]] = []
+        self.refusals: list[KafkaError] = []  # the next requests fail with these (the group's error)
+        self.partition_errors: list[KafkaError] = []  # the next answers give every partition these
+
+    def list_consumer_group_offsets(self, asked: list[Any], **options: Any) -> dict[str, Future[Any]]:
+        assert options["require_stable"]
+        (request,) = asked
+        answer: Future[Any] = Future()
+        if self.refusals:
+            answer.set_exception(KafkaException(self.refusals.pop(0)))
+            return {request.group_id: answer}
+        error = self.partition_errors.pop(0) if self.partition_errors else None
+        found = []
+        for tp in request.topic_partitions:
+            self.asked.append((tp.topic, tp.partition))
+            offset, metadata = self._committed.get((tp.topic, tp.partition), (-1001, None))
+            # a TopicPartition's error cannot be set from Python
+            found.append(
+                SimpleNamespace(
+                    topic=tp.topic, partition=tp.partition, offset=offset, metadata=metadata, error=error
+                )
+            )
+        answer.set_result(SimpleNamespace(topic_partitions=found))
+        return {request.group_id: answer}
 
 
 class FakeReader:
@@ -83,17 +101,17 @@ class PlacedPositions:
 
 
 def restorer(
-    positions: dict[tuple[str, int], int], reader: FakeReader | None = None, group: FakeConsumer | None = None
+    positions: dict[tuple[str, int], int], reader: FakeReader | None = None, group: FakeAdmin | None = None
 ) -> Restorer:
     """A restorer whose positions group answers from ``group`` (default: nothing committed)."""
-    group = group or FakeConsumer({})
+    admin = group or FakeAdmin({})
     return Restorer(
         CoordinatorConfig(bootstrap="b:1", namespace=TOPICS.namespace),
         TOPICS,
         Counter(),
         Watchdog(lambda _wedged: None),
         positions=PlacedPositions(positions),
-        positions_client=lambda: cast(Any, group),
+        read_positions=lambda numbers: group_positions.read(cast(Any, admin), TOPICS, numbers, 10),
         reader=cast(Any, reader or FakeReader({})),
     )
 
@@ -104,7 +122,7 @@ def half(tx: str, seq: int = 0) -> HalfMessage:
 
 def test_positions_come_from_the_positions_group_then_a_record_then_the_coordinators_group() -> None:
     positions = {(TOPICS.half, 0): 999, (TOPICS.op, 0): 999}  # a previous owner's, now stale
-    group = FakeConsumer({(TOPICS.half, 0): (50, encode_young(50, [49])), (TOPICS.op, 0): (9, None)})
+    group = FakeAdmin({(TOPICS.half, 0): (50, encode_young(50, [49])), (TOPICS.op, 0): (9, None)})
     read = changelog.Restored(
         positions={  # earlier txbridges' records: partition 0's is older than its group offsets
             0: Positions(half=40, op=7, young=encode_young(40, [35, 38])),
@@ -126,24 +144,23 @@ def test_positions_come_from_the_positions_group_then_a_record_then_the_coordina
     assert young == {0: [49], 1: [], 2: [11]}
     assert sorted(group.asked) == sorted((t, n) for n in (0, 1, 2) for t in (TOPICS.half, TOPICS.op))
     assert sorted(consumer.asked) == [(TOPICS.half, 2), (TOPICS.op, 2)]  # only the one never recorded
-    assert group.closed
 
 
-def test_a_partition_answered_with_an_error_is_read_again_not_resumed_from_its_start(caplog: Any) -> None:
+@pytest.mark.parametrize("code", [KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.COORDINATOR_LOAD_IN_PROGRESS])
+def test_a_partition_answered_with_an_error_is_read_again_not_resumed_from_its_start(code: int) -> None:
     positions: dict[tuple[str, int], int] = {}
-    group = FakeConsumer({(TOPICS.half, 0): (50, None), (TOPICS.op, 0): (9, None)})
-    group.errors.append(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+    group = FakeAdmin({(TOPICS.half, 0): (50, None), (TOPICS.op, 0): (9, None)})
+    group.partition_errors.append(KafkaError(code))
 
     restorer(positions, group=group).take_positions([0], changelog.Restored(), cast(Any, FakeConsumer({})))
 
     assert positions == {(TOPICS.half, 0): 50, (TOPICS.op, 0): 9}
-    assert "not stable yet" in caplog.text
-    assert "COORDINATOR_LOAD_IN_PROGRESS" in caplog.text
+    assert len(group.asked) == 4  # asked twice
 
 
 def test_a_positions_group_the_principal_may_not_read_stops_with_what_to_grant() -> None:
-    group = FakeConsumer({})
-    group.errors.append(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
+    group = FakeAdmin({})
+    group.refusals.append(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED))
 
     with pytest.raises(ConfigurationError, match=r"grant it Read on that group") as refused:
         restorer({}, group=group).take_positions([0], changelog.Restored(), cast(Any, FakeConsumer({})))

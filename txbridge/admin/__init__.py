@@ -287,17 +287,14 @@ def _group_positions(
 ) -> dict[int, Positions]:
     """The positions group's committed positions of every partition of ``<ns>_half``."""
     topics = Topics(namespace)
-    client = positions.consumer(bootstrap, namespace, as_dict(extra))
+    client = kafka.admin(bootstrap, kafka.settings_for("admin", as_dict(extra) or {}))
     try:
-        try:
-            meta = client.list_topics(topics.half, timeout=10).topics.get(topics.half)
-            if meta is None or meta.error is not None:
-                return {}
-            return positions.read(client, topics, sorted(meta.partitions), timeout)
-        except kafka.KafkaException as exc:  # UNSTABLE_OFFSET_COMMIT past the timeout, say
-            raise kafka.to_error(exc, f"reading the positions of {namespace}") from exc
-    finally:
-        client.close()
+        meta = client.list_topics(topics.half, timeout=10).topics.get(topics.half)
+    except kafka.KafkaException as exc:
+        raise kafka.to_error(exc, f"listing {topics.half}") from exc
+    if meta is None or meta.error is not None:
+        return {}
+    return positions.read(client, topics, sorted(meta.partitions), timeout)
 
 
 @dataclass(frozen=True)

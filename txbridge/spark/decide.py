@@ -186,21 +186,16 @@ def following_positions(
         yield dict
         return
     topics = Topics(opts.namespace)
-    client = positions.consumer(
-        opts.bootstrap, opts.namespace, kafka.settings_for("consumer", opts.librdkafka())
-    )
+    client = kafka.admin(opts.bootstrap, kafka.settings_for("admin", opts.librdkafka()))
 
     def read() -> Mapping[int, Positions]:
         try:
             return positions.read(client, topics, sorted(partitions), timeout=READ_POSITIONS_S)
-        except kafka.KafkaException as exc:  # no group coordinator yet, say: asked again
+        except KafkaOperationError as exc:  # a coordinator's transaction open on them, say: asked again
             logger.debug("txbridge spark sink: reading the coordinators' positions: %s", exc)
             return {}
 
-    try:
-        yield read
-    finally:
-        client.close()
+    yield read
 
 
 def publish_expired(opts: SinkOptions, decision: BatchDecision) -> list[str]:
