@@ -599,6 +599,7 @@ class CommitCycle:
                 f"positions group {group!r}; grant it Read on that group (`txbridge acls --role "
                 "coordinator` lists every ACL it needs) and start it again"
             )
+            logger.error("%s", self.failures.fatal)
             return
         if error.code == KafkaError.FENCED_INSTANCE_ID:
             # The group fenced this static member (its consumer says so too, or soon will):

@@ -140,8 +140,10 @@ class Rebalancer:
                 self._take_over(consumer, numbers)
                 break
             except ConfigurationError as exc:  # an ACL missing: no retry or new client grants it
+                logger.error("coordinator %s must stop: %s", self.config.instance_id, exc)  # noqa: TRY400
                 self.drop(partitions)
                 self._failures.fatal = exc
+                self._stopping.set()
                 return
             except (KafkaOperationError, KafkaException, TimeoutError) as exc:
                 # A partition without a leader during an election, a transaction coordinator
