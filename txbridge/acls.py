@@ -34,10 +34,8 @@ spark-sink (``txbridge.spark``: the driver program, its Spark Python workers and
 coordinator (``txbridge coordinator``)
     Consumes ``<ns>_half`` and ``<ns>_op`` in its consumer group ``<group_id>``
     (default :func:`~txbridge.wire.default_coordinator_group`: ``txbridge-coordinator``,
-    or ``txbridge-coordinator.<ns>`` for another namespace) and commits those offsets, as the
-    namespace's positions group ``txbridge-positions.<ns>`` (READ; nobody joins it, and it
-    stays when the coordinators' group is renamed), inside Kafka transactions with
-    ``transactional.id`` ``<ns>-coord-<instance>-<random>``
+    or ``txbridge-coordinator.<ns>`` for another namespace) and commits those offsets
+    inside Kafka transactions with ``transactional.id`` ``<ns>-coord-<instance>-<random>``
     (a new one each time its clients are built, whatever the group: a PREFIXED ACL), and
     fences the ``<ns>-partition-<partition>`` ids an older txbridge committed under when it
     takes over a partition with no claim record (PREFIXED too). In them it
@@ -71,7 +69,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from txbridge import kafka, positions
+from txbridge import kafka
 from txbridge.errors import ConfigurationError, KafkaOperationError
 from txbridge.kafka import (
     AclBinding,
@@ -296,11 +294,11 @@ def _spark_sink(principal: str, namespace: str) -> list[Acl]:
         Acl(principal, TOPIC, names.op, False, "Read", "resolve looks for an earlier admin decision"),
         Acl(
             principal,
-            GROUP,
-            positions.group(namespace),
+            TOPIC,
+            names.state,
             False,
-            "Describe",
-            "waits for the coordinators' positions (that group's offsets) to pass its COMMITs",
+            "Read",
+            "waits for the coordinators' positions to pass its COMMITs",
         ),
     ]
     acls += [
@@ -336,16 +334,6 @@ def _coordinator(
     acls += [
         Acl(p, TOPIC, name, prefixed, "Write", "publishes committed messages") for name, prefixed in real
     ]
-    acls.append(
-        Acl(
-            p,
-            GROUP,
-            positions.group(namespace),
-            False,
-            "Read",
-            "its commits' positions, sent in the transaction",
-        )
-    )
     for group in groups:
         acls += [
             Acl(p, GROUP, group, False, "Read", "the coordinators' group over half and op"),

@@ -47,9 +47,7 @@ ENTRY_VERSION = 1
 
 @dataclass
 class Restored:
-    """What :func:`restore` read: the pending transactions, the positions records an earlier
-    txbridge wrote (before the positions group, :mod:`txbridge.positions`) and the owner
-    records, per partition."""
+    """What :func:`restore` read: the pending transactions and the positions, per partition."""
 
     pending: dict[int, list[PendingTx]] = field(default_factory=dict)
     positions: dict[int, Positions] = field(default_factory=dict)
@@ -233,11 +231,8 @@ def restore(
                     logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
                 continue
             if msg.key() == POSITIONS_KEY:
-                if value is None:  # deleted once the positions group held them
-                    out.positions.pop(int(msg.partition() or 0), None)
-                    continue
                 try:
-                    out.positions[int(msg.partition() or 0)] = Positions.decode(value)
+                    out.positions[int(msg.partition() or 0)] = Positions.decode(value or b"")
                 except WireFormatError as exc:
                     logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
                 continue

@@ -3,10 +3,9 @@
 Ready committed transactions are republished in decision order; those that cannot
 be (too large, missing topic, refused, halves deleted) are quarantined whole;
 incomplete and expired ones are copied aside; then the batched records (op
-records, quarantined input); last the ``<ns>_state`` changelog entries (the
-partition's positions go to the positions group: :mod:`txbridge.positions`). One
-Kafka transaction covers every owned partition with work (see
-:mod:`coordinator.commit.cycle`); a :class:`TransactionContent` writes one
+records, quarantined input); last the ``<ns>_state`` changelog entries and the
+partition's positions record. One Kafka transaction covers every owned partition with
+work (see :mod:`coordinator.commit.cycle`); a :class:`TransactionContent` writes one
 partition's share of it, so everything here concerns that partition.
 """
 
@@ -124,9 +123,8 @@ class TransactionContent:
             )
         return plan
 
-    def delete_positions_record(self) -> None:
-        """Tombstone the partition's positions record, an earlier txbridge's (its positions go to
-        the positions group now): a restore reads the group's first anyway, but the record would
-        stay forever in the compacted topic, for tools and a downgrade to read as current."""
+    def write_positions(self, where: changelog.Positions) -> None:
+        """The partition's positions record: where this transaction leaves half and op, and the
+        young transactions it lists (what a next owner resumes from)."""
         key = changelog.POSITIONS_KEY
-        self.writer.produce(OutRecord(self.topics.state, key, None, [], self.state.partition))
+        self.writer.produce(OutRecord(self.topics.state, key, where.encode(), [], self.state.partition))

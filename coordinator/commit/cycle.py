@@ -14,8 +14,8 @@ abortable error aborts the transaction and every partition it covered is rewound
 producer, a fatal error or a commit stuck past its timeout asks for new clients
 (:class:`Failures`).
 
-Kafka is reached through :class:`CommitKafka` (the transactional producer, the positions group
-and an end-offset lookup): :class:`KafkaCommitClients` on a real broker, a fake in tests/unit.
+Kafka is reached through :class:`CommitKafka` (the transactional producer and an end-offset
+lookup): :class:`KafkaCommitClients` on a real broker, a fake in tests/unit.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from coordinator.monitoring.metrics import Histogram, Stat, Stats
 from coordinator.monitoring.watchdog import GRACE_S, Watchdog, WedgedCalls
 from coordinator.state.owned import OwnedPartitions
 from coordinator.state.partition import PendingTx, Phase
-from txbridge import kafka, positions
-from txbridge.errors import ConfigurationError, KafkaOperationError, ProducerFencedError, TxBridgeError
+from txbridge import kafka
+from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError
 from txbridge.kafka import Consumer, KafkaError, TopicPartition
 from txbridge.wire import Topics
 
@@ -54,12 +54,6 @@ COMMIT_THREADS = 1
 #: broker failover takes seconds; a call that times out is retried (commit) or its transaction
 #: aborted and the work done again. Every such call runs under the watchdog.
 TXN_CALL_TIMEOUT_S = 15.0
-#: Timeout of ``send_offsets_to_transaction``, which librdkafka does not enforce (#5456): the
-#: watchdog's report of it stuck comes this long plus its grace after the call. It answers in
-#: milliseconds; waiting for a group coordinator to move after its broker died takes seconds,
-#: and past that the call may wait forever (#5511, where the dead broker stays cached), so an
-#: incarnation that gives up sooner rejoins sooner (the claims fence what it left open).
-SEND_POSITIONS_TIMEOUT_S = 5.0
 #: How long a commit or an abort is resumed while it fails retriably (see _end_transaction).
 END_RETRY_S = 60.0
 #: How often the positions are copied to the group's committed offsets (for lag monitoring).
@@ -99,10 +93,6 @@ class CommitKafka(Protocol):
     def copy_to_group(self, offsets: list[TopicPartition]) -> None:
         """Commit ``offsets`` to the group, asynchronously (a copy for lag monitoring)."""
 
-    def send_positions(self, number: int, offsets: list[TopicPartition], timeout: float) -> None:
-        """Send ``offsets`` to the positions group in the open transaction of partition
-        ``number``'s producer (:mod:`txbridge.positions`)."""
-
 
 class KafkaCommitClients:
     """:class:`CommitKafka` on a real broker: the coordinator's producer, the group's consumer and
@@ -128,7 +118,6 @@ class KafkaCommitClients:
         self._consumer = consumer
         self._offsets: Consumer | None = None
         self._highs: Consumer | None = None
-        self._positions_group: Any = None  # the positions group's metadata, taken once
 
     def writer(self, number: int) -> TransactionWriter:
         return self._producers.writer(number)
@@ -178,18 +167,6 @@ class KafkaCommitClients:
 
     def copy_to_group(self, offsets: list[TopicPartition]) -> None:
         self._consumer().commit(offsets=offsets, asynchronous=True)
-
-    def send_positions(self, number: int, offsets: list[TopicPartition], timeout: float) -> None:
-        if self._positions_group is None:
-            # A copy (librdkafka serializes it): the client it came from is not needed after.
-            client = positions.consumer(
-                self._config.bootstrap, self._config.namespace, self._config.extra_config
-            )
-            try:
-                self._positions_group = client.consumer_group_metadata()
-            finally:
-                client.close()
-        self._producers.producer(number).send_offsets_to_transaction(offsets, self._positions_group, timeout)
 
     def close(self) -> None:
         if self._offsets is not None:
@@ -351,12 +328,12 @@ class CommitCycle:
             logger.warning("re-reading half payloads failed, retrying at the next commit: %s", exc)
             return
         filled: list[int] = []
-        sent: dict[int, list[TopicPartition]] = {}
+        monitored: dict[int, list[TopicPartition]] = {}
         try:
             self.kafka.producer(numbers[0]).begin_transaction()
             for number in numbers:
                 filled.append(number)  # a failure halfway leaves part of it in the transaction
-                sent[number] = self._fill(
+                monitored[number] = self._fill(
                     number,
                     ready[number],
                     [t for t in expiring if t.partition == number],
@@ -367,14 +344,10 @@ class CommitCycle:
             evict_states(self.partitions.values(), self.config.payload_cache_bytes)
             return
         self._with_expiries = {t.partition for t in expiring}
-        for number in filled:  # until _end names its thread, no thread ends these (not a stuck one)
-            self._ending.pop(number, None)
-        future = self._commits.submit(self._end, filled, [tp for n in filled for tp in sent[n]])
+        future = self._commits.submit(self._end, filled)
         for number in filled:
             self.in_flight[number] = future
-            self._monitored[number] = [
-                TopicPartition(tp.topic, tp.partition, tp.offset) for tp in sent[number]
-            ]
+            self._monitored[number] = monitored[number]
             self._decided[number] = [t.decided_ms for t in ready[number] if t.decided_ms is not None]
             if self._pace_s and len(ready[number]) >= 2:
                 self._paced_until[number] = self.clock() + self._pace_s
@@ -389,8 +362,8 @@ class CommitCycle:
         expiring: list[PendingTx],
         incomplete: list[tuple[PendingTx, str]],
     ) -> list[TopicPartition]:
-        """Produce partition ``number``'s records into the open transaction; returns where it
-        leaves the partition, the offsets :meth:`_end` sends to the positions group."""
+        """Produce partition ``number``'s records into the open transaction; returns the offsets
+        it commits."""
         writer = self.kafka.writer(number)
         state = self.partitions[number]
         content = TransactionContent(
@@ -400,16 +373,21 @@ class CommitCycle:
         half = self.topics.half
         position = self.positions.get((half, number))
         plan = content.write_changelog(position, self.config.offset_metadata_bytes)
-        if state.positions_record:
-            content.delete_positions_record()
-            state.positions_record = False
         # From here the transaction carries it all: the partition's next fill starts afresh.
         state.mark_persisted(plan.entries, plan.tombstones, plan.young)
         self.work.forget(lambda n: n == number)
+        # Where the partition stands goes into the same transaction, in <ns>_state: no
+        # send_offsets_to_transaction (two round trips, one of them to the group coordinator,
+        # and librdkafka#5511's hang when that broker dies). The claim records fence earlier
+        # owners, so the group's generation is not needed to fence them.
         op_position = self.positions.get((self.topics.op, number))
-        return positions.offsets(
-            self.topics, number, changelog.Positions(position, op_position, plan.metadata)
-        )
+        where = changelog.Positions(position, op_position, plan.metadata)
+        content.write_positions(where)
+        return [  # a copy for monitoring (consumer lag), committed to the group once this commits
+            TopicPartition(topic, number, offset)
+            for topic, offset in ((half, position), (self.topics.op, op_position))
+            if offset is not None
+        ]
 
     def _prepare_waits(self, numbers: list[int]) -> None:
         for state in (self.partitions[n] for n in numbers):
@@ -429,72 +407,38 @@ class CommitCycle:
 
     # ------------------------------------------------------------------ ending them
 
-    def _end(self, numbers: list[int], offsets: list[TopicPartition]) -> None:
-        """Send where the transaction covering ``numbers`` leaves them to the positions group,
-        then commit it (the commit thread).
-
-        The positions go as offsets of the transaction (:mod:`txbridge.positions`), committed with
-        its records or discarded with them: one ``__consumer_offsets`` partition in the
-        transaction, where a positions record in each covered partition's ``<ns>_state`` added as
-        many partitions as the commit covers, each with its AddPartitionsToTxn, produce and
-        marker. ``send_offsets_to_transaction`` may never return (librdkafka#5456 does not check
-        its timeout; #5511 waits for a dead group coordinator): it runs here, under the
-        watchdog, whose report of it stuck makes :meth:`collect` abandon the producer and
-        replace the clients. The claim records name the abandoned id, so the next owner of each
-        partition fences it, aborting the transaction the call belonged to.
-        """
+    def _end(self, numbers: list[int]) -> None:
+        """Commit the transaction covering ``numbers`` (the commit thread)."""
         name = threading.current_thread().name
         self._ending.update(dict.fromkeys(numbers, name))
-        number = numbers[0]
-        if offsets:
-            self._resumed(
-                "send_offsets_to_transaction",
-                lambda timeout: self.kafka.send_positions(number, offsets, timeout),
-                Stat.COMMIT_RETRIES,
-                timeout=SEND_POSITIONS_TIMEOUT_S,
-            )
-        self._end_transaction(self.kafka.producer(number), commit=True)
+        self._end_transaction(self.kafka.producer(numbers[0]), commit=True)
 
     def _end_transaction(self, producer: TransactionalProducer, *, commit: bool) -> None:
         """``commit_transaction`` or ``abort_transaction``, resumed while it fails retriably.
 
         librdkafka's contract: a commit or an abort that failed retriably (a timeout while a
         broker fails over, in-flight messages to a dead leader) is still in progress and may be
-        called again; a commit in progress may not be aborted.
+        called again; a commit in progress may not be aborted. Resumed for up to
+        :data:`END_RETRY_S`; each call runs under the watchdog.
         """
-        if commit:
-            self._resumed("commit_transaction", producer.commit_transaction, Stat.COMMIT_RETRIES)
-        else:
-            self._resumed("abort_transaction", producer.abort_transaction, Stat.ABORT_RETRIES, aborting=True)
-
-    def _resumed(
-        self,
-        what: str,
-        call: Callable[[float], None],
-        retries: Stat,
-        *,
-        aborting: bool = False,
-        timeout: float = TXN_CALL_TIMEOUT_S,
-    ) -> None:
-        """``call(timeout)`` resumed while it fails retriably, for up to :data:`END_RETRY_S`, each
-        call under the watchdog (``timeout`` plus its grace). An error that asks for the
-        transaction's abort is raised, unless the call is that abort."""
+        call = producer.commit_transaction if commit else producer.abort_transaction
+        what = "commit_transaction" if commit else "abort_transaction"
         give_up = time.monotonic() + END_RETRY_S
         while True:
             try:
-                with self._watchdog.deadline(what, timeout):
-                    call(timeout)
+                with self._watchdog.deadline(what, TXN_CALL_TIMEOUT_S):
+                    call(TXN_CALL_TIMEOUT_S)
             except Exception as exc:
                 error = kafka.to_error(exc, what)
                 if (
                     not error.retriable
-                    or (error.txn_requires_abort and not aborting)
+                    or (commit and error.txn_requires_abort)
                     or error.fatal
                     or time.monotonic() > give_up
                 ):
                     raise
                 logger.warning("%s; resuming it", error)
-                self.stats[retries] += 1
+                self.stats[Stat.COMMIT_RETRIES if commit else Stat.ABORT_RETRIES] += 1
             else:
                 return
 
@@ -589,18 +533,6 @@ class CommitCycle:
                 abort_exc, f"aborting the transaction of partitions {numbers}"
             )
             return
-        if error.code == KafkaError.GROUP_AUTHORIZATION_FAILED:
-            # The positions group is the one group the transaction commits to: without Read on
-            # it no commit can ever succeed (an upgrade that did not grant it). Stop, saying so,
-            # rather than abort and retry forever.
-            group = positions.group(self.config.namespace)
-            self.failures.fatal = ConfigurationError(
-                f"coordinator {self.config.instance_id}: its principal may not commit offsets of the "
-                f"positions group {group!r}; grant it Read on that group (`txbridge acls --role "
-                "coordinator` lists every ACL it needs) and start it again"
-            )
-            logger.error("%s", self.failures.fatal)
-            return
         if error.code == KafkaError.FENCED_INSTANCE_ID:
             # The group fenced this static member (its consumer says so too, or soon will):
             # nothing to rewind on this consumer; the loop replaces it (rejoin).
@@ -646,10 +578,9 @@ class CommitCycle:
     # ------------------------------------------------------------------ the group's copy
 
     def _copy_to_group(self, offsets: list[TopicPartition]) -> None:
-        """The group's committed offsets follow the positions, for lag monitoring only (a next
-        owner reads the positions group's, committed in the transactions): at most once a
-        second, so that a commit per transaction at light load is not an offset commit per
-        transaction."""
+        """The group's committed offsets follow the positions, for lag monitoring only (the
+        positions in ``<ns>_state`` are what a next owner reads): at most once a second, so
+        that a commit per transaction at light load is not an offset commit per transaction."""
         self._to_copy.update({(tp.topic, tp.partition): tp for tp in offsets})
         now = time.monotonic()
         if not self._to_copy or now < self._next_copy:

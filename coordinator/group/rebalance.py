@@ -34,7 +34,7 @@ from coordinator.monitoring.metrics import Stat, Stats
 from coordinator.state.owned import OwnedPartitions
 from coordinator.state.partition import PartitionState
 from txbridge import kafka
-from txbridge.errors import ConfigurationError, KafkaOperationError
+from txbridge.errors import KafkaOperationError
 from txbridge.kafka import Consumer, KafkaException, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -139,13 +139,7 @@ class Rebalancer:
             try:
                 self._take_over(consumer, numbers)
                 break
-            except ConfigurationError as exc:  # an ACL missing: no retry or new client grants it
-                logger.error("coordinator %s must stop: %s", self.config.instance_id, exc)  # noqa: TRY400
-                self.drop(partitions)
-                self._failures.fatal = exc
-                self._stopping.set()
-                return
-            except (KafkaOperationError, KafkaException, TimeoutError) as exc:
+            except (KafkaOperationError, KafkaException) as exc:
                 # A partition without a leader during an election, a transaction coordinator
                 # moving: tried again here, then by joining afresh; never by exiting. A partition
                 # the consumer still does not know after the seek's own wait and metadata

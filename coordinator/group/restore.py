@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from coordinator.commit import changelog
 from coordinator.commit.payloads import HalfReader
@@ -23,39 +23,20 @@ from coordinator.monitoring.metrics import Stats
 from coordinator.monitoring.watchdog import Watchdog
 from coordinator.state.partition import PartitionState
 from txbridge import kafka
-from txbridge import positions as group_positions
-from txbridge.errors import ConfigurationError, KafkaOperationError, WireFormatError
-from txbridge.kafka import AdminClient, Consumer, KafkaError, TopicPartition
-from txbridge.wire import Positions, Topics, decode_young
+from txbridge.errors import WireFormatError
+from txbridge.kafka import Consumer, TopicPartition
+from txbridge.wire import Topics, decode_young
 
 logger = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 #: How long a takeover waits for ``<ns>_state`` and the committed offsets to settle: an earlier
 #: owner's transaction left open under an id nobody claims is waited out, up to its timeout.
 RESTORE_WAIT_S = 900.0
-_SETTLE_S = 5.0
-#: How soon a committed-offsets read answered with an error is asked again.
-_ASK_AGAIN_S = 0.1
-#: A committed-offsets read refused for want of an ACL: no wait ends it.
-_REFUSED = (
-    KafkaError.GROUP_AUTHORIZATION_FAILED,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-)  # how long a transaction opened after the restore may stay open (assert_settled)
+_SETTLE_S = 5.0  # how long a transaction opened after the restore may stay open (assert_settled)
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _committed(consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
-    """``consumer.committed(partitions)``, raising the first partition's error if one has any."""
-    committed = list(consumer.committed(partitions, timeout=10))
-    failed = next((tp.error for tp in committed if tp.error is not None), None)
-    if failed is not None:
-        raise kafka.KafkaException(failed)
-    return committed
 
 
 class Placement(Protocol):
@@ -80,8 +61,6 @@ class Restorer:
         reader: re-reads half records by offset (the young halves).
         now_ms: the brokers' clock (:class:`coordinator.checks.broker_clock.BrokerClock`), the append
             time of a half of a topic that keeps CreateTime.
-        read_positions: reads the positions group's committed positions of some partitions
-            (default :func:`txbridge.positions.read` on an admin client of its own).
     """
 
     def __init__(
@@ -94,7 +73,6 @@ class Restorer:
         positions: Placement,
         reader: HalfReader,
         now_ms: Callable[[], int] = _now_ms,
-        read_positions: Callable[[list[int]], Mapping[int, Positions]] | None = None,
     ) -> None:
         self.config = config
         self.topics = topics
@@ -103,8 +81,6 @@ class Restorer:
         self._reader = reader
         self._watchdog = watchdog
         self._now_ms = now_ms
-        self._read_positions = read_positions or self._read_group
-        self._admin: AdminClient | None = None
 
     def read_changelog(self, numbers: list[int]) -> changelog.Restored:
         """``numbers``' pending transactions and positions in ``<ns>_state``, read to its end."""
@@ -119,34 +95,26 @@ class Restorer:
     def take_positions(
         self, numbers: list[int], restored: changelog.Restored, consumer: Consumer
     ) -> dict[int, list[int]]:
-        """Where ``numbers`` resume: the positions group's committed offsets, committed in the
-        same transactions as their changelog entries (:mod:`txbridge.positions`); for a
-        partition this txbridge has not committed yet, the positions record an earlier one wrote
-        in ``<ns>_state``, or before those the coordinators' group's committed offsets
-        (``consumer``'s). Returns the young halves' offsets per partition.
-
-        The group is read after the claim, like ``<ns>_state``: the fence aborted whatever an
-        earlier owner left open, and a transaction under an id nobody claims is waited out
-        (the read asks for stable offsets).
-
-        Raises:
-            ConfigurationError: the principal may not read a group's offsets (an ACL to grant).
-        """
+        """Where ``numbers`` resume: their positions records, read in the same transactions as
+        their changelog entries; for a partition an older txbridge served (no record yet), the
+        group's committed offsets. Returns the young halves' offsets per partition."""
         for number in numbers:
             for topic in (self.topics.half, self.topics.op):
                 self._positions.place(topic, number, None)
-        group = group_positions.group(self.config.namespace)
-        found = self._stable(lambda: dict(self._read_positions(numbers)), numbers, group)
-        earlier = {n: where for n, where in restored.positions.items() if n not in found}
-        topics = self.topics
-        where = {**earlier, **found}
-        committed = [tp for n, w in where.items() for tp in group_positions.offsets(topics, n, w)]
-        older = group_positions.wanted(topics, (n for n in numbers if n not in found and n not in earlier))
+        committed = []
+        for number, where in restored.positions.items():
+            if where.half is not None:
+                committed.append(TopicPartition(self.topics.half, number, where.half, where.young))
+            if where.op is not None:
+                committed.append(TopicPartition(self.topics.op, number, where.op))
+        older = [
+            kafka.partition_at(t, n)
+            for n in numbers
+            if n not in restored.positions
+            for t in (self.topics.half, self.topics.op)
+        ]
         if older:
-            older_numbers = sorted({tp.partition for tp in older})
-            committed += self._stable(
-                lambda: _committed(consumer, older), older_numbers, self.config.group_id
-            )
+            committed += self._stable_committed(consumer, older)
         return self._take_committed(committed)
 
     def assert_settled(self, numbers: list[int], committed: Consumer) -> None:
@@ -180,48 +148,27 @@ class Restorer:
         finally:
             uncommitted.close()
 
-    def _read_group(self, numbers: list[int]) -> Mapping[int, Positions]:
-        if self._admin is None:
-            self._admin = kafka.admin(self.config.bootstrap, self.config.extra_config)
-        return group_positions.read(self._admin, self.topics, numbers, timeout=10)
-
-    def _stable(self, read: Callable[[], _T], numbers: list[int], group: str) -> _T:
-        """``read()`` of ``group``'s committed offsets of ``numbers``, once no open transaction
-        holds them.
+    def _stable_committed(self, consumer: Consumer, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The committed offsets of ``partitions``, once no open transaction holds them.
 
         After the claim only a transaction under an id no coordinator uses can hold them: it is
-        waited out, up to :data:`RESTORE_WAIT_S`. A partition answered with an error is never
-        taken for one with no offset (that would resume it from its start): it is asked again.
-
-        Raises:
-            ConfigurationError: the principal may not read the group's offsets (an ACL to grant).
+        waited out, up to :data:`RESTORE_WAIT_S`.
         """
         give_up = time.monotonic() + RESTORE_WAIT_S
         while True:
             try:
-                with self._watchdog.deadline(f"reading the committed offsets of group {group!r}", 10):
-                    return read()
+                with self._watchdog.deadline("reading the committed offsets", 10):
+                    return list(consumer.committed(partitions, timeout=10))
             except Exception as exc:
-                error = (
-                    exc
-                    if isinstance(exc, KafkaOperationError)
-                    else kafka.to_error(exc, f"reading the committed offsets of group {group!r}")
-                )
-                if error.code in _REFUSED:
-                    raise ConfigurationError(
-                        f"{error}: the coordinator's principal may not read the offsets of group "
-                        f"{group!r}; grant it Read on that group (`txbridge acls --role coordinator` "
-                        "lists every ACL it needs)"
-                    ) from None
+                error = kafka.to_error(exc, "reading the committed offsets")
                 if time.monotonic() > give_up:
                     raise error from exc
                 logger.warning(
                     "the committed offsets of partitions %s are not stable yet (%s): a transaction under an "
                     "id that is not a partition's holds them; waiting until it ends",
-                    numbers,
+                    sorted({tp.partition for tp in partitions}),
                     error,
                 )
-                time.sleep(_ASK_AGAIN_S)
 
     def _take_committed(self, committed: list[Any]) -> dict[int, list[int]]:
         """Positions from the committed offsets; returns the young halves' offsets per partition."""
@@ -255,7 +202,6 @@ class Restorer:
             state = PartitionState(
                 number, self.stats, half_position=start, debug=self.config.check_invariants or None
             )
-            state.positions_record = number in read.positions
             for tx in restored.get(number, []):
                 state.add_restored(tx)
             young = self._restore_young(state, listed.get(number, []))

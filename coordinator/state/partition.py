@@ -176,9 +176,6 @@ class PartitionState:
         self.payload_bytes = 0
         #: Transactions whose first half was consumed here (a gone writer's may come after it went).
         self.arrivals = 0
-        #: A positions record an earlier txbridge wrote lies in the partition's ``<ns>_state``: the
-        #: next commit deletes it (from then on the positions group holds the positions).
-        self.positions_record = False
         self._decisions = 0
         self._resolved = ResolvedMemory(RESOLVED_MEMORY)
         # Indexes (see the module docstring), kept by _adopt, _moved, _rescheduled and _resolve

@@ -10,7 +10,6 @@ with the error a user sees.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections import Counter
@@ -24,13 +23,11 @@ from confluent_kafka import KafkaError, KafkaException
 
 from cli.main import main
 from coordinator.config import CoordinatorConfig, Secrets
-from coordinator.service import Coordinator
 from tests.kafka_helpers import delete_namespaces, delete_topics
 from tests.secure.conftest import SecureKafka, running_coordinator, wait_granted, wait_readable
-from txbridge import Message, TransactionProducer, TxState, positions
+from txbridge import Message, TransactionProducer, TxState
 from txbridge import kafka as txkafka
 from txbridge.acls import Acl, apply_acls, role_acls
-from txbridge.errors import ConfigurationError
 from txbridge.topics import internal_topics
 from txbridge.wire import Topics
 
@@ -205,60 +202,6 @@ def test_the_transaction_path_works_with_exactly_the_roles_acls(
     )
     denied = [r.getMessage() for r in caplog.records if "AUTHORIZATION" in r.getMessage().upper()]
     assert denied == []
-
-
-def test_a_coordinator_refused_its_positions_group_stops_at_once_saying_what_to_grant(
-    secure_kafka: SecureKafka,
-) -> None:
-    """An upgrade that did not grant the coordinator Read on ``txbridge-positions.<ns>``: its
-    first take-over cannot read the positions, and no wait or new client would change that."""
-    kafka = secure_kafka
-    namespace = f"txbg{uuid.uuid4().hex[:10]}"
-    txkafka.ensure_topics(kafka.bootstrap, internal_topics(namespace, PARTITIONS, 3), extra=kafka.config)
-    group = f"coord-{namespace}"
-    acls = [
-        a
-        for a in role_acls(
-            "coordinator", "User:coordinator", namespace=namespace, topics=["orders"], groups=[group]
-        )
-        if a.name != positions.group(namespace)
-    ]
-    apply_acls(kafka.bootstrap, acls, kafka.config)
-    wait_granted(kafka, acls)
-    t = Topics(namespace)
-    wait_readable(kafka, kafka.cluster.client_config("coordinator"), [t.half, t.op, t.state])
-    service = Coordinator(
-        CoordinatorConfig(
-            bootstrap=kafka.bootstrap,
-            namespace=namespace,
-            group_id=group,
-            instance_id="no-positions-acl",
-            secrets=Secrets(default=SECRET),
-            extra_config=kafka.cluster.client_config("coordinator"),
-        )
-    )
-    errors: list[BaseException] = []
-    thread = threading.Thread(target=lambda: _run_into(service, errors), name="refused-coordinator")
-    try:
-        thread.start()
-        thread.join(90)
-        assert not thread.is_alive(), "the coordinator did not stop within 90s"
-    finally:
-        service.stop()
-        thread.join(60)
-        delete_namespaces(kafka.bootstrap, [namespace], extra=kafka.config)
-
-    assert [type(e) for e in errors] == [ConfigurationError]
-    assert f"group {positions.group(namespace)!r}" in str(errors[0])
-    assert "grant it Read on that group" in str(errors[0])
-    assert not service.running.is_set()
-
-
-def _run_into(service: Coordinator, errors: list[BaseException]) -> None:
-    try:
-        service.run()
-    except BaseException as exc:  # the test's thread asserts on it
-        errors.append(exc)
 
 
 # ------------------------------------------------------------------ what each role is refused

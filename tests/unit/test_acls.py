@@ -53,7 +53,7 @@ def test_the_spark_sink_is_a_producer_that_also_keeps_its_decisions_topic() -> N
         ("topic", "ns_expired", False, "Read"),
         ("topic", "ns_expired", False, "Write"),
         ("topic", "ns_op", False, "Read"),
-        ("group", "txbridge-positions.ns", False, "Describe"),
+        ("topic", "ns_state", False, "Read"),
         ("transactional-id", "ns-admin-", True, "Write"),
     }
     assert _grants(producer) <= _grants(sink)
@@ -70,8 +70,6 @@ def test_the_coordinator_gets_its_group_transactional_ids_and_helper_groups() ->
     grants = _grants(acls)
     assert ("group", "coord", False, "Read") in grants
     assert ("group", "coord-offsets", False, "Describe") in grants
-    # the namespace's, whatever the coordinators' group is called
-    assert ("group", "txbridge-positions.ns", False, "Read") in grants
     assert ("transactional-id", "ns-coord-", True, "Write") in grants
     assert ("transactional-id", "ns-partition-", True, "Write") in grants  # the upgrade's fence
     assert ("transactional-id", "ns-admin-", True, "Write") in grants

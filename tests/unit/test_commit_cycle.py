@@ -26,9 +26,9 @@ from coordinator.monitoring.watchdog import Watchdog, WedgedCalls
 from coordinator.state.owned import OwnedPartitions, Work
 from coordinator.state.partition import PartitionState, PendingTx, Phase
 from coordinator.state.republisher import Batch
-from txbridge.errors import ConfigurationError, KafkaOperationError
+from txbridge.errors import KafkaOperationError
 from txbridge.kafka import KafkaError, KafkaException, TopicPartition
-from txbridge.wire import HalfMessage, OpRecord, OpSource, Topics, TxState, encode_young
+from txbridge.wire import HalfMessage, OpRecord, OpSource, Topics, TxState
 
 TOPICS = Topics("ns")
 
@@ -43,26 +43,11 @@ class FakeProducer:
         self.hold: threading.Event | None = None  # commit_transaction waits for it
         self.faults: list[Exception] = []  # raised by the next commit_transaction calls
         self.commit_calls = 0
-        self.sent: list[TopicPartition] | None = None  # the open transaction's positions
-        self.sent_committed: list[list[TopicPartition]] = []  # each committed transaction's
-        self.send_faults: list[Exception] = []  # raised by the next send_offsets calls
-        self.send_hold: threading.Event | None = None  # send_offsets waits for it
-        self.send_calls = 0
         self.reported: list[bool] = []  # per republished record: whether it asked for its delivery report
 
     def begin_transaction(self) -> None:
         assert self.open is None, "a transaction began while the previous one was open"
         self.open = []
-        self.sent = None
-
-    def send_offsets(self, offsets: list[TopicPartition]) -> None:
-        assert self.open is not None, "offsets sent outside a transaction"
-        self.send_calls += 1
-        if self.send_hold is not None:
-            self.send_hold.wait(10)
-        if self.send_faults:
-            raise self.send_faults.pop(0)
-        self.sent = list(offsets)
 
     def produce(self, topic: str, **kwargs: Any) -> None:
         assert self.open is not None, "produced outside a transaction"
@@ -85,13 +70,12 @@ class FakeProducer:
             raise self.faults.pop(0)
         assert self.open is not None
         self.committed.append(self.open)
-        self.sent_committed.append(self.sent or [])
-        self.open = self.sent = None
+        self.open = None
 
     def abort_transaction(self, timeout: float) -> None:
         assert self.open is not None
         self.aborted.append(self.open)
-        self.open = self.sent = None
+        self.open = None
 
 
 class FakeKafka:
@@ -123,9 +107,6 @@ class FakeKafka:
 
     def copy_to_group(self, offsets: list[TopicPartition]) -> None:
         self.copied.append(offsets)
-
-    def send_positions(self, number: int, offsets: list[TopicPartition], timeout: float) -> None:
-        self.producers[number].send_offsets(offsets)
 
 
 class FakeReader:
@@ -214,91 +195,6 @@ def test_a_ready_transaction_commits_at_once_and_its_positions_are_copied(parts:
     assert parts.work.ready == set()
     assert parts.work.unsaved == set()
     assert parts.kafka.copied == [[TopicPartition(TOPICS.half, 0, 1)]]
-
-
-def test_a_transaction_sends_where_it_leaves_each_partition_it_covers_before_it_commits() -> None:
-    parts = Parts((0, 1, 2))
-    producer = parts.kafka.the_producer
-    try:
-        parts.commit_tx("a1", 0)
-        parts.half("young", 0)  # open, never checked: listed in the half offset's metadata
-        parts.commit_tx("b1", 1)
-        parts.owned.place(TOPICS.op, 1, 7)
-        parts.cycle.start(everything=False)
-        parts.until(lambda: not parts.cycle.in_flight)
-
-        assert producer.committed == [["a1", "b1"]]
-        sent = {(tp.topic, tp.partition): (tp.offset, tp.metadata) for tp in producer.sent_committed[0]}
-        assert sent == {
-            (TOPICS.half, 0): (2, encode_young(2, [1])),
-            (TOPICS.half, 1): (1, encode_young(1, [])),
-            (TOPICS.op, 1): (7, None),
-        }
-    finally:
-        parts.cycle.close()
-
-
-@pytest.mark.parametrize(
-    ("fault", "retried"),
-    [
-        (kafka_error(KafkaError._TIMED_OUT, retriable=True), True),
-        (kafka_error(KafkaError._STATE, txn_requires_abort=True), False),
-    ],
-)
-def test_a_failed_positions_send_is_resumed_or_aborts_and_rewinds(
-    parts: Parts, fault: Exception, retried: bool
-) -> None:
-    producer = parts.kafka.producers[0]
-    producer.send_faults.append(fault)
-    parts.commit_tx("t1")
-    parts.cycle.start(everything=False)
-    parts.until(lambda: not parts.cycle.in_flight)
-
-    if retried:
-        assert producer.committed == [["t1"]]
-        assert producer.sent_committed == [[TopicPartition(TOPICS.half, 0, 1)]]
-        assert producer.send_calls == 2
-        assert parts.rewound == []
-    else:  # nothing of the transaction is committed, its offsets neither: rebuilt from Kafka
-        assert producer.committed == []
-        assert producer.aborted == [["t1"]]
-        assert producer.commit_calls == 0
-        assert parts.rewound == [[0]]
-
-
-def test_a_principal_refused_the_positions_group_stops_the_coordinator_saying_what_to_grant(
-    parts: Parts,
-) -> None:
-    producer = parts.kafka.producers[0]
-    producer.send_faults.append(kafka_error(KafkaError.GROUP_AUTHORIZATION_FAILED, txn_requires_abort=True))
-    parts.commit_tx("t1")
-    parts.cycle.start(everything=False)
-    parts.until(lambda: not parts.cycle.in_flight)
-
-    assert producer.aborted == [["t1"]]
-    assert isinstance(parts.failures.fatal, ConfigurationError)
-    assert "grant it Read on that group" in str(parts.failures.fatal)
-    assert "txbridge-positions." in str(parts.failures.fatal)
-    assert parts.rewound == []
-
-
-def test_a_stuck_positions_send_is_abandoned_with_the_producer(parts: Parts) -> None:
-    # librdkafka#5456, #5511: send_offsets_to_transaction may never return.
-    stuck = parts.kafka.producers[0]
-    stuck.send_hold = threading.Event()
-    try:
-        parts.commit_tx("t1")
-        parts.cycle.start(everything=False)
-        parts.until(lambda: stuck.send_calls == 1)
-        thread = next(t.name for t in threading.enumerate() if t.name.startswith("txbridge-commit"))
-        assert parts.cycle.wedged(thread)
-        parts.cycle.collect()
-
-        assert parts.kafka.abandoned == [0]
-        assert parts.failures.clients is not None
-        assert stuck.commit_calls == 0
-    finally:
-        stuck.send_hold.set()
 
 
 def test_an_expiry_is_in_flight_until_the_transaction_carrying_it_ended(parts: Parts) -> None:
@@ -487,37 +383,6 @@ def test_a_stuck_commit_is_abandoned_with_the_producer() -> None:
         stuck.hold.set()
     finally:
         parts.cycle.close()
-
-
-def test_the_commit_after_an_abandoned_one_is_not_taken_for_stuck_before_its_thread_runs(
-    parts: Parts,
-) -> None:
-    stuck = parts.kafka.producers[0]
-    stuck.hold = threading.Event()
-    parts.commit_tx("t1")
-    parts.cycle.start(everything=False)
-    parts.until(lambda: stuck.commit_calls == 1)
-    thread = next(t.name for t in threading.enumerate() if t.name.startswith("txbridge-commit"))
-    assert parts.cycle.wedged(thread)
-    parts.cycle.collect()
-    assert parts.kafka.abandoned == [0]
-    # New clients: a new producer; the stuck thread stays stuck. The next commit's thread has
-    # not run yet when the loop collects.
-    parts.kafka.the_producer = fresh = FakeProducer()
-    parts.kafka.producers[0] = fresh
-    parts.kafka.writers[0] = TransactionWriter(cast(Any, fresh))
-    go = threading.Event()
-    end = parts.cycle._end
-    parts.cycle._end = lambda *args: (go.wait(10), end(*args))[1]  # type: ignore[method-assign]
-    parts.commit_tx("t2")
-    parts.cycle.start(everything=False)
-    parts.cycle.collect()
-    go.set()
-    parts.until(lambda: not parts.cycle.in_flight)
-
-    assert parts.kafka.abandoned == [0]
-    assert fresh.committed == [["t2"]]
-    stuck.hold.set()
 
 
 def test_nothing_starts_once_the_coordinator_must_stop(parts: Parts) -> None:

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from txbridge import kafka, positions
+from txbridge import kafka
 from txbridge.admin._once import RESOLVE, AlreadyDecidedError, Marker, decide_once, decode_marker
 from txbridge.admin._quarantine import Quarantined, RequeueResult, list_quarantine, requeue, requeue_all
 from txbridge.admin.side_topics import (
@@ -222,24 +222,31 @@ def list_pending(
     """Transactions pending at the coordinators' last commits.
 
     The live entries of ``<ns>_state``, and the young transactions that the coordinators
-    listed instead with their partitions' positions (phase ``open``, no checks,
-    :func:`list_positions`). A partition without positions (served by an older txbridge)
-    lists them in the committed half offset of ``group_id`` (default: the namespace's default
-    group, :func:`~txbridge.wire.default_coordinator_group`).
+    listed instead in their partitions' positions records (phase ``open``, no checks). A
+    partition without one (served by an older txbridge) lists them in the committed half
+    offset of ``group_id`` (default: the namespace's default group,
+    :func:`~txbridge.wire.default_coordinator_group`).
     """
     group_id = group_id or default_coordinator_group(namespace)
     latest = _latest_state(bootstrap, namespace, extra)
     out = []
-    for (_partition, key), value in latest.items():
-        if value is None or key in (OWNER_KEY, POSITIONS_KEY):
+    listed: dict[int, tuple[int, str]] = {}  # partition -> (half position, young listing)
+    for (partition, key), value in latest.items():
+        if value is None or key == OWNER_KEY:
+            continue
+        if key == POSITIONS_KEY:
+            try:
+                where = Positions.decode(value)
+            except WireFormatError:
+                continue
+            if where.half is not None:
+                listed[partition] = (where.half, where.young)
             continue
         try:
             out.append(json.loads(value))
         except ValueError:
             continue
     known = {str(e.get("tx")) for e in out}
-    where = {**_recorded_positions(latest), **_group_positions(bootstrap, namespace, extra)}
-    listed = {p: (w.half, w.young) for p, w in where.items() if w.half is not None}
     young = _young(bootstrap, Topics(namespace).half, group_id, listed, extra=extra)
     out.extend(e for e in young if e["tx"] not in known)
     return sorted(out, key=lambda e: str(e.get("tx", "")))
@@ -258,21 +265,11 @@ def list_positions(
 ) -> dict[int, Positions]:
     """Where each partition's last coordinator transaction left half and op: ``{partition: Positions}``.
 
-    The committed offsets of the namespace's positions group (:mod:`txbridge.positions`), or for
-    a partition no coordinator of this version has committed yet, the positions record an
-    earlier one wrote in ``<ns>_state``. A partition no coordinator has committed, or served by
-    a txbridge older than both, is absent.
+    A partition no coordinator has committed yet, or served by a txbridge older than positions
+    records, is absent.
     """
-    return {
-        **_recorded_positions(_latest_state(bootstrap, namespace, extra)),
-        **_group_positions(bootstrap, namespace, extra),
-    }
-
-
-def _recorded_positions(latest: dict[tuple[int, bytes], bytes | None]) -> dict[int, Positions]:
-    """The positions records of ``<ns>_state`` (:func:`_latest_state`), an earlier txbridge's."""
     out = {}
-    for (partition, key), value in latest.items():
+    for (partition, key), value in _latest_state(bootstrap, namespace, extra).items():
         if key != POSITIONS_KEY or value is None:
             continue
         try:
@@ -280,21 +277,6 @@ def _recorded_positions(latest: dict[tuple[int, bytes], bytes | None]) -> dict[i
         except WireFormatError:
             continue
     return out
-
-
-def _group_positions(
-    bootstrap: str, namespace: str, extra: Extra, timeout: float = 30.0
-) -> dict[int, Positions]:
-    """The positions group's committed positions of every partition of ``<ns>_half``."""
-    topics = Topics(namespace)
-    client = kafka.admin(bootstrap, kafka.settings_for("admin", as_dict(extra) or {}))
-    try:
-        meta = client.list_topics(topics.half, timeout=10).topics.get(topics.half)
-    except kafka.KafkaException as exc:
-        raise kafka.to_error(exc, f"listing {topics.half}") from exc
-    if meta is None or meta.error is not None:
-        return {}
-    return positions.read(client, topics, sorted(meta.partitions), timeout)
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import (
-    ConsumerGroupTopicPartitions,
-    ElectionType,
-    IsolationLevel,
-    KafkaError,
-    KafkaException,
-    TopicPartition,
-)
+from confluent_kafka import ElectionType, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -394,7 +387,7 @@ def offset_bounds(
     partitions spent 0.15 s so).
 
     Raises:
-        KafkaOperationError: a partition's offsets did not come (within ``timeout``: retriable).
+        KafkaOperationError: a partition's offsets did not come.
     """
     wanted = list(partitions)
     out: dict[int, list[int]] = {p: [0, 0, 0] for p in wanted}
@@ -416,46 +409,7 @@ def offset_bounds(
                 out[tp.partition][index] = future.result(timeout=timeout).offset
             except KafkaException as exc:
                 raise to_error(exc, f"the offsets of {topic}/{tp.partition}") from exc
-            except TimeoutError as exc:  # the future's own wait: a broker gone, say; asked again
-                raise KafkaOperationError(
-                    f"the offsets of {topic}/{tp.partition}: no answer within {timeout:g}s", retriable=True
-                ) from exc
     return {p: (low, stable, high) for p, (low, stable, high) in out.items()}
-
-
-def committed_offsets(
-    client: AdminClient, group: str, partitions: list[TopicPartition], *, timeout: float = 10.0
-) -> list[TopicPartition]:
-    """``group``'s committed offsets (and metadata) of ``partitions``, stable ones only
-    (``require_stable``: an offset pending in an open transaction is refused, not skipped).
-
-    Through the admin API, not a consumer's ``committed``: a consumer looks the group's
-    coordinator up in the background and retries a refusal (a missing ACL) until its call times
-    out, where the admin request fails with the broker's error.
-
-    Raises:
-        KafkaOperationError: the group's or a partition's error (GROUP_AUTHORIZATION_FAILED,
-            UNSTABLE_OFFSET_COMMIT, ...), or no answer within ``timeout`` (retriable).
-    """
-    asked = [ConsumerGroupTopicPartitions(group, partitions)]
-    try:
-        answer = client.list_consumer_group_offsets(asked, require_stable=True, request_timeout=timeout)[
-            group
-        ].result(timeout=timeout)
-    except KafkaException as exc:
-        raise to_error(exc, f"the committed offsets of group {group!r}") from exc
-    except TimeoutError as exc:
-        raise KafkaOperationError(
-            f"the committed offsets of group {group!r}: no answer within {timeout:g}s", retriable=True
-        ) from exc
-    found = list(answer.topic_partitions or [])
-    failed = next((tp for tp in found if tp.error is not None), None)
-    if failed is not None:
-        raise to_error(
-            KafkaException(failed.error),
-            f"the committed offset of {failed.topic}/{failed.partition} in group {group!r}",
-        )
-    return found
 
 
 def delete_topics_with_prefix(

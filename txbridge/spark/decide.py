@@ -12,18 +12,19 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from txbridge import kafka, positions
+from txbridge import kafka
 from txbridge.admin import AlreadyDecidedError, list_expired, resolve
-from txbridge.admin.side_topics import read_committed
-from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError
+from txbridge.admin.side_topics import read_committed, watermarks
+from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError, WireFormatError
 from txbridge.spark.decisions import BatchDecision, JournalEntry, TxRef, decode_record, sink_topic
 from txbridge.spark.options import SinkOptions
-from txbridge.wire import OpRecord, OpSource, Positions, Topics, TxState
+from txbridge.wire import POSITIONS_KEY, OpRecord, OpSource, Positions, Topics, TxState
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +37,6 @@ PAUSE_ENV = "TXBRIDGE_SPARK_SINK_TEST_PAUSE"
 _FLUSH_S = 60.0
 #: How long a commit waits for the coordinators to read past its COMMITs (:func:`wait_read_past`).
 READ_PAST_S = 10.0
-#: How long one read of the positions waits (a coordinator transaction open on them holds it).
-READ_POSITIONS_S = 5.0
 #: A decision's Kafka transaction left open by a killed driver is aborted by the broker after
 #: this, so readers of ``<ns>_spark_sink`` (read_committed) are never held longer.
 _TXN_TIMEOUT_MS = 30_000
@@ -131,6 +130,8 @@ def commit_batch(opts: SinkOptions, batch_id: int, refs: Sequence[TxRef]) -> Bat
             len(refs),
         )
     write_ops(opts, [(r, TxState.ROLLBACK) for r in strays])
+    # The marks are taken before the COMMITs go out: a coordinator transaction that read past
+    # one is written after it, so its positions record is at or above the mark.
     with following_positions(opts, {t.partition for t in decision.txs}) as positions:
         commits = write_ops(opts, [(r, TxState.COMMIT) for r in decision.txs])
         wait_read_past(commits, positions)
@@ -178,24 +179,33 @@ def wait_read_past(
 def following_positions(
     opts: SinkOptions, partitions: set[int]
 ) -> Iterator[Callable[[], Mapping[int, Positions]]]:
-    """A function returning the positions the coordinators committed for ``partitions``: the
-    positions group's committed offsets (:mod:`txbridge.positions`), stable ones only, so those
-    of committed coordinator transactions. An op position past a COMMIT means a coordinator
-    read it; no position read before the COMMIT was written can be past it."""
+    """A function returning the latest positions the coordinators committed to the
+    ``<ns>_state`` partitions ``partitions`` since this was entered (read_committed: only
+    those of committed coordinator transactions)."""
+    latest: dict[int, Positions] = {}
     if not partitions:
-        yield dict
+        yield lambda: latest
         return
-    topics = Topics(opts.namespace)
-    client = kafka.admin(opts.bootstrap, kafka.settings_for("admin", opts.librdkafka()))
+    extra = kafka.settings_for("consumer", opts.librdkafka())
+    state = Topics(opts.namespace).state
+    marks = watermarks(opts.bootstrap, state, sorted(partitions), extra=extra, open_included=True)
+    consumer = kafka.consumer(opts.bootstrap, f"txbridge-admin-{uuid.uuid4().hex[:8]}", extra)
+    consumer.assign([kafka.partition_at(state, p, high) for p, (_low, high) in marks.items()])
 
     def read() -> Mapping[int, Positions]:
-        try:
-            return positions.read(client, topics, sorted(partitions), timeout=READ_POSITIONS_S)
-        except KafkaOperationError as exc:  # a coordinator's transaction open on them, say: asked again
-            logger.debug("txbridge spark sink: reading the coordinators' positions: %s", exc)
-            return {}
+        for msg in kafka.consume_available(consumer, 1000, 0.05):
+            if msg.error() is not None or msg.key() != POSITIONS_KEY or not msg.value():
+                continue
+            try:
+                latest[msg.partition() or 0] = Positions.decode(msg.value())
+            except WireFormatError:
+                continue
+        return latest
 
-    yield read
+    try:
+        yield read
+    finally:
+        consumer.close()
 
 
 def publish_expired(opts: SinkOptions, decision: BatchDecision) -> list[str]:
