@@ -318,7 +318,7 @@ class Coordinator:
         interval = self.config.commit_interval_ms / 1000
         cycle = self.cycle
         next_tick = time.monotonic() + interval
-        while not self._stop.is_set():
+        while not self._stop.is_set() and self.failures.fatal is None:  # run() raises a fatal one
             self.health.beat()
             cycle.collect()
             self._rewind()

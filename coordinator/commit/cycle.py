@@ -344,6 +344,8 @@ class CommitCycle:
             evict_states(self.partitions.values(), self.config.payload_cache_bytes)
             return
         self._with_expiries = {t.partition for t in expiring}
+        for number in filled:  # until _end names its thread, no thread ends these (not a stuck one)
+            self._ending.pop(number, None)
         future = self._commits.submit(self._end, filled)
         for number in filled:
             self.in_flight[number] = future

@@ -139,7 +139,7 @@ class Rebalancer:
             try:
                 self._take_over(consumer, numbers)
                 break
-            except (KafkaOperationError, KafkaException) as exc:
+            except (KafkaOperationError, KafkaException, TimeoutError) as exc:
                 # A partition without a leader during an election, a transaction coordinator
                 # moving: tried again here, then by joining afresh; never by exiting. A partition
                 # the consumer still does not know after the seek's own wait and metadata

@@ -385,6 +385,37 @@ def test_a_stuck_commit_is_abandoned_with_the_producer() -> None:
         parts.cycle.close()
 
 
+def test_the_commit_after_an_abandoned_one_is_not_taken_for_stuck_before_its_thread_runs(
+    parts: Parts,
+) -> None:
+    stuck = parts.kafka.producers[0]
+    stuck.hold = threading.Event()
+    parts.commit_tx("t1")
+    parts.cycle.start(everything=False)
+    parts.until(lambda: stuck.commit_calls == 1)
+    thread = next(t.name for t in threading.enumerate() if t.name.startswith("txbridge-commit"))
+    assert parts.cycle.wedged(thread)
+    parts.cycle.collect()
+    assert parts.kafka.abandoned == [0]
+    # New clients: a new producer; the stuck thread stays stuck. The next commit's thread has
+    # not run yet when the loop collects.
+    parts.kafka.the_producer = fresh = FakeProducer()
+    parts.kafka.producers[0] = fresh
+    parts.kafka.writers[0] = TransactionWriter(cast(Any, fresh))
+    go = threading.Event()
+    end = parts.cycle._end
+    parts.cycle._end = lambda *args: (go.wait(10), end(*args))[1]  # type: ignore[method-assign]
+    parts.commit_tx("t2")
+    parts.cycle.start(everything=False)
+    parts.cycle.collect()
+    go.set()
+    parts.until(lambda: not parts.cycle.in_flight)
+
+    assert parts.kafka.abandoned == [0]
+    assert fresh.committed == [["t2"]]
+    stuck.hold.set()
+
+
 def test_nothing_starts_once_the_coordinator_must_stop(parts: Parts) -> None:
     parts.failures.fatal = KafkaOperationError("stop", fatal=True)
     parts.commit_tx("t1")

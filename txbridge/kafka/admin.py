@@ -387,7 +387,7 @@ def offset_bounds(
     partitions spent 0.15 s so).
 
     Raises:
-        KafkaOperationError: a partition's offsets did not come.
+        KafkaOperationError: a partition's offsets did not come (within ``timeout``: retriable).
     """
     wanted = list(partitions)
     out: dict[int, list[int]] = {p: [0, 0, 0] for p in wanted}
@@ -409,6 +409,10 @@ def offset_bounds(
                 out[tp.partition][index] = future.result(timeout=timeout).offset
             except KafkaException as exc:
                 raise to_error(exc, f"the offsets of {topic}/{tp.partition}") from exc
+            except TimeoutError as exc:  # the future's own wait: a broker gone, say; asked again
+                raise KafkaOperationError(
+                    f"the offsets of {topic}/{tp.partition}: no answer within {timeout:g}s", retriable=True
+                ) from exc
     return {p: (low, stable, high) for p, (low, stable, high) in out.items()}
 
 
