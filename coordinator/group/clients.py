@@ -112,13 +112,39 @@ class GroupClients:
         partitions, and ``listener`` takes them over and lets them go."""
         if self._started is None:
             self._started = time.monotonic()
-        self._consumer = self._make_consumer()
-        self._consumer.subscribe(
+        consumer = self._consumer = self._make_consumer()
+        consumer.subscribe(
             [self.topics.half, self.topics.op],
-            on_assign=listener.on_assign,
-            on_revoke=listener.on_revoke,
-            on_lost=listener.on_lost,
+            on_assign=self._current_only(consumer, listener.on_assign),
+            on_revoke=self._current_only(consumer, listener.on_revoke),
+            on_lost=self._current_only(consumer, listener.on_lost),
         )
+
+    def _current_only(
+        self, consumer: Consumer, callback: Callable[[Consumer, list[TopicPartition]], None]
+    ) -> Callable[[Consumer, list[TopicPartition]], None]:
+        """``callback``, run only while ``consumer`` is the one the coordinator holds.
+
+        A consumer being replaced (:meth:`rejoin`) is closed after the listener was reset, and
+        librdkafka serves the rebalance events still queued for it inside ``close()``: an
+        assignment the group gave it after its last poll comes as an ``on_assign`` then, with no
+        revocation after it. Taken over, it sought partitions that the new consumer was never
+        given (``_STATE`` for a minute, then new clients, whose replaced consumer did the same:
+        a resumed zombie went 100 s without a partition). What the group gives a replaced
+        consumer is given again to the new one.
+        """
+
+        def call(given: Consumer, partitions: list[TopicPartition]) -> None:
+            if consumer is not self._consumer:
+                logger.info(
+                    "ignoring a rebalance event of a replaced consumer (%s, %d partitions)",
+                    callback.__name__,
+                    len(partitions),
+                )
+                return
+            callback(given, partitions)
+
+        return call
 
     def rejoin(self, listener: RebalanceListener) -> None:
         """Replace the clients after one failed (:attr:`Failures.clients`), in-process.
