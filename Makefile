@@ -16,8 +16,8 @@ STAMP := $(VENV)/.installed-stamp
 CHAOS_RUNS    ?= 5
 CHAOS_SECONDS ?= 300
 CHAOS_SEEDS   ?=
-# make soak: every test marked soak (the broker chaos, the check soak, the nemesis) at
-# TXBRIDGE_SOAK_SCALE=SOAK_SCALE (1.0 is what make test runs).
+# make soak: every test marked soak (the nemesis, the check soak, and the long runs make test
+# leaves out: docs/testing.md) at TXBRIDGE_SOAK_SCALE=SOAK_SCALE (1.0 is what make test runs).
 SOAK_SCALE    ?= 3
 # make test: pytest-xdist workers. Most of a test's time is waiting on Kafka, Spark or a
 # subprocess, so three workers overlap those waits on a 2-core box (one for the Spark group,

@@ -8,8 +8,8 @@ The numbers it reports are then checked against the same comparison and the same
 streaming count run in local mode by the test session's SparkSession, on the same topics
 and databases.
 
-``TXBRIDGE_SPARK_CLUSTER_ORDERS`` sets the orders per path: 40 by default (the bounded
-form CI runs, about 3 minutes on 2 cores), 600 for the demo's own size.
+``TXBRIDGE_SPARK_CLUSTER_ORDERS`` sets the orders per path: 40 by default (about 10 minutes
+on 2 cores beside the rest of the suite), 600 for the demo's own size. ``make soak`` runs it.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from spark_pipelines.streaming import CountSink, CustomerCounts
 from spark_pipelines.watcher import load_visibility
 from spark_pipelines.workload import RunConfig
 from tests.cluster.conftest import SessionSparkCluster
+from tests.soak import soak_only
 from txbridge.errors import BrokerError
 
 if TYPE_CHECKING:
@@ -53,6 +54,10 @@ pytestmark = [
     pytest.mark.spark,
     pytest.mark.spark_cluster,
     pytest.mark.timeout(DEMO_TIMEOUT_S + 600),
+    # make test keeps the Spark cluster's executor kill (test_spark_sink_on_cluster.py) and the
+    # whole demo in local mode (tests/pipelines): this is their product, 12 minutes of the Spark
+    # worker, the suite's longest stretch.
+    *soak_only("the demo on the Spark cluster, about 12 minutes"),
 ]
 
 

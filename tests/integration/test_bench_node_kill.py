@@ -9,22 +9,18 @@ session's cluster, and CI's ``txbridge bench --quick`` runs this step.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import node_kill
+from tests.soak import soak_only
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.cluster,
-    pytest.mark.soak,
-    pytest.mark.skipif(
-        float(os.environ.get("TXBRIDGE_SOAK_SCALE", "1.0")) <= 1.0,
-        reason="a cluster of its own for 4 to 5 minutes: run with make soak",
-    ),
+    *soak_only("a cluster of its own for 4 to 5 minutes"),
 ]
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import secrets
 import threading
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from spark_pipelines.runner import WorkloadResult, run_workload
 from spark_pipelines.streaming import CustomerCounts
 from spark_pipelines.watcher import load_visibility
 from spark_pipelines.workload import RunConfig
+from tests.soak import soak_only
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,13 +57,7 @@ class SideBySide:
 # the one worker that holds the SparkSession would be the suite's longest stretch longer still.
 _POSTGRES_RUN = pytest.param(
     "postgresql",
-    marks=[
-        pytest.mark.soak,
-        pytest.mark.skipif(
-            float(os.environ.get("TXBRIDGE_SOAK_SCALE", "1.0")) <= 1.0,
-            reason="the demo on PostgreSQL again: run with make soak",
-        ),
-    ],
+    marks=soak_only("the demo on PostgreSQL again"),
 )
 
 

@@ -27,17 +27,14 @@ from spark_pipelines.faults import Fault, FaultPlan
 from spark_pipelines.paths.native import NativePath
 from spark_pipelines.store import OrderStore
 from tests.kafka_helpers import read_topic
+from tests.soak import soak_only
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.soak,
     # Only at make soak's scale: in a CI-like run (2026-11-27) the resumed commit's second call
     # aborted the whole pytest worker (librdkafka's assertion on a left-over error), which a
     # test cannot catch. Left for the next session: replace the producer without calling it.
-    pytest.mark.skipif(
-        float(os.environ.get("TXBRIDGE_SOAK_SCALE", "1.0")) <= 1.0,
-        reason="can abort the process (librdkafka assertion); run with make soak",
-    ),
+    *soak_only("can abort the process (librdkafka assertion)"),
 ]
 
 SCALE = float(os.environ.get("TXBRIDGE_SOAK_SCALE", "1.0"))

@@ -22,6 +22,7 @@ from servers import jars
 from servers.broker import free_port
 from servers.rocketmq import CLUSTER_NAME
 from tests.rocketmq.conftest import SessionRocketMQ
+from tests.soak import soak_test
 
 pytestmark = [pytest.mark.rocketmq, pytest.mark.integration]
 
@@ -55,6 +56,8 @@ def _figures(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return {f["name"]: f for f in data["figures"]}, data
 
 
+# A benchmark: CI's `txbridge bench --quick` runs the same step beside its own RocketMQ.
+@soak_test("5 minutes of benchmark")
 def test_rocketmq_beside_txbridge_with_the_same_load_and_the_ratios(
     session: SessionRocketMQ, env: dict[str, str], tmp_path: Path
 ) -> None:

@@ -63,13 +63,16 @@ from tests.secure.chaos import (
     wait_until,
 )
 from tests.secure.conftest import SecureKafka, read_committed
+from tests.soak import soak_only
 from txbridge import kafka
 from txbridge.wire import Topics
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.cluster,
-    pytest.mark.soak,
+    # make test's bounded nemesis (tests/secure/test_nemesis.py) kills and restarts nodes of the
+    # same cluster under the same load, read back the same way.
+    *soak_only("6 minutes of node kills; make test runs the bounded nemesis"),
 ]
 
 SCALE = float(os.environ.get("TXBRIDGE_SOAK_SCALE", "1.0"))

@@ -27,6 +27,7 @@ from spark_pipelines.compare import read_events
 from spark_pipelines.streaming import CustomerCounts
 from tests.kafka_helpers import delete_namespaces
 from tests.secure.conftest import SecureKafka, read_committed
+from tests.soak import soak_test
 from txbridge import Message, TransactionProducer, TxState, kafka
 from txbridge.client_config import ClientConfig
 from txbridge.wire import Topics
@@ -352,6 +353,9 @@ def test_spark_reads_a_committed_topic_over_sasl_ssl(
 
 
 @pytest.mark.timeout(1200)  # the demo's own limit is 900 s; 300-560 s at load 2-15 on 2 cores
+# make test keeps Spark's read over SASL_SSL, the bench and the coordinator process on this
+# cluster (above), and the whole demo on the plaintext broker (tests/pipelines).
+@soak_test("4-9 minutes of demo")
 def test_the_demo_runs_side_by_side_on_the_secured_cluster(secure_kafka: SecureKafka, tmp_path: Path) -> None:
     result = _run(
         secure_kafka,

@@ -48,7 +48,7 @@ class FakeReader:
         return {o: HalfRecord(self.records[o], 10, 1_000) for o in offsets if o in self.records}
 
 
-class TestPositions:
+class RecordedPositions:
     """Where the restorer places positions: the test's own map, to see what it wrote into it."""
 
     def __init__(self, positions: dict[tuple[str, int], int]) -> None:
@@ -67,7 +67,7 @@ def restorer(positions: dict[tuple[str, int], int], reader: FakeReader | None = 
         TOPICS,
         Counter(),
         Watchdog(lambda _wedged: None),
-        positions=TestPositions(positions),
+        positions=RecordedPositions(positions),
         reader=cast(Any, reader or FakeReader({})),
     )
 
