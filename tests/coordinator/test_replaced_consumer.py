@@ -66,7 +66,10 @@ def _assigned_unpolled(consumer: Consumer, timeout: float = 30.0) -> None:
 
 
 def test_an_assignment_served_while_a_replaced_consumer_closes_reaches_nobody(env: Env) -> None:
-    config = env.config()
+    # A dynamic member: closing a static one whose assignment is still queued hung in librdkafka
+    # now and then (past 20 minutes in one CI run), whatever the callback did. The events a
+    # closing consumer serves are the same either way.
+    config = env.config(static_membership=False)
     failures = Failures()
     clients = GroupClients(
         config,
@@ -86,7 +89,12 @@ def test_an_assignment_served_while_a_replaced_consumer_closes_reaches_nobody(en
     assert listener.events == [], "the assignment came to a poll: the test needs it still queued"
 
     failures.clients = KafkaOperationError("a fenced producer (the test's)")
-    clients.rejoin(listener)  # resets the listener, closes the old consumer, joins with a new one
+    # Resets the listener, closes the old consumer, joins with a new one; in a thread, so that a
+    # close that never returns fails this test instead of holding the whole run.
+    rejoining = threading.Thread(target=clients.rejoin, args=(listener,), daemon=True)
+    rejoining.start()
+    rejoining.join(90)
+    assert not rejoining.is_alive(), "closing the replaced consumer did not return in 90 s"
     new = clients.consumer()
     try:
         assert new is not old
