@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Test-seconds per xdist worker and group at the end of a run (the time budget: docs/testing.md).
+pytest_plugins = ["tests.worker_time"]
+
 
 _stopped_by: list[int] = []  # the signal that cut the run, once one has
 
