@@ -37,6 +37,11 @@ The figures, per path, overall and per kill:
 - the committed messages never seen (lost) and seen more than once (duplicated) when each real
   topic is read again to its end, and the longest gap between new messages on each real topic
   after the first kill.
+
+In full mode the step then measures the standby takeover on the same cluster, every node
+serving again: the ``failover`` step's two kills (:func:`bench.txbridge_runs.failovers`), whose
+figures carry ``brokers`` = 3 and so answer the cluster's takeover goal (13 s: the group session
+is 12 s on a cluster, coordinator/group/consumer.py).
 """
 
 from __future__ import annotations
@@ -96,6 +101,7 @@ class NodeKillOptions:
         after_s: load after each killed node is back.
         down_s: how long a killed node stays down.
         settle_s: how long, at most, the watchers wait for the last committed messages.
+        failover: then the standby takeover on the same cluster (the ``failover`` step's figures).
     """
 
     rate: float
@@ -103,11 +109,16 @@ class NodeKillOptions:
     after_s: float
     down_s: float = 3.0
     settle_s: float = 60.0
+    failover: bool = False
 
+
+#: The cluster's takeover figures are the ``failover`` step's, named apart from the one broker's.
+ON_CLUSTER = " on the cluster"
 
 OPTIONS = {
     "quick": NodeKillOptions(rate=20.0, warmup_s=3.0, after_s=6.0),
-    "full": NodeKillOptions(rate=50.0, warmup_s=5.0, after_s=10.0, settle_s=90.0),
+    # The takeover adds about two minutes; CI's quick run leaves it out.
+    "full": NodeKillOptions(rate=50.0, warmup_s=5.0, after_s=10.0, settle_s=90.0, failover=True),
 }
 
 
@@ -367,8 +378,9 @@ class _Setup:
     layout: _Layout
 
 
-def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress = logger.info) -> Figure:
-    """The nodekill step (see the module's docstring), in a folder of its own under ``work``.
+def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress = logger.info) -> list[Figure]:
+    """The nodekill step (see the module's docstring), in a folder of its own under ``work``:
+    the node kill's figure, then the cluster's takeovers if ``options.failover``.
 
     Raises:
         BenchError: the cluster did not start, a node did not come back, a load failed.
@@ -401,10 +413,22 @@ def run(options: NodeKillOptions, work: Path, *, size: int, progress: Progress =
         params = _params(
             options, size=size, kills=kills, coordinators=coordinators, loads=loads, folder=setup.folder
         )
-    committed = sum(len(p.committed) for p in paths.values())
-    figure = Figure("node kill", committed, loaded_s, figure_values(paths, kills, watched_until), params)
-    _say_figure(figure, progress)
-    return figure
+        committed = sum(len(p.committed) for p in paths.values())
+        figure = Figure("node kill", committed, loaded_s, figure_values(paths, kills, watched_until), params)
+        _say_figure(figure, progress)
+        takeovers = _takeovers(setup.env, size, progress) if options.failover else []
+    return [figure, *takeovers]
+
+
+def _takeovers(env: tb.Env, size: int, progress: Progress) -> list[Figure]:
+    """The standby takeover on the cluster: a coordinator SIGKILLed at a random moment, then one
+    inside its Kafka transaction (the ``failover`` step, on this cluster)."""
+    progress("standby takeover on the cluster: a coordinator SIGKILLed under load, twice ...")
+    figures = [replace(f, name=f"{f.name}{ON_CLUSTER}") for f in tb.failovers(env, size=size)]
+    for figure in figures:
+        seconds = figure.values["seconds_to_first_republish"]
+        progress(f"{figure.name}: {seconds:.2f}s from the kill to the first republish")
+    return figures
 
 
 def _set_up(folder: Path, stack: ExitStack, progress: Progress) -> _Setup:

@@ -229,11 +229,12 @@ def _scaleout(name: str) -> Callable[[StepRun], list[Figure]]:
 
 def _nodekill(run: StepRun) -> list[Figure]:
     # On a secured 3-node cluster of its own, whatever the run's bootstrap: nodes SIGKILLed
-    # under txbridge and under native transactions at the same rate.
+    # under txbridge and under native transactions at the same rate; in full mode, then the
+    # standby takeover on that cluster.
     from bench import node_kill
 
     options = node_kill.OPTIONS["quick" if run.mode == MODES["quick"] else "full"]
-    return [node_kill.run(options, run.env.work, size=run.size, progress=run.progress)]
+    return node_kill.run(options, run.env.work, size=run.size, progress=run.progress)
 
 
 def _rocketmq(run: StepRun) -> list[Figure]:

@@ -25,7 +25,7 @@ pytestmark = [
 
 
 def test_nodekill_times_both_paths_and_loses_nothing(tmp_path: Path) -> None:
-    figure = node_kill.run(node_kill.OPTIONS["quick"], tmp_path, size=128)
+    (figure,) = node_kill.run(node_kill.OPTIONS["quick"], tmp_path, size=128)
 
     values, params = figure.values, figure.params
     assert figure.name == "node kill"

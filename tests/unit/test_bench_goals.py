@@ -74,6 +74,21 @@ def test_takeovers_on_a_cluster_are_held_to_the_clusters_bound() -> None:
     assert found["standby takeover, one broker: s to the first republish"] == (None, None)
 
 
+def test_the_nodekill_steps_cluster_takeovers_answer_the_cluster_goal_beside_the_one_brokers() -> None:
+    # A full run has both: the failover step on one broker, and nodekill's on its own cluster.
+    figures = run_figures()
+    for name, seconds in (("failover", 13.4), ("failover inside a transaction", 12.1)):
+        values = {"seconds_to_first_republish": seconds, "unseen": 0.0}
+        figures.append(Figure(f"{name} on the cluster", 10, seconds, values, {"brokers": 3}))
+    found = {g.name: (g.value, g.met) for g in goals(figures)}
+    assert found["standby takeover, cluster: s to the first republish"] == (13.4, False)
+    assert found["standby takeover, one broker: s to the first republish"] == (7.5, False)
+    run = {"figures": [{"name": f.name, "values": f.values} for f in figures]}
+    cluster = "| failover (standby) on the 3-node cluster, at a random moment / inside a transaction |"
+    assert f"{cluster} s from the kill to the first republish | 13.4 / 12.1 |" in table_for(run)
+    assert f"{cluster} committed but not seen (must be 0) | 0 / 0 |" in table_for(run)
+
+
 def test_a_goal_whose_step_did_not_run_is_not_measured_rather_than_met() -> None:
     only_e2e = [f for f in run_figures() if f.name == "txbridge end to end"]
     assert all(g.met is None for g in goals(only_e2e))
