@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 from confluent_kafka import Producer
 
+from tests.soak import soak_only, soak_test
 from tests.spark_sink.conftest import GROUP, SECRET, SinkEnv, read_topic
 from tests.spark_sink.drivers import (
     ROOT,
@@ -228,7 +229,17 @@ def _driver(sink_env: SinkEnv, *args: str, env: dict[str, str] | None = None) ->
     )
 
 
-@pytest.mark.parametrize("stage", ["after-decision", "before-decision"])
+# make test keeps the kill before the decision record on the secured cluster instead
+# (tests/secure/test_spark_sink_secure.py: the same stage, with a task failure in batch 0).
+_ON_THE_CLUSTER = (
+    "the same fault on the secured cluster runs in make test (tests/secure/test_spark_sink_secure.py)"
+)
+
+
+@pytest.mark.parametrize(
+    "stage",
+    ["after-decision", pytest.param("before-decision", marks=soak_only(f"2 minutes; {_ON_THE_CLUSTER}"))],
+)
 def test_a_driver_killed_in_its_commit_restarts_from_its_checkpoint_with_nothing_lost_or_doubled(
     spark_kafka_source: None, sink_env: SinkEnv, topic_factory: Callable[..., str], tmp_path: Path, stage: str
 ) -> None:
@@ -255,6 +266,7 @@ def test_a_driver_killed_in_its_commit_restarts_from_its_checkpoint_with_nothing
     )
 
 
+@soak_test(f"70 s; {_ON_THE_CLUSTER}")
 def test_a_task_that_dies_after_part_of_its_rows_is_retried_with_nothing_lost_or_doubled(
     sink_env: SinkEnv, topic_factory: Callable[..., str]
 ) -> None:

@@ -201,6 +201,9 @@ def test_check_request_round_trip() -> None:
     assert wire.decode_check_request(req.encode()) == req
 
 
+_ERROR_STATUSES = (400, 401, 403, 404, 408, 429, 500, 502, 503)
+
+
 @pytest.mark.parametrize(
     ("status", "body", "expected"),
     [
@@ -217,6 +220,9 @@ def test_check_request_round_trip() -> None:
         (401, b'{"state":"COMMIT"}', TxState.UNKNOWN),
         (409, b'{"error":"this request was already answered"}', TxState.UNKNOWN),  # a refused replay
         (409, b'{"state":"COMMIT"}', TxState.UNKNOWN),
+        # Whatever the error status, a verdict in its body does not count (the coordinator's
+        # tests on a broker ask through a few of these: tests/coordinator/test_check_endings.py).
+        *((status, b'{"state":"COMMIT"}', TxState.UNKNOWN) for status in _ERROR_STATUSES),
     ],
 )
 def test_only_explicit_verdicts_count(status: int, body: bytes, expected: TxState) -> None:
@@ -343,6 +349,10 @@ def test_bad_check_batches_are_refused_with_a_reason(body: bytes, why: str) -> N
         (500, b'{"states":{"a":"COMMIT","b":"COMMIT"}}', {"a": "UNKNOWN", "b": "UNKNOWN"}),
         (409, b'{"states":{"a":"COMMIT","b":"COMMIT"}}', {"a": "UNKNOWN", "b": "UNKNOWN"}),  # a replay
         (200, b"OK", {"a": "UNKNOWN", "b": "UNKNOWN"}),
+        *(
+            (status, b'{"states":{"a":"COMMIT","b":"COMMIT"}}', {"a": "UNKNOWN", "b": "UNKNOWN"})
+            for status in _ERROR_STATUSES
+        ),
     ],
 )
 def test_batch_answers_count_only_explicit_verdicts(
