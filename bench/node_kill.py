@@ -63,6 +63,7 @@ from typing import Any
 
 from bench import txbridge_runs as tb
 from bench.kafka_native import BenchError, Figure, payload
+from bench.results_table import ON_CLUSTER
 from bench.scaleout import longest_gap
 from bench.steady_load import Load, NativeLoad, TxbridgeLoad
 from coordinator.commit import changelog
@@ -111,9 +112,6 @@ class NodeKillOptions:
     settle_s: float = 60.0
     failover: bool = False
 
-
-#: The cluster's takeover figures are the ``failover`` step's, named apart from the one broker's.
-ON_CLUSTER = " on the cluster"
 
 OPTIONS = {
     "quick": NodeKillOptions(rate=20.0, warmup_s=3.0, after_s=6.0),

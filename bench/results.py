@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.kafka_native import Figure
-from bench.results_table import goal_label, goal_verdict
+from bench.results_table import CLUSTER_FAILOVERS, FAILOVERS, goal_label, goal_verdict
 
 
 def machine() -> dict[str, Any]:
@@ -173,12 +173,7 @@ def goals(figures: Sequence[Figure]) -> list[Goal]:
     # Both standby takeovers, the kill at a random moment and the one inside a transaction: the
     # worse, held to the bound of where they ran (one broker, or a cluster: its longer session).
     takeovers: dict[bool, list[float]] = {False: [], True: []}
-    # (The nodekill step's takeovers on its own cluster are named "... on the cluster".)
-    for name in (
-        "failover",
-        "failover inside a transaction",
-        *(f"{n} on the cluster" for n in ("failover", "failover inside a transaction")),
-    ):
+    for name in (*FAILOVERS, *CLUSTER_FAILOVERS):
         figure = by_name.get(name)
         seconds = None if figure is None else figure.values.get("seconds_to_first_republish")
         if figure is not None and seconds is not None:

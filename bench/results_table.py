@@ -47,8 +47,11 @@ _AFTER = "kafka txn after decision (RocketMQ's rate)"
 _SPLIT = ("p50 ms, decision to op appended", "p50 ms, op to republished", "p50 ms, republished to visible")
 _SCALE = ("scale-out, 1 coordinator", "scale-out, 2 coordinators", "scale-out, 4 coordinators")
 _ADDREMOVE = ("add + remove coordinator (static membership)", "add + remove coordinator (dynamic membership)")
-# The nodekill step's takeovers on its cluster are these, named "... on the cluster".
-_FAILOVERS = ("failover", "failover inside a transaction")
+#: The standby takeovers (the ``failover`` step's figures); the full ``nodekill`` step runs them
+#: on its own cluster too, named with ON_CLUSTER after them (CLUSTER_FAILOVERS).
+FAILOVERS = ("failover", "failover inside a transaction")
+ON_CLUSTER = " on the cluster"
+CLUSTER_FAILOVERS = tuple(f"{name}{ON_CLUSTER}" for name in FAILOVERS)
 
 ROWS: tuple[Row, ...] = (
     Row("raw produce", "msgs/s", (("raw produce", "msgs_per_s"),)),
@@ -140,17 +143,17 @@ ROWS: tuple[Row, ...] = (
     Row(
         "failover and restart",
         "committed but not seen (must be 0)",
-        tuple((name, "unseen") for name in ("failover", "failover inside a transaction", "restart")),
+        tuple((name, "unseen") for name in (*FAILOVERS, "restart")),
     ),
     Row(
         "failover (standby) on the 3-node cluster, at a random moment / inside a transaction",
         "s from the kill to the first republish",
-        tuple((f"{name} on the cluster", "seconds_to_first_republish") for name in _FAILOVERS),
+        tuple((name, "seconds_to_first_republish") for name in CLUSTER_FAILOVERS),
     ),
     Row(
         "failover (standby) on the 3-node cluster, at a random moment / inside a transaction",
         "committed but not seen (must be 0)",
-        tuple((f"{name} on the cluster", "unseen") for name in _FAILOVERS),
+        tuple((name, "unseen") for name in CLUSTER_FAILOVERS),
     ),
     Row(
         "restart (same identity)",

@@ -229,8 +229,7 @@ def _driver(sink_env: SinkEnv, *args: str, env: dict[str, str] | None = None) ->
     )
 
 
-# make test keeps the kill before the decision record on the secured cluster instead
-# (tests/secure/test_spark_sink_secure.py: the same stage, with a task failure in batch 0).
+# That test runs the kill before the decision record and a task failure in batch 0, in one query.
 _ON_THE_CLUSTER = (
     "the same fault on the secured cluster runs in make test (tests/secure/test_spark_sink_secure.py)"
 )
