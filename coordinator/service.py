@@ -293,6 +293,7 @@ class Coordinator:
             parts.sources.registry,
             parts.sources.reader,
             parts.kafka.commit_clients,
+            parts.kafka.state,
             self.cycle,
         ):
             if part is not None:
