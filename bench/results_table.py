@@ -152,6 +152,16 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "failover (standby) on the 3-node cluster, at a random moment / inside a transaction",
+        "s from the kill to the take-over's start (session, rebalance)",
+        tuple((name, "seconds_to_take_over_start") for name in CLUSTER_FAILOVERS),
+    ),
+    Row(
+        "failover (standby) on the 3-node cluster, at a random moment / inside a transaction",
+        "s of the take-over (owners read and fenced, claim, restore)",
+        tuple((name, "take_over_s") for name in CLUSTER_FAILOVERS),
+    ),
+    Row(
+        "failover (standby) on the 3-node cluster, at a random moment / inside a transaction",
         "committed but not seen (must be 0)",
         tuple((name, "unseen") for name in CLUSTER_FAILOVERS),
     ),

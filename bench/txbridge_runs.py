@@ -660,6 +660,7 @@ def failover(
         "seconds_to_first_republish": min(dead) - killed,
         "survivor_partitions_max_visible_s": max(kept, default=0.0),
         "unseen": float(len(committed) - len(watcher.seen)),
+        **take_over_split(second.log_path, killed),
     }
     name = "failover inside a transaction" if inside_transaction else "failover"
     # The goal differs on a cluster: the group's session is longer there (coordinator/group/consumer.py).
@@ -896,6 +897,28 @@ def _steady_load(
 
     asyncio.run(main())
     return committed, killed[0]
+
+
+#: A coordinator log line's time and the take-over's duration, from the line that ends a take-over.
+_RESTORED = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*restored \d+ pending transactions in ([\d.]+)s$"
+)
+
+
+def take_over_split(log: Path, killed: float) -> dict[str, float]:
+    """Where a takeover's time went, from the survivor's log (same host, same clock): the kill
+    to the start of its take-over (the group session running out, the rebalance), and the
+    take-over itself (the owners read and fenced, the claim, ``<ns>_state`` restored). Empty
+    when the log has no take-over after the kill."""
+    for line in log.read_text(errors="replace").splitlines():
+        found = _RESTORED.match(line)
+        if found is None:
+            continue
+        ended = time.mktime(time.strptime(found[1], "%Y-%m-%d %H:%M:%S")) + int(found[2]) / 1000
+        took = float(found[3])
+        if ended >= killed:
+            return {"seconds_to_take_over_start": ended - took - killed, "take_over_s": took}
+    return {}
 
 
 def _last_assignment(log: Path) -> set[int]:

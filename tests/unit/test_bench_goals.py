@@ -3,12 +3,15 @@ and the renamed restart's per-partition return, computed from the figures, never
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from bench.kafka_native import Figure
 from bench.results import goals, ratios
 from bench.results_table import table_for
-from bench.txbridge_runs import visible_again
+from bench.txbridge_runs import take_over_split, visible_again
 
 
 def run_figures(*, broker: float = 140.0, renamed_s: float = 12.0, timeout_s: float = 10.0) -> list[Figure]:
@@ -118,3 +121,21 @@ def test_each_partition_is_back_at_its_first_message_committed_after_the_kill_an
     seen = {"before": 10.01, "a1": 12.0, "a2": 13.0, "b1": 20.0}
     back = visible_again(committed, seen, 10.0, {b"a": 0, b"b": 1, b"c": 2}.__getitem__)
     assert back == pytest.approx({0: 2.0, 1: 10.0})
+
+
+def test_a_takeover_splits_into_the_wait_for_the_rebalance_and_the_take_over_itself(tmp_path: Path) -> None:
+    log = tmp_path / "survivor.log"
+    log.write_text(
+        "2026-11-29 16:57:01,643 INFO coordinator.group: restored 0 pending transactions in 0.959s\n"
+        "2026-11-29 16:57:01,643 INFO coordinator.group: assigned partitions [6, 7]\n"
+        "2026-11-29 16:57:22,420 INFO coordinator.commit.ownership: fenced the earlier owners {'a': [0, 1]}\n"
+        "2026-11-29 16:57:22,646 INFO coordinator.group: restored 1 pending transactions in 1.221s\n"
+        "2026-11-29 16:57:40,000 INFO coordinator.group: restored 0 pending transactions in 0.100s\n"
+    )
+    killed = time.mktime(time.strptime("2026-11-29 16:57:08", "%Y-%m-%d %H:%M:%S")) + 0.25
+
+    split = take_over_split(log, killed)
+
+    # The take-over of the earlier line ran before the kill; the last one is a later rebalance.
+    assert split == pytest.approx({"seconds_to_take_over_start": 13.175, "take_over_s": 1.221})
+    assert take_over_split(log, killed + 60) == {}
