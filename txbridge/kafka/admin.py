@@ -17,7 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import ElectionType, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupState,
+    ElectionType,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -440,6 +447,9 @@ def delete_topics_with_prefix(
     return names
 
 
+_MEMBERLESS = frozenset({ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD})
+
+
 def groups_consuming(
     bootstrap: str, topics: Iterable[str], *, extra: Mapping[str, Any] | None = None, timeout: float = 10.0
 ) -> dict[str, list[str]]:
@@ -455,7 +465,11 @@ def groups_consuming(
         listed = client.list_consumer_groups(request_timeout=timeout).result(timeout=timeout)
     except KafkaException as exc:
         raise to_error(exc, "listing consumer groups") from exc
-    ids = [g.group_id for g in listed.valid]
+    # Only groups that may have members are described: a cluster keeps every group that ever
+    # committed an offset, and describing each is a round trip per group at every coordinator
+    # start. A state the client does not name (a KIP-848 group assigning or reconciling) is
+    # UNKNOWN here and described.
+    ids = [g.group_id for g in listed.valid if g.state not in _MEMBERLESS]
     if not ids:
         return {}
     found: dict[str, list[str]] = {}
