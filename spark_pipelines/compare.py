@@ -195,11 +195,22 @@ def _measure(
     read: DataFrame, path: str, isolation: str, truth: DataFrame, seen: DataFrame | None
 ) -> tuple[PathMetrics, list[int]]:
     """The metrics of ``read`` (``partition, offset, event``) against ``truth``; ``seen``:
-    ``order_id, first_seen_ms``."""
+    ``order_id, first_seen_ms``.
+
+    Two Spark jobs: the counts, the gaps and the latencies from one full outer join of the
+    records per order id with the committed orders, then the order violations. One job per
+    figure (eight of them) took half as long again (docs/results/2026-11-29-demo-time.md).
+    """
     from pyspark.sql import functions as F
 
-    records = read.count()
-    undecodable = read.where(F.col("event").isNull()).count()
+    # One row per order id read (the null id: every undecodable record), with its record count.
+    per_id = read.groupBy(F.col("event.order_id").alias("order_id")).agg(F.count(F.lit(1)).alias("n"))
+    rows = per_id.join(truth.withColumn("in_truth", F.lit(True)), "order_id", "full_outer")
+    if seen is not None:
+        rows = rows.join(seen, "order_id", "left")
+    in_topic = F.col("order_id").isNotNull() & F.col("n").isNotNull()
+    in_truth = F.col("in_truth").isNotNull()
+    latency = F.col("first_seen_ms") - F.col("committed_ms") if seen is not None else F.lit(None).cast("long")
     events = read.where(F.col("event").isNotNull()).select(
         "partition",
         "offset",
@@ -207,33 +218,29 @@ def _measure(
         F.col("event.customer_id").alias("customer_id"),
         F.col("event.customer_seq").alias("customer_seq"),
     )
-    decodable = records - undecodable
-    ids = events.select("order_id").distinct()
-    delivered = ids.count()
-    lost = truth.join(ids, "order_id", "left_anti").count()
-    phantom = ids.join(truth, "order_id", "left_anti").count()
-    violations = _order_violations(events)
-    committed = truth.count()
-    latencies: list[int] = []
-    if seen is not None:
-        joined = (
-            truth.join(ids, "order_id")
-            .join(seen, "order_id")
-            .select((F.col("first_seen_ms") - F.col("committed_ms")).alias("latency_ms"))
-        )
-        latencies = sorted(int(r.latency_ms) for r in joined.collect())
+    counts = rows.agg(
+        F.coalesce(F.sum("n"), F.lit(0)).alias("records"),
+        F.coalesce(F.sum(F.when(F.col("order_id").isNull(), F.col("n"))), F.lit(0)).alias("undecodable"),
+        F.count(F.when(in_topic, True)).alias("delivered"),
+        F.count(F.when(in_truth, True)).alias("committed"),
+        F.count(F.when(in_truth & ~in_topic, True)).alias("lost"),
+        F.count(F.when(in_topic & ~in_truth, True)).alias("phantom"),
+        F.collect_list(F.when(in_topic & in_truth, latency)).alias("latencies"),
+    ).collect()[0]  # an aggregate without grouping: one row
+    decodable = counts.records - counts.undecodable
+    latencies = sorted(int(v) for v in counts.latencies)
     p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
     metrics = PathMetrics(
         path=path,
         isolation=isolation,
-        committed=committed,
-        records=records,
-        undecodable=undecodable,
-        delivered=delivered,
-        lost=lost,
-        phantom=phantom,
-        duplicates=decodable - delivered,
-        order_violations=violations,
+        committed=counts.committed,
+        records=counts.records,
+        undecodable=counts.undecodable,
+        delivered=counts.delivered,
+        lost=counts.lost,
+        phantom=counts.phantom,
+        duplicates=decodable - counts.delivered,
+        order_violations=_order_violations(events),
         latency_n=len(latencies),
         latency_p50_ms=p50,
         latency_p99_ms=p99,

@@ -178,3 +178,43 @@ def test_a_record_that_is_not_avro_is_counted_undecodable(
 
     assert (metrics.records, metrics.undecodable, metrics.delivered) == (3, 1, 2)
     assert (metrics.lost, metrics.phantom, metrics.duplicates) == (0, 0, 0)
+
+
+def test_every_gap_and_the_latency_of_each_order_read_and_committed(
+    kafka_bootstrap: str, topic_factory: Callable[..., str], spark
+) -> None:
+    """Each figure of a path from one topic: a lost, a phantom, a twice-read, a reordered and an
+    undecodable record, and the latencies of the orders both committed and read."""
+    from spark_pipelines.store import CommittedOrder
+
+    topic = topic_factory(partitions=1)
+    events = {i: schema.OrderCreated(f"o-{i}", "c", i, 100, 0) for i in range(1, 6)}
+    producer = kafka.producer(kafka_bootstrap)
+    for i in (1, 3, 2, 2, 5):  # o-4 never published; o-2 twice and after o-3; o-5 not committed
+        producer.produce(topic, key=b"c", value=schema.encode(events[i]))
+    producer.produce(topic, key=b"c", value=b"\x00not avro")
+    assert producer.flush(15) == 0
+    committed = {i: 1_000 * i for i in range(1, 5)}
+    truth = truth_frame(spark, [CommittedOrder(f"o-{i}", "c", i, 100, at) for i, at in committed.items()])
+    seen = {"o-1": 1_010, "o-2": 2_030, "o-3": 3_020, "o-5": 9_999}
+
+    metrics, latencies = measure(
+        spark, kafka_bootstrap, "gaps", topic, isolation="read_committed", truth=truth, visibility=seen
+    )
+
+    assert metrics.as_dict() | {"latency_p50_ms": None, "latency_p99_ms": None} == {
+        "path": "gaps",
+        "isolation": "read_committed",
+        "committed": 4,
+        "records": 6,
+        "undecodable": 1,
+        "delivered": 4,
+        "lost": 1,
+        "phantom": 1,
+        "duplicates": 1,
+        "order_violations": 1,
+        "latency_n": 3,
+        "latency_p50_ms": None,
+        "latency_p99_ms": None,
+    }
+    assert latencies == [10, 20, 30]
