@@ -21,7 +21,6 @@ from coordinator.checks.broker_clock import BrokerClock
 from coordinator.checks.checker import Checker
 from coordinator.checks.registry import ProducerRegistry
 from coordinator.checks.resume import ExpiryResumer
-from coordinator.commit.changelog import StateReader
 from coordinator.commit.cycle import THREAD_PREFIX, CommitCycle, KafkaCommitClients
 from coordinator.commit.ownership import Ownership
 from coordinator.commit.payloads import HalfReader
@@ -86,14 +85,12 @@ class KafkaSide:
         consumers: makes the group's half/op consumers.
         clients: the group's consumer; joining and joining again.
         commit_clients: the commit cycle's Kafka side (producers, end offsets, the group's copy).
-        state: reads ``<ns>_state`` in take-overs and rewinds (the owners, then the changelog).
     """
 
     owners: Ownership
     consumers: GroupConsumers
     clients: GroupClients
     commit_clients: KafkaCommitClients
-    state: StateReader
 
 
 @dataclass(frozen=True)
@@ -158,14 +155,7 @@ def build(
     # 4. The parts that work on the owned partitions.
     owned, stats, failures, watchdog = base.owned, base.stats, base.failures, base.watchdog
     restorer = Restorer(
-        config,
-        base.topics,
-        stats,
-        watchdog,
-        positions=owned,
-        reader=sources.reader,
-        state=kafka.state,
-        now_ms=base.clock.now_ms,
+        config, base.topics, stats, watchdog, positions=owned, reader=sources.reader, now_ms=base.clock.now_ms
     )
     checks = BackChecks(
         config,
@@ -244,8 +234,7 @@ def foundation(config: CoordinatorConfig, on_wedged: Callable[[Wedged], None] | 
 def kafka_side(base: Foundation) -> KafkaSide:
     """The coordinator's producer and its claims, the group's consumer, the commit cycle's Kafka side."""
     config = base.config
-    state = StateReader(config.bootstrap, base.topics.state, config.extra_config)
-    owners = Ownership(config, base.watchdog, state)
+    owners = Ownership(config, base.watchdog)
     consumers = GroupConsumers(config)
     clients = GroupClients(
         config,
@@ -257,7 +246,7 @@ def kafka_side(base: Foundation) -> KafkaSide:
         make_consumer=consumers.new,
     )
     commit_clients = KafkaCommitClients(config, base.topics, owners, clients.consumer)
-    return KafkaSide(owners, consumers, clients, commit_clients, state)
+    return KafkaSide(owners, consumers, clients, commit_clients)
 
 
 def check_sources(base: Foundation, transport: httpx.BaseTransport | None) -> Sources:

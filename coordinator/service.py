@@ -293,7 +293,6 @@ class Coordinator:
             parts.sources.registry,
             parts.sources.reader,
             parts.kafka.commit_clients,
-            parts.kafka.state,
             self.cycle,
         ):
             if part is not None:

@@ -22,12 +22,9 @@ import base64
 import json
 import logging
 import sys
-import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import closing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from coordinator.state.partition import HalfRef, PartitionState, PendingTx, Phase
@@ -188,9 +185,69 @@ def restore(
     extra: Mapping[str, Any] | None = None,
     timeout: float = 60.0,
 ) -> Restored:
-    """:meth:`StateReader.restore` with clients of its own, closed after the read."""
-    with closing(StateReader(bootstrap, topic, extra)) as reader:
-        return reader.restore(partitions, timeout)
+    """Every live entry and the positions of ``partitions`` of ``topic``, read with
+    read_committed to the high watermark.
+
+    Not to the last stable offset: a transaction still open on a partition (under an id that
+    no owner of it fenced) holds that offset below records that may commit, and entries of
+    transactions written after them could be missed, or tombstones above it ignored. The
+    read waits for the partition's last stable offset to reach the high watermark it had
+    when the read began; a ``timeout`` shorter than the writer's transaction timeout turns
+    that wait into an error.
+
+    Returns:
+        The pending transactions and the positions; a partition without entries, or without
+        a positions record (a namespace an older txbridge served), is absent from either.
+
+    Raises:
+        KafkaOperationError: the high watermarks were not reached within ``timeout``.
+    """
+    if not partitions:
+        return Restored()
+    ends = _ends(bootstrap, topic, partitions, extra)
+    consumer = kafka.consumer(
+        bootstrap,
+        f"txbridge-restore-{uuid.uuid4().hex[:8]}",
+        extra,
+        enable_partition_eof=True,
+        fetch_wait_max_ms=10,
+    )
+    entries: dict[int, dict[str, PendingTx]] = {}
+    out = Restored()
+    try:
+        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in partitions])
+        late = " (an open transaction holds its last stable offset below its high watermark)"
+        for msg in kafka.read_to_end(
+            consumer, topic, ends, timeout=timeout, what=f"restoring {topic}", late=late
+        ):
+            live = entries.setdefault(int(msg.partition() or 0), {})
+            value = msg.value()
+            if msg.key() == OWNER_KEY:
+                try:
+                    out.owners.setdefault(int(msg.partition() or 0), []).append(
+                        OwnerRecord.decode(value or b"")
+                    )
+                except WireFormatError as exc:
+                    logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+                continue
+            if msg.key() == POSITIONS_KEY:
+                try:
+                    out.positions[int(msg.partition() or 0)] = Positions.decode(value or b"")
+                except WireFormatError as exc:
+                    logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+                continue
+            key = (msg.key() or b"").decode("utf-8", "replace")
+            if value is None:
+                live.pop(key, None)
+                continue
+            try:
+                live[key] = decode_entry(value)
+            except WireFormatError as exc:
+                logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+    finally:
+        consumer.close()
+    out.pending = {p: list(txs.values()) for p, txs in entries.items() if txs}
+    return out
 
 
 def read_owners(
@@ -200,158 +257,62 @@ def read_owners(
     extra: Mapping[str, Any] | None = None,
     timeout: float = 60.0,
 ) -> dict[int, OwnerRecord]:
-    """:meth:`StateReader.owners` with clients of its own, closed after the read."""
-    with closing(StateReader(bootstrap, topic, extra)) as reader:
-        return reader.owners(partitions, timeout)
+    """The last committed owner record of each of ``partitions`` (absent: none, an older
+    txbridge's data or a new namespace), read with read_committed to the last stable offset.
 
+    Only to the last stable offset, unlike :func:`restore`: an owner's claim is committed in a
+    transaction of its own before it serves the partition, so every claim of an owner that may
+    still hold a transaction open lies below that transaction's first record, hence below the
+    last stable offset. The read ends without waiting for the open transaction it is about to
+    fence.
 
-class StateReader:
-    """Reads partitions of ``<ns>_state`` from their start, with one consumer and one admin
-    client kept from one read to the next.
-
-    A take-over reads twice, the owners before the fence and the changelog after it. On a
-    secured cluster a new client's TLS and SASL handshakes with the brokers cost 0.13-0.35 s
-    per read, where a kept consumer read the same in 0.02-0.07 s
-    (docs/results/2026-11-29-cluster-takeover.md), and the takeover on a cluster is measured
-    against a bound it sat on.
-
-    Every read ends at offsets asked of the admin client when it starts, never at a
-    partition-EOF event (the consumer makes none): an event queued by an earlier read of the
-    same partition could otherwise end a later read before its end. A read that fails closes
-    both clients; the next read makes new ones.
-
-    Args:
-        bootstrap, topic, extra: the cluster, the ``<ns>_state`` topic and the client settings.
+    Raises:
+        KafkaOperationError: the partitions' ends were not reached within ``timeout``.
     """
-
-    def __init__(self, bootstrap: str, topic: str, extra: Mapping[str, Any] | None = None) -> None:
-        self._bootstrap, self.topic, self._extra = bootstrap, topic, extra
-        self._lock = threading.Lock()  # one read at a time: they share the consumer's assignment
-        self._consumer: kafka.Consumer | None = None
-        self._admin: kafka.AdminClient | None = None
-
-    def restore(self, partitions: list[int], timeout: float = 60.0) -> Restored:
-        """Every live entry and the positions of ``partitions``, read with read_committed to
-        the high watermark.
-
-        Not to the last stable offset: a transaction still open on a partition (under an id
-        that no owner of it fenced) holds that offset below records that may commit, and
-        entries of transactions written after them could be missed, or tombstones above it
-        ignored. The read waits for the partition's last stable offset to reach the high
-        watermark it had when the read began; a ``timeout`` shorter than the writer's
-        transaction timeout turns that wait into an error.
-
-        Returns:
-            The pending transactions, positions and owner records; a partition without
-            entries, or without a positions record (a namespace an older txbridge served), is
-            absent from each.
-
-        Raises:
-            KafkaOperationError: the high watermarks were not reached within ``timeout``.
-        """
-        entries: dict[int, dict[str, PendingTx]] = {}
-        out = Restored()
-        late = " (an open transaction holds its last stable offset below its high watermark)"
-        for msg in self._read(partitions, "restoring", timeout, late):
-            partition, value = int(msg.partition() or 0), msg.value()
-            if msg.key() == OWNER_KEY:
-                self._decoded(msg, OwnerRecord.decode, out.owners.setdefault(partition, []).append)
+    if not partitions:
+        return {}
+    consumer = kafka.consumer(
+        bootstrap,
+        f"txbridge-restore-{uuid.uuid4().hex[:8]}",
+        extra,
+        enable_partition_eof=True,
+        fetch_wait_max_ms=10,
+    )
+    owners: dict[int, OwnerRecord] = {}
+    try:
+        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in partitions])
+        for msg in kafka.read_to_end(
+            consumer, topic, dict.fromkeys(partitions), timeout=timeout, what=f"reading {topic}'s owners"
+        ):
+            if msg.key() != OWNER_KEY or msg.value() is None:
                 continue
-            if msg.key() == POSITIONS_KEY:
-                self._decoded(msg, Positions.decode, partial(out.positions.__setitem__, partition))
-                continue
-            live = entries.setdefault(partition, {})
-            key = (msg.key() or b"").decode("utf-8", "replace")
-            if value is None:
-                live.pop(key, None)
-            else:
-                self._decoded(msg, decode_entry, partial(live.__setitem__, key))
-        out.pending = {p: list(txs.values()) for p, txs in entries.items() if txs}
-        return out
-
-    def owners(self, partitions: list[int], timeout: float = 60.0) -> dict[int, OwnerRecord]:
-        """The last committed owner record of each of ``partitions`` (absent: none, an older
-        txbridge's data or a new namespace), read with read_committed to the last stable offset.
-
-        Only to the last stable offset, unlike :meth:`restore`: an owner's claim is committed in
-        a transaction of its own before it serves the partition, so every claim of an owner that
-        may still hold a transaction open lies below that transaction's first record, hence
-        below the last stable offset. The read ends without waiting for the open transaction it
-        is about to fence.
-
-        Raises:
-            KafkaOperationError: the partitions' ends were not reached within ``timeout``.
-        """
-        owners: dict[int, OwnerRecord] = {}
-        for msg in self._read(partitions, "reading the owners of", timeout, stable=True):
-            if msg.key() == OWNER_KEY and msg.value() is not None:
-                self._decoded(msg, OwnerRecord.decode, partial(owners.__setitem__, int(msg.partition() or 0)))
-        return owners
-
-    def close(self) -> None:
-        with self._lock:
-            self._discard()
-
-    def _read(
-        self, partitions: list[int], what: str, timeout: float, late: str = "", *, stable: bool = False
-    ) -> Iterator[kafka.Message]:
-        """The records of ``partitions`` from their start to their ends: the high watermarks,
-        or the last stable offsets (``stable``), as they are when the read begins."""
-        if not partitions:
-            return
-        with self._lock:
             try:
-                ends = self._ends(partitions, stable)
-                if not ends:
-                    return
-                consumer = self._reading()
-                consumer.assign([kafka.partition_at(self.topic, p, kafka.FROM_START) for p in ends])
-                try:
-                    yield from kafka.read_to_end(
-                        consumer, self.topic, ends, timeout=timeout, what=f"{what} {self.topic}", late=late
-                    )
-                finally:
-                    consumer.unassign()
-            except BaseException:
-                self._discard()
-                raise
+                owners[int(msg.partition() or 0)] = OwnerRecord.decode(msg.value() or b"")
+            except WireFormatError as exc:
+                logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+    finally:
+        consumer.close()
+    return owners
 
-    def _reading(self) -> kafka.Consumer:
-        if self._consumer is None:
-            self._consumer = kafka.consumer(
-                self._bootstrap, f"txbridge-restore-{uuid.uuid4().hex[:8]}", self._extra, fetch_wait_max_ms=10
-            )
-        return self._consumer
 
-    def _ends(self, partitions: list[int], stable: bool) -> dict[int, int]:
-        """Where each partition's read ends; an empty partition (nothing below its end) is left
-        out. Warns first when open transactions hold partitions read to their high watermark
-        (the read then waits)."""
-        if self._admin is None:
-            self._admin = kafka.admin(self._bootstrap, self._extra)
-        bounds = kafka.offset_bounds(self._admin, self.topic, partitions, timeout=10.0)
-        ends = {p: lso if stable else high for p, (_low, lso, high) in bounds.items()}
-        ends = {p: end for p, end in ends.items() if end > max(bounds[p][0], 0)}
-        held = {p: bounds[p][1:] for p in ends if not stable and bounds[p][1] < bounds[p][2]}
-        if held:
-            logger.warning(
-                "%s: open transactions hold partitions %s (last stable offset, high watermark: %s); "
-                "restoring waits until they end (at the latest after their transaction timeout)",
-                self.topic,
-                sorted(held),
-                held,
-            )
-        return ends
-
-    def _decoded(
-        self, msg: kafka.Message, decode: Callable[[bytes], Any], keep: Callable[[Any], Any]
-    ) -> None:
-        try:
-            keep(decode(msg.value() or b""))
-        except WireFormatError as exc:
-            logger.warning("%s/%d offset %d skipped: %s", self.topic, msg.partition(), msg.offset(), exc)
-
-    def _discard(self) -> None:
-        consumer, self._consumer, self._admin = self._consumer, None, None
-        if consumer is not None:
-            consumer.close()
+def _ends(
+    bootstrap: str, topic: str, partitions: list[int], extra: Mapping[str, Any] | None
+) -> dict[int, int | None]:
+    """Each partition's high watermark, None for an empty one (read to its partition-EOF); and a
+    warning first when open transactions hold partitions below it (the read then waits)."""
+    bounds = kafka.offset_bounds(kafka.admin(bootstrap, extra), topic, partitions, timeout=10.0)
+    ends = {p: high if high > max(low, 0) else None for p, (low, _stable, high) in bounds.items()}
+    held = {
+        p: (stable, high)
+        for p, (_low, stable, high) in bounds.items()
+        if ends[p] is not None and stable < high
+    }
+    if held:
+        logger.warning(
+            "%s: open transactions hold partitions %s (last stable offset, high watermark: %s); "
+            "restoring waits until they end (at the latest after their transaction timeout)",
+            topic,
+            sorted(held),
+            held,
+        )
+    return ends

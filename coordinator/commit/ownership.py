@@ -29,7 +29,7 @@ from coordinator.monitoring.watchdog import Watchdog
 from txbridge import kafka
 from txbridge.errors import TxBridgeError
 from txbridge.kafka import Producer
-from txbridge.wire import OWNER_KEY, OwnerRecord, coordinator_transactional_id
+from txbridge.wire import OWNER_KEY, OwnerRecord, Topics, coordinator_transactional_id
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +64,11 @@ class Ownership:
     Args:
         config: the coordinator's settings (bootstrap, client settings, transaction timeout).
         watchdog: reports an ``init_transactions`` or a claim that outlives its timeout.
-        state: reads the owner records of ``<ns>_state`` (kept for the restores that follow).
     """
 
-    def __init__(self, config: CoordinatorConfig, watchdog: Watchdog, state: changelog.StateReader) -> None:
+    def __init__(self, config: CoordinatorConfig, watchdog: Watchdog) -> None:
         self.config = config
-        self._state = state
+        self._state_topic = Topics(config.namespace).state
         self._watchdog = watchdog
         self._writer: TransactionWriter | None = None
         self._claimed: set[int] = set()
@@ -135,8 +134,10 @@ class Ownership:
         self._claimed |= set(wanted)
 
     def _read_owners(self, numbers: list[int]) -> dict[int, OwnerRecord]:
-        with self._watchdog.deadline(f"reading the owners of {self._state.topic}", 2 * _INIT_TIMEOUT_S):
-            return self._state.owners(numbers, _INIT_TIMEOUT_S)
+        with self._watchdog.deadline(f"reading the owners of {self._state_topic}", 2 * _INIT_TIMEOUT_S):
+            return changelog.read_owners(
+                self.config.bootstrap, self._state_topic, numbers, self.config.extra_config, _INIT_TIMEOUT_S
+            )
 
     def fence(self, earlier: dict[str, list[int]]) -> None:
         """``init_transactions`` on each of ``earlier``'s ids (id -> the partitions it held):
@@ -255,7 +256,7 @@ class Ownership:
                 producer.begin_transaction()
                 for number in wanted:
                     producer.produce(
-                        self._state.topic, key=OWNER_KEY, value=value, partition=number, on_delivery=delivered
+                        self._state_topic, key=OWNER_KEY, value=value, partition=number, on_delivery=delivered
                     )
                 producer.flush(_MARK_TIMEOUT_S)  # serves the delivery reports: the offsets
                 producer.commit_transaction(_MARK_TIMEOUT_S)

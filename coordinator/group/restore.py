@@ -59,7 +59,6 @@ class Restorer:
         positions: (topic, partition) -> the next offset to consume; :meth:`take_positions`
             places those of the partitions it reads.
         reader: re-reads half records by offset (the young halves).
-        state: reads ``<ns>_state`` (the same reader as the owners').
         now_ms: the brokers' clock (:class:`coordinator.checks.broker_clock.BrokerClock`), the append
             time of a half of a topic that keeps CreateTime.
     """
@@ -73,7 +72,6 @@ class Restorer:
         *,
         positions: Placement,
         reader: HalfReader,
-        state: changelog.StateReader,
         now_ms: Callable[[], int] = _now_ms,
     ) -> None:
         self.config = config
@@ -81,13 +79,18 @@ class Restorer:
         self.stats = stats
         self._positions = positions
         self._reader = reader
-        self._state = state
         self._watchdog = watchdog
         self._now_ms = now_ms
 
     def read_changelog(self, numbers: list[int]) -> changelog.Restored:
         """``numbers``' pending transactions and positions in ``<ns>_state``, read to its end."""
-        return self._state.restore(numbers, timeout=RESTORE_WAIT_S)
+        return changelog.restore(
+            self.config.bootstrap,
+            self.topics.state,
+            numbers,
+            self.config.extra_config,
+            timeout=RESTORE_WAIT_S,
+        )
 
     def take_positions(
         self, numbers: list[int], restored: changelog.Restored, consumer: Consumer

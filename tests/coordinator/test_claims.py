@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import KafkaException
 
-from coordinator.commit.changelog import StateReader, read_owners
+from coordinator.commit.changelog import read_owners
 from coordinator.commit.ownership import Ownership
 from coordinator.monitoring.watchdog import Watchdog
 from tests.coordinator.conftest import PARTITIONS, Env, eventually
@@ -25,7 +25,7 @@ from tests.kafka_helpers import read_topic
 from txbridge import kafka
 from txbridge.errors import ProducerFencedError
 from txbridge.kafka import Producer
-from txbridge.wire import Topics, TxState, half_partition
+from txbridge.wire import TxState, half_partition
 
 pytestmark = pytest.mark.integration
 
@@ -47,20 +47,17 @@ def _txs(env: Env, topic: str, isolation: str = "read_committed") -> list[str]:
 def incarnations(env: Env) -> Iterator[Callable[[str], Ownership]]:
     """Earlier coordinator incarnations: their producers and claims, without a coordinator loop."""
     made: list[Ownership] = []
-    readers: list[StateReader] = []
 
     def make(instance_id: str) -> Ownership:
-        config = env.config(instance_id=instance_id, transaction_timeout_ms=TIMEOUT_MS)
-        readers.append(StateReader(config.bootstrap, Topics(config.namespace).state, config.extra_config))
-        owner = Ownership(config, Watchdog(print), readers[-1])
+        owner = Ownership(
+            env.config(instance_id=instance_id, transaction_timeout_ms=TIMEOUT_MS), Watchdog(print)
+        )
         made.append(owner)
         return owner
 
     yield make
     for owner in made:
         owner.release_all()
-    for reader in readers:
-        reader.close()
 
 
 def _fenced(producer: Producer) -> bool:

@@ -69,7 +69,6 @@ def restorer(positions: dict[tuple[str, int], int], reader: FakeReader | None = 
         Watchdog(lambda _wedged: None),
         positions=RecordedPositions(positions),
         reader=cast(Any, reader or FakeReader({})),
-        state=changelog.StateReader("b:1", TOPICS.state),  # never read here: it connects on first use
     )
 
 
