@@ -53,6 +53,16 @@ FAILOVERS = ("failover", "failover inside a transaction")
 ON_CLUSTER = " on the cluster"
 CLUSTER_FAILOVERS = tuple(f"{name}{ON_CLUSTER}" for name in FAILOVERS)
 
+
+def _on_cluster(figure: str, key: str) -> Row:
+    """A row of the cluster's two takeovers (the full ``nodekill`` step's), one ``key`` each."""
+    return Row(
+        "failover (standby) on the 3-node cluster, at a random moment / inside a transaction",
+        figure,
+        tuple((name, key) for name in CLUSTER_FAILOVERS),
+    )
+
+
 ROWS: tuple[Row, ...] = (
     Row("raw produce", "msgs/s", (("raw produce", "msgs_per_s"),)),
     Row("raw produce", "broker CPU µs/msg", (("raw produce", "broker_cpu_us_per_msg"),)),
@@ -145,26 +155,12 @@ ROWS: tuple[Row, ...] = (
         "committed but not seen (must be 0)",
         tuple((name, "unseen") for name in (*FAILOVERS, "restart")),
     ),
-    Row(
-        "failover (standby) on the 3-node cluster, at a random moment / inside a transaction",
-        "s from the kill to the first republish",
-        tuple((name, "seconds_to_first_republish") for name in CLUSTER_FAILOVERS),
+    _on_cluster("s from the kill to the first republish", "seconds_to_first_republish"),
+    _on_cluster(
+        "s from the kill to the take-over's start (session, rebalance)", "seconds_to_take_over_start"
     ),
-    Row(
-        "failover (standby) on the 3-node cluster, at a random moment / inside a transaction",
-        "s from the kill to the take-over's start (session, rebalance)",
-        tuple((name, "seconds_to_take_over_start") for name in CLUSTER_FAILOVERS),
-    ),
-    Row(
-        "failover (standby) on the 3-node cluster, at a random moment / inside a transaction",
-        "s of the take-over (owners read and fenced, claim, restore)",
-        tuple((name, "take_over_s") for name in CLUSTER_FAILOVERS),
-    ),
-    Row(
-        "failover (standby) on the 3-node cluster, at a random moment / inside a transaction",
-        "committed but not seen (must be 0)",
-        tuple((name, "unseen") for name in CLUSTER_FAILOVERS),
-    ),
+    _on_cluster("s of the take-over (owners read and fenced, claim, restore)", "take_over_s"),
+    _on_cluster("committed but not seen (must be 0)", "unseen"),
     Row(
         "restart (same identity)",
         "s from the kill to the first republish",
