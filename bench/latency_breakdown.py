@@ -112,6 +112,8 @@ VARIANTS: dict[str, Knobs] = {
     "coord_linger0": Knobs(coord_linger_ms=0),
     "fetch_wait1": Knobs(fetch_wait_ms=1),
     "fetch_wait2": Knobs(fetch_wait_ms=2),
+    "fetch_wait100": Knobs(fetch_wait_ms=100),
+    "fetch_wait500": Knobs(fetch_wait_ms=500),
     # Fetches at a fixed interval, 5 ms or 64 KiB, where the coordinator's follow the load; and
     # the first record alone (librdkafka's queue settings at their defaults).
     "fetch_5ms_64k": Knobs(coord_extra={**_LIBRDKAFKA_QUEUE, "fetch.min.bytes": 64 * 1024}),

@@ -17,16 +17,23 @@ from txbridge.kafka import Consumer, KafkaException
 
 logger = logging.getLogger(__name__)
 
-#: The half/op consumer's fetches follow the load. The broker answers a fetch at the first
-#: record (``fetch.min.bytes`` 1), or after FETCH_WAIT_MS when there is none, so an idle
-#: coordinator fetches every FETCH_WAIT_MS; and while the loop has not yet taken what the last
-#: fetch brought (QUEUED_MIN_MESSAGES or more records waiting), librdkafka fetches again only
-#: after FETCH_QUEUE_BACKOFF_MS. At light load each record is fetched on arrival, so an op record
-#: never waits out a fetch interval; under load fetches come every FETCH_QUEUE_BACKOFF_MS with
-#: whatever accumulated, which keeps the throughput of batched fetches (``fetch.min.bytes`` 1
-#: alone costs throughput; the measurements: docs/results/settings.md).
+#: The half/op consumer's fetches follow the load. The broker holds a fetch until the first
+#: record (``fetch.min.bytes`` 1) and answers it as soon as one is appended, or after
+#: FETCH_WAIT_MS when none is: the wait delays no record, it only sets how often an idle
+#: coordinator asks each broker it reads from. At 5 ms that was 200 times a second, and an
+#: idle coordinator cost the secured cluster's brokers about half a core between them; at
+#: 100 ms it is ten, within the brokers' own idle noise, and the op record's trip to the loop
+#: measured the same (docs/capacity.md, "What an idle coordinator costs the broker"). What the
+#: wait can delay is a partition that starts fetching while a fetch to its broker is out
+#: (librdkafka keeps one per broker): one resumed after its restore, beside partitions this
+#: coordinator already fetches, waits at most FETCH_WAIT_MS. And while the loop has not yet
+#: taken what the last fetch brought (QUEUED_MIN_MESSAGES or more records waiting), librdkafka
+#: fetches again only after FETCH_QUEUE_BACKOFF_MS: under load fetches come every
+#: FETCH_QUEUE_BACKOFF_MS with whatever accumulated, which keeps the throughput of batched
+#: fetches (``fetch.min.bytes`` 1 alone costs throughput; the measurements:
+#: docs/results/settings.md).
 #: ``extra_config`` overrides all three.
-FETCH_WAIT_MS = 5
+FETCH_WAIT_MS = 100
 FETCH_MIN_BYTES = 1
 QUEUED_MIN_MESSAGES = 2
 FETCH_QUEUE_BACKOFF_MS = 5
