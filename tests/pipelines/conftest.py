@@ -1,17 +1,22 @@
-"""Fixtures of the side-by-side pipeline tests: one small faulty run shared by the module."""
+"""Fixtures of the pipeline tests: the side-by-side run shared by its module, and the small
+three-path demo shared by the session."""
 
 from __future__ import annotations
 
 import importlib.util
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from click.testing import CliRunner, Result
 
+from cli.main import main
+from servers import jars
 from spark_pipelines.compare import PathMetrics, compare
 from spark_pipelines.faults import FaultPlan
 from spark_pipelines.paths import PATHS
@@ -124,3 +129,53 @@ def side_by_side(
 
 def db_file(config: RunConfig, path: str) -> Path:
     return Path(config.run_dir) / "db" / f"{path}.sqlite"
+
+
+def demo_cache(tmp: Path) -> Path:
+    """A temp cache whose ``jars`` are the real cache's: a demo's RocketMQ lives in it."""
+    cache = tmp / "cache"
+    cache.mkdir()
+    jars.ensure_jars(jars.ROCKETMQ)
+    (cache / "jars").symlink_to(jars.cache_root() / "jars", target_is_directory=True)
+    return cache
+
+
+def run_demo(cache: Path, out: Path, *args: str) -> tuple[Result, float]:
+    """``txbridge demo --out OUT ARGS`` through the CLI with ``cache`` as its cache; and its seconds."""
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        main, ["demo", "--out", str(out), *args], env={"TXBRIDGE_CACHE": str(cache)}, catch_exceptions=False
+    )
+    return result, time.monotonic() - started
+
+
+@dataclass(frozen=True)
+class SmallDemo:
+    result: Result
+    out: Path  # the demo's --out: one run folder in it
+    cache: Path
+    seconds: float
+
+
+#: The small demo's orders: RocketMQ left out, so no RocketMQ starts; the Spark sinks' comparison
+#: at its default size.
+SMALL_DEMO_ORDERS = 8
+
+
+@pytest.fixture(scope="session")
+def small_demo(
+    kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> SmallDemo:
+    """One ``txbridge demo --paths txbridge,native,plain`` with the Spark sinks' comparison, no
+    streaming, no coordinator kill.
+
+    Shared by the test of leaving RocketMQ out (tests/pipelines/test_rocketmq_path.py) and the
+    sinks' comparison (tests/pipelines/test_spark_sink_comparison.py): each demo run costs the
+    Spark worker a minute or more in ``make test``, and neither test needs a run of its own.
+    """
+    tmp = tmp_path_factory.mktemp("small-demo")
+    cache = demo_cache(tmp)
+    args = ["--orders", str(SMALL_DEMO_ORDERS), "--customers", "3", "--paths", "txbridge,native,plain"]
+    args += ["--no-streaming", "--no-coordinator-kill"]
+    result, seconds = run_demo(cache, tmp / "reports", "--bootstrap", kafka_bootstrap, *args)
+    return SmallDemo(result, tmp / "reports", cache, seconds)

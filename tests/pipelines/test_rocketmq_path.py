@@ -23,7 +23,6 @@ import sqlalchemy as sa
 from click.testing import CliRunner, Result
 
 from cli.main import main
-from servers import jars
 from spark_pipelines import schema
 from spark_pipelines.faults import Fault, FaultPlan
 from spark_pipelines.paths.rocketmq_path import CHECKS_LOG, TRANSACTIONS_LOG
@@ -32,6 +31,7 @@ from spark_pipelines.rocketmq import DEMO_TRANSACTION_SETTINGS, demo_rocketmq, s
 from spark_pipelines.watcher import load_received
 from spark_pipelines.workload import RunConfig
 from tests.kafka_helpers import read_topic
+from tests.pipelines.conftest import SMALL_DEMO_ORDERS, SmallDemo, demo_cache, run_demo
 from txbridge.errors import BrokerError
 
 if TYPE_CHECKING:
@@ -54,23 +54,6 @@ class DemoRun:
     seconds: float
 
 
-def _cache(tmp: Path) -> Path:
-    """A temp cache whose ``jars`` are the real cache's: the demo's RocketMQ lives in it."""
-    cache = tmp / "cache"
-    cache.mkdir()
-    jars.ensure_jars(jars.ROCKETMQ)
-    (cache / "jars").symlink_to(jars.cache_root() / "jars", target_is_directory=True)
-    return cache
-
-
-def _demo(cache: Path, out: Path, *args: str) -> tuple[Result, float]:
-    started = time.monotonic()
-    result = CliRunner().invoke(
-        main, ["demo", "--out", str(out), *args], env={"TXBRIDGE_CACHE": str(cache)}, catch_exceptions=False
-    )
-    return result, time.monotonic() - started
-
-
 def _load(result: Result, out: Path, cache: Path, seconds: float) -> DemoRun:
     assert result.exit_code == 0, result.output
     (run_dir,) = out.iterdir()
@@ -88,9 +71,9 @@ def four_paths(
     """``txbridge demo`` with every path, every fault kind, the coordinator kill; no streaming, no
     Spark sinks' comparison (tests/pipelines/test_spark_sink_comparison.py)."""
     tmp = tmp_path_factory.mktemp("four-paths")
-    cache = _cache(tmp)
+    cache = demo_cache(tmp)
     args = ["--orders", str(ORDERS), "--customers", "8", "--seed", "17", "--no-streaming", "--no-spark-sink"]
-    result, seconds = _demo(cache, tmp / "reports", "--bootstrap", kafka_bootstrap, *args)
+    result, seconds = run_demo(cache, tmp / "reports", "--bootstrap", kafka_bootstrap, *args)
     return _load(result, tmp / "reports", cache, seconds)
 
 
@@ -284,22 +267,17 @@ def test_the_demo_stopped_its_rocketmq(four_paths: DemoRun) -> None:
         assert probe.connect_ex(("127.0.0.1", ports["grpc_port"])) != 0
 
 
-def test_skipping_rocketmq_runs_the_other_three_and_says_so(
-    kafka_bootstrap: str, spark: SparkSession, tmp_path: Path
-) -> None:
-    cache = _cache(tmp_path)
-    args = ["--orders", "8", "--no-streaming", "--no-coordinator-kill", "--no-spark-sink"]
+def test_skipping_rocketmq_runs_the_other_three_and_says_so(small_demo: SmallDemo) -> None:
+    result = small_demo.result
 
-    result, _ = _demo(
-        cache, tmp_path / "reports", "--bootstrap", kafka_bootstrap, "--paths", "txbridge,native,plain", *args
-    )
-
-    run = _load(result, tmp_path / "reports", cache, 0.0)
-    assert {p for p, _ in run.metrics} == {"txbridge", "native", "plain"}
-    assert "8 orders x 3 paths (txbridge, native, plain)" in result.output
+    run = _load(result, small_demo.out, small_demo.cache, 0.0)
+    # The three paths, and the Spark sinks' comparison (tests/pipelines/test_spark_sink_comparison.py)
+    paths = {p for p, _ in run.metrics}
+    assert paths == {"txbridge", "native", "plain", "spark-sink/kafka", "spark-sink/txbridge"}
+    assert f"{SMALL_DEMO_ORDERS} orders x 3 paths (txbridge, native, plain)" in result.output
     assert "txbridge vs Kafka transactions vs plain produce" in result.output
     assert "**rocketmq was skipped** (left out with --paths)." in (run.run_dir / "report.md").read_text()
-    assert not (cache / "rocketmq-demo").exists()  # no RocketMQ was started
+    assert not (small_demo.cache / "rocketmq-demo").exists()  # no RocketMQ was started
 
 
 def test_an_existing_rocketmq_that_is_not_there_is_a_one_line_error(tmp_path: Path) -> None:

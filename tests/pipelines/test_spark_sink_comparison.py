@@ -1,28 +1,24 @@
 """Issue 29: the demo's fifth comparison, Spark as the producer (Spark's Kafka sink vs txbridge's).
 
-One ``txbridge demo`` through the CLI with a small txbridge-only workload and the comparison at
-its default size; the rows it reports are checked against an independent count: a plain
-read_committed consumer of each sink's output topic, decoded with fastavro here.
+The session's small ``txbridge demo`` through the CLI (three paths, eight orders; shared with
+tests/pipelines/test_rocketmq_path.py) with the comparison at its default size; the rows it
+reports are checked against an independent count: a plain read_committed consumer of each
+sink's output topic, decoded with fastavro here.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from cli.main import main
 from spark_pipelines import schema
 from spark_pipelines.report import load_metrics
 from spark_pipelines.sink_compare import DEFAULT_ROWS
 from spark_pipelines.workload import RunConfig
 from tests.kafka_helpers import read_topic
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from tests.pipelines.conftest import SmallDemo
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -57,19 +53,11 @@ def _independent_count(bootstrap: str, topic: str, rows: int, run_id: str) -> di
 
 
 @pytest.fixture(scope="module")
-def sink_demo(
-    kafka_bootstrap: str, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Any]:
-    """A small txbridge-only demo (10 orders, no streaming, no coordinator kill) with the comparison."""
-    out = tmp_path_factory.mktemp("sink-demo")
-    args = ["--orders", "10", "--customers", "3", "--paths", "txbridge"]
-    args += ["--no-streaming", "--no-coordinator-kill"]
-    started = time.monotonic()
-    result = CliRunner().invoke(
-        main, ["demo", "--bootstrap", kafka_bootstrap, "--out", str(out), *args], catch_exceptions=False
-    )
+def sink_demo(small_demo: SmallDemo) -> dict[str, Any]:
+    """The session's small three-path demo: its Spark sinks' comparison at the default size."""
+    result = small_demo.result
     assert result.exit_code == 0, result.output
-    (run_dir,) = out.iterdir()
+    (run_dir,) = small_demo.out.iterdir()
     metrics, _samples, info = load_metrics(run_dir)
     return {
         "output": result.output,
@@ -77,7 +65,7 @@ def sink_demo(
         "config": RunConfig.load(run_dir),
         "rows": {m.path: m.as_dict() for m in metrics if m.isolation == "read_committed"},
         "info": info,
-        "seconds": time.monotonic() - started,
+        "seconds": small_demo.seconds,
     }
 
 
@@ -117,7 +105,7 @@ def test_the_report_and_the_terminal_show_the_sinks_beside_the_paths(sink_demo: 
     output = sink_demo["output"]
     kafka = sink_demo["rows"]["spark-sink/kafka"]
 
-    assert "txbridge vs Spark's Kafka sink vs Spark's txbridge sink" in output
+    assert "plain produce vs Spark's Kafka sink vs Spark's txbridge sink" in output
     assert "## Spark as the producer" in report
     for path in SINKS:
         assert report.count(f"| {path} | read_committed |") == 1
