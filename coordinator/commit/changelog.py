@@ -205,13 +205,7 @@ def restore(
     if not partitions:
         return Restored()
     ends = _ends(bootstrap, topic, partitions, extra)
-    consumer = kafka.consumer(
-        bootstrap,
-        f"txbridge-restore-{uuid.uuid4().hex[:8]}",
-        extra,
-        enable_partition_eof=True,
-        fetch_wait_max_ms=10,
-    )
+    consumer = _state_consumer(bootstrap, extra)
     entries: dict[int, dict[str, PendingTx]] = {}
     out = Restored()
     try:
@@ -271,13 +265,7 @@ def read_owners(
     """
     if not partitions:
         return {}
-    consumer = kafka.consumer(
-        bootstrap,
-        f"txbridge-restore-{uuid.uuid4().hex[:8]}",
-        extra,
-        enable_partition_eof=True,
-        fetch_wait_max_ms=10,
-    )
+    consumer = _state_consumer(bootstrap, extra)
     owners: dict[int, OwnerRecord] = {}
     try:
         consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in partitions])
@@ -293,6 +281,17 @@ def read_owners(
     finally:
         consumer.close()
     return owners
+
+
+def _state_consumer(bootstrap: str, extra: Mapping[str, Any] | None) -> kafka.Consumer:
+    """A throwaway consumer for one read of ``<ns>_state`` to its end (never commits)."""
+    return kafka.consumer(
+        bootstrap,
+        f"txbridge-restore-{uuid.uuid4().hex[:8]}",
+        extra,
+        enable_partition_eof=True,
+        fetch_wait_max_ms=10,
+    )
 
 
 def _ends(
