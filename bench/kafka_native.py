@@ -83,6 +83,35 @@ class CpuMeter:
 
 NO_METER = CpuMeter({})
 
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def broker_pid(bootstrap: str) -> int | None:
+    """The pid of the broker at ``bootstrap`` when it runs on this machine (its CPU is then
+    measured), else None.
+
+    The checkout's own local broker first; then any process listening on the bootstrap's port
+    when its host is this machine, so a broker another checkout (or anything else) started is
+    measured too instead of silently not at all.
+    """
+    from servers.broker import LocalKafka
+
+    status = LocalKafka.from_home().status()
+    if status.running and status.bootstrap == bootstrap and status.pid and psutil.pid_exists(status.pid):
+        return int(status.pid)
+    host, _, port = bootstrap.rpartition(":")
+    host = host.strip("[]")
+    if "," in bootstrap or not port.isdigit() or host not in _LOCAL_HOSTS:
+        return None
+    try:
+        listeners = psutil.net_connections(kind="tcp")
+    except psutil.Error:  # not allowed to list other users' sockets
+        return None
+    for conn in listeners:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == int(port) and conn.pid:
+            return int(conn.pid)
+    return None
+
 
 def payload(size: int) -> bytes:
     return os.urandom(size)

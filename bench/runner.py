@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench import rocketmq
 from bench import txbridge_runs as tb
-from bench.kafka_native import CpuMeter, Figure
+from bench.kafka_native import CpuMeter, Figure, broker_pid
 from bench.steps import MODES, Mode, lookup
 from servers.coordinator_process import CoordinatorProcess
 from txbridge.client_config import ClientConfig
@@ -50,6 +50,8 @@ class BenchRun:
         self.figures: list[Figure] = []
         self._ns: str | None = None
         self._coordinator: CoordinatorProcess | None = None
+        self._broker_pid: int | None = None
+        self._broker_looked_up = False  # by the first meter()
         #: Where the rocketmq step finds RocketMQ (default: it starts a local one) and its progress lines.
         self.rocketmq = rocketmq.RocketMQOptions(keep_topics=keep_topics)
         self.progress: rocketmq.Progress = logger.info
@@ -84,10 +86,14 @@ class BenchRun:
     def meter(self, *, coordinator: bool = False, producer: bool = False) -> CpuMeter:
         """CPU of the local broker (when the run uses it) and, if asked, of the shared coordinator
         and of this process (``producer``: for steps whose producers run here)."""
-        from servers.broker import LocalKafka
-
-        status = LocalKafka.from_home().status()
-        pids = {"broker": status.pid if status.running and status.bootstrap == self.bootstrap else None}
+        if not self._broker_looked_up:
+            self._broker_looked_up = True
+            self._broker_pid = broker_pid(self.bootstrap)
+            if self._broker_pid is None:
+                self.progress(
+                    f"the broker's CPU is not measured: {self.bootstrap} is no process on this machine"
+                )
+        pids = {"broker": self._broker_pid}
         if coordinator and self._coordinator is not None:
             pids["coordinator"] = self._coordinator.pid
         if producer:

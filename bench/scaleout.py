@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import psutil
 
 from bench import txbridge_runs as tb
-from bench.kafka_native import BenchError, CpuMeter, Figure, payload
+from bench.kafka_native import BenchError, CpuMeter, Figure, broker_pid, payload
 from servers.broker import free_port
 from servers.coordinator_process import CoordinatorProcess
 from txbridge import kafka
@@ -484,16 +484,6 @@ def read_topic(env: tb.Env, topic: str, timeout: float = 120.0, idle_s: float = 
     finally:
         consumer.close()
     return counts
-
-
-def broker_pid(bootstrap: str) -> int | None:
-    """The local broker's pid when ``bootstrap`` is it (its CPU is then measured), else None."""
-    from servers.broker import LocalKafka
-
-    status = LocalKafka.from_home().status()
-    if status.running and status.bootstrap == bootstrap and status.pid and psutil.pid_exists(status.pid):
-        return int(status.pid)
-    return None
 
 
 def run(name: str, env: tb.Env, *, quick: bool, size: int, in_flight: int) -> list[Figure]:
