@@ -29,7 +29,7 @@ def record_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[
     return (
         len(key or b"")
         + len(value or b"")
-        + sum(len(name.encode()) + len(raw or b"") for name, raw in headers)
+        + (sum(len(name.encode()) + len(raw or b"") for name, raw in headers) if headers else 0)
         + RECORD_OVERHEAD
     )
 

@@ -287,9 +287,11 @@ class AsyncTransactionProducer(ProducerSurface):
         arg: Any = None,
     ) -> TransactionResult:
         """See :meth:`TransactionProducer.send_in_transaction`; ``execute`` may be ``async``."""
-        run = self._runtime.execute_of(execute)
+        runtime = self._runtime
+        run = runtime.execute_of(execute)
         messages = normalise_messages(message)
-        await _know_topics(self._runtime, messages)
+        if runtime.needs_listing(messages):  # not _know_topics(): no coroutine on the hot path
+            await asyncio.to_thread(runtime.know_topics, messages)
         tx = self._open()
         tx.enqueue(messages)
         halves = tx.take_pending()
@@ -300,8 +302,11 @@ class AsyncTransactionProducer(ProducerSurface):
         if tx.half_error is not None:
             state, error, reason = tx.half_failure()
             return await tx._finish(state, error, reason=reason)
-        with tracing.current(tx.trace):  # the application's spans in the local transaction are its children
+        if tx.trace is None:
             state, error = await run_local_async(run, tx.local, arg)
+        else:
+            with tx.trace:  # the application's spans in the local transaction are its children
+                state, error = await run_local_async(run, tx.local, arg)
         return await tx._finish(state, error)
 
     def transaction(self, order_key: Any = None) -> AsyncTransaction:

@@ -241,7 +241,7 @@ class ProducerTransaction(Generic[H]):
         """
         catalog, limit = self._catalog, self.settings.max_message_bytes
         # The trace headers are republished with the message (see RecordEncoder.halves).
-        traced = sum(len(name) + len(raw) for name, raw in trace_headers)
+        traced = sum(len(name) + len(raw) for name, raw in trace_headers) if trace_headers else 0
         for msg, half in zip(messages, halves, strict=True):
             size = limits.republished_size(tx, half.message_key, half.value, msg.header_pairs)
             if traced and not tracing.has_traceparent(msg.header_pairs):
