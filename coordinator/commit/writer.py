@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from coordinator.state.republisher import OutRecord
 from txbridge import kafka
@@ -78,26 +78,31 @@ class TransactionWriter:
         Raises:
             KafkaOperationError: the client refused the record.
         """
-        kwargs: dict[str, Any] = {"key": record.key, "value": record.value, "headers": record.headers}
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
-        if tx_id is not None and self.report_each:
-            kwargs["on_delivery"] = partial(self._delivered, tx_id)
-        producer = kafka.opened(self.producer, "the coordinator's producer")
+        # Positional arguments, no keyword dict: one call per republished record and per
+        # ``<ns>_state`` record, on the loop's thread.
+        topic, partition = record.topic, record.partition
+        headers = cast("kafka.Headers", record.headers)
+        on_delivery = partial(self._delivered, tx_id) if tx_id is not None and self.report_each else None
+        producer = self.producer or kafka.opened(self.producer, "the coordinator's producer")
         while True:
             try:
-                producer.produce(record.topic, **kwargs)
+                if partition is None:
+                    producer.produce(
+                        topic, record.value, record.key, on_delivery=on_delivery, headers=headers
+                    )
+                else:
+                    producer.produce(topic, record.value, record.key, partition, on_delivery, headers=headers)
             except BufferError:
                 producer.poll(0.1)  # the local queue is full: let deliveries drain
             except KafkaException as exc:
                 kerr = exc.args[0] if exc.args else None
                 if isinstance(kerr, KafkaError) and kerr.code() in RECORD_FAULTS:
-                    raise RecordRefusedError(f"producing to {record.topic}: {kerr.str()}") from exc
-                error = kafka.to_error(exc, f"producing to {record.topic}")
+                    raise RecordRefusedError(f"producing to {topic}: {kerr.str()}") from exc
+                error = kafka.to_error(exc, f"producing to {topic}")
                 error.txn_requires_abort = True  # sent again in the next Kafka transaction
                 raise error from exc
             except Exception as exc:
-                raise kafka.to_error(exc, f"producing to {record.topic}") from exc
+                raise kafka.to_error(exc, f"producing to {topic}") from exc
             else:
                 return
 

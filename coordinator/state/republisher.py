@@ -47,7 +47,7 @@ def plan_republish(
         partitions_of: partition count of a topic, None when it does not exist.
     """
     out: list[OutRecord] = []
-    for msg in sorted(messages, key=lambda m: m.seq):
+    for msg in messages if len(messages) == 1 else sorted(messages, key=lambda m: m.seq):
         headers = msg.republish_headers()
         size = record_size(msg.key, msg.value, headers)
         if size > max_message_bytes:

@@ -18,7 +18,7 @@ class _Refusing:
     def __init__(self, code: int) -> None:
         self.code = code
 
-    def produce(self, topic: str, **_kwargs: Any) -> None:
+    def produce(self, topic: str, *_args: Any, **_kwargs: Any) -> None:
         raise KafkaException(KafkaError(self.code))
 
 

@@ -49,12 +49,21 @@ class FakeProducer:
         assert self.open is None, "a transaction began while the previous one was open"
         self.open = []
 
-    def produce(self, topic: str, **kwargs: Any) -> None:
+    def produce(  # confluent_kafka.Producer.produce's signature
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
         assert self.open is not None, "produced outside a transaction"
-        tx = dict(kwargs.get("headers") or ()).get("txb.tx")
+        tx = dict(headers or ()).get("txb.tx")
         if topic == "orders" and tx is not None:
             self.open.append(tx.decode() if isinstance(tx, bytes) else tx)
-            self.reported.append("on_delivery" in kwargs)
+            self.reported.append(on_delivery is not None)
 
     def poll(self, _timeout: float) -> int:
         return 0
