@@ -49,7 +49,7 @@ class FakeProducer:
         assert self.open is None, "a transaction began while the previous one was open"
         self.open = []
 
-    def produce(  # confluent_kafka.Producer.produce's signature
+    def produce(  # noqa: PLR0917 (confluent_kafka.Producer.produce's signature)
         self,
         topic: str,
         value: Any = None,
