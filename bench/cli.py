@@ -93,6 +93,7 @@ def _run(options: dict[str, object]) -> None:
     )
     started = time.monotonic()
     only = set(options["only"] or STEPS) - set(options["skip"])  # type: ignore[call-overload]
+    run.selected = frozenset(only)
     skipped: dict[str, str] = {}
     with run:
         for step in STEPS:

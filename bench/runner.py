@@ -12,7 +12,7 @@ from pathlib import Path
 from bench import rocketmq
 from bench import txbridge_runs as tb
 from bench.kafka_native import CpuMeter, Figure, broker_pid
-from bench.steps import MODES, Mode, lookup
+from bench.steps import MODES, STEPS, Mode, lookup
 from servers.coordinator_process import CoordinatorProcess
 from txbridge.client_config import ClientConfig
 from txbridge.errors import TxBridgeError
@@ -48,6 +48,9 @@ class BenchRun:
         work = Path(tempfile.mkdtemp(prefix=f"txbridge-bench-{run_id}-"))
         self.env = tb.Env(bootstrap, run_id, work, client=self.client)
         self.figures: list[Figure] = []
+        #: The steps this run takes (``txbridge bench --only/--skip``); every step by default.
+        self.selected: frozenset[str] = frozenset(STEPS)
+        self._measured: dict[str, Figure] = {}
         self._ns: str | None = None
         self._coordinator: CoordinatorProcess | None = None
         self._broker_pid: int | None = None
@@ -99,6 +102,15 @@ class BenchRun:
         if producer:
             pids["producer"] = os.getpid()
         return CpuMeter(pids)
+
+    def will_run(self, step: str) -> bool:
+        """Whether this run takes ``step`` (:attr:`selected`)."""
+        return step in self.selected
+
+    @property
+    def measured(self) -> dict[str, Figure]:
+        """Figures a step measured for a later step of this run (the e2e step's floor)."""
+        return self._measured
 
     def half_of_saturated(self) -> float:
         """The open-loop rate of the latency steps: half of e2e's saturated rate (200/s without it)."""

@@ -32,6 +32,9 @@ class Mode:
     latency_s: float
     checks: int
     pending: int
+    #: Rounds the e2e and floor steps alternate their warm-up and their count in (see
+    #: :func:`_side_by_side`): each round runs a share of both, txbridge then the floor.
+    e2e_draws: int = 1
 
 
 MODES = {
@@ -47,13 +50,18 @@ MODES = {
     "full": Mode(
         raw_count=500_000,
         native_s=20.0,
-        # Three times the warm-up: a 30,000-transaction count lasted about 3.5 s, short enough
-        # that one draw of the txbridge / floor ratio ranged 0.58-0.91 on one evening.
+        # A 30,000-transaction count lasted about 3.5 s, short enough that one draw of the
+        # txbridge / floor ratio ranged 0.58-0.91 on one evening: 90,000, in three rounds
+        # alternated with the floor's. The warm-up: on a broker just started (and through the
+        # raw and native steps), txbridge's broker CPU per message fell from 149 to 55 µs over
+        # its first 60,000 transactions alternated with the floor's
+        # (docs/results/2026-11-29-warm-broker.md).
         e2e_count=90_000,
-        e2e_warmup=30_000,
+        e2e_warmup=60_000,
         latency_s=20.0,
         checks=10_000,
         pending=100_000,
+        e2e_draws=3,
     ),
 }
 
@@ -81,6 +89,15 @@ class StepRun(Protocol):
     def progress(self) -> Progress: ...
 
     def shared_namespace(self) -> str: ...
+
+    def will_run(self, step: str) -> bool:
+        """Whether this run takes ``step`` (``--only``/``--skip``), before or after this one."""
+        ...
+
+    @property
+    def measured(self) -> dict[str, Figure]:
+        """Figures a step measured for a later step (by that step's name), which returns them."""
+        ...
 
     def meter(self, *, coordinator: bool = False, producer: bool = False) -> CpuMeter: ...
 
@@ -131,39 +148,86 @@ def _native(name: str, per_txn: int) -> Callable[[StepRun], list[Figure]]:
 
 
 def _e2e(run: StepRun) -> list[Figure]:
-    from bench import txbridge_runs as tb
-
-    ns = run.shared_namespace()  # starts the coordinator, whose CPU the meter reads
-    # A warm-up not counted, as RocketMQ's (rocketmq.py): the
-    # coordinator's first seconds (its clients joining, its producers' first transactions) and
-    # the broker's code for fetching, groups and transactions over many partitions, which the
-    # raw and native steps before do not warm (its CPU per message kept falling over the first
-    # 30,000 transactions: docs/results/2026-11-27-warm-up.md). The floor gets the same.
-    run.progress(f"warming up: {run.mode.e2e_warmup:,} transactions through txbridge, not counted ...")
-    tb.end_to_end(run.env, ns, size=run.size, count=run.mode.e2e_warmup, concurrency=run.in_flight)
-    meter = run.meter(coordinator=True)
-    figure = tb.end_to_end(
-        run.env, ns, size=run.size, count=run.mode.e2e_count, concurrency=run.in_flight, meter=meter
-    )
-    return [figure]
+    if run.will_run("floor"):
+        txbridge, floor = _side_by_side(run, ("txbridge", "floor"))
+        run.measured["floor"] = floor
+        return [txbridge]
+    return list(_side_by_side(run, ("txbridge",)))
 
 
 def _floor(run: StepRun) -> list[Figure]:
     # The same Kafka I/O as txbridge end to end with no txbridge logic: the best any
     # Python implementation of the protocol reaches here (what the ratios are up against).
-    from bench.floor import floor
+    measured = run.measured.pop("floor", None)
+    return [measured] if measured is not None else list(_side_by_side(run, ("floor",)))
 
-    run.progress(f"warming up: {run.mode.e2e_warmup:,} messages through the floor, not counted ...")
-    floor(run.bootstrap, size=run.size, count=run.mode.e2e_warmup, in_flight=run.in_flight, extra=run.extra)
-    _producer_side, figure = floor(
-        run.bootstrap,
-        size=run.size,
-        count=run.mode.e2e_count,
-        in_flight=run.in_flight,
-        meter=run.meter(),
-        extra=run.extra,
+
+def _side_by_side(run: StepRun, sides: tuple[str, ...]) -> tuple[Figure, ...]:
+    """``sides`` (txbridge end to end, the floor) warmed up and counted in alternated rounds.
+
+    A warm-up not counted, as RocketMQ's (rocketmq.py): the coordinator's first seconds (its
+    clients joining, its producers' first transactions) and the broker's code for fetching,
+    groups and transactions over many partitions, which the raw and native steps before do not
+    warm. Both sides warm up before either is counted, and each round counts both, one right
+    after the other: a broker still warming, or a box slowed for a minute, weighs on both
+    sides alike instead of on whichever ran then (txbridge, run first, used to be counted on
+    a broker the floor found warmed by it). Each side's figure is the sum of its rounds: its
+    rate is all its messages over all its time, its CPU per message the rounds' mean (equal
+    counts); ``params["draws_msgs_per_s"]`` keeps each round's rate.
+    """
+    from bench import txbridge_runs as tb
+    from bench.floor import floor
+    from bench.kafka_native import NO_METER
+
+    ns = run.shared_namespace() if "txbridge" in sides else ""  # starts the coordinator
+
+    def draw(side: str, count: int, counted: bool) -> Figure:
+        if side == "txbridge":
+            meter = run.meter(coordinator=True) if counted else NO_METER
+            return tb.end_to_end(
+                run.env, ns, size=run.size, count=count, concurrency=run.in_flight, meter=meter
+            )
+        meter = run.meter() if counted else NO_METER
+        return floor(
+            run.bootstrap, size=run.size, count=count, in_flight=run.in_flight, meter=meter, extra=run.extra
+        )[1]
+
+    mode, rounds, names = run.mode, max(1, run.mode.e2e_draws), " and ".join(sides)
+    run.progress(
+        f"warming up: {mode.e2e_warmup:,} transactions through {names} "
+        f"in {rounds} alternated round(s), not counted ..."
     )
-    return [figure]
+    for _ in range(rounds):
+        for side in sides:
+            draw(side, max(1, mode.e2e_warmup // rounds), counted=False)
+    draws: dict[str, list[Figure]] = {side: [] for side in sides}
+    for number in range(1, rounds + 1):
+        if rounds > 1:
+            run.progress(
+                f"round {number} of {rounds}: {mode.e2e_count // rounds:,} transactions through {names} ..."
+            )
+        for side in sides:
+            draws[side].append(draw(side, max(1, mode.e2e_count // rounds), counted=True))
+    return tuple(_summed(draws[side]) for side in sides)
+
+
+def _summed(draws: list[Figure]) -> Figure:
+    """One figure of equal-count draws of one side: its rate over all of them, the mean of the rest."""
+    from bench.kafka_native import Figure
+
+    if len(draws) == 1:
+        return draws[0]
+    messages, seconds = sum(d.messages for d in draws), sum(d.seconds for d in draws)
+    values = {key: sum(d.values.get(key, 0.0) for d in draws) / len(draws) for key in draws[0].values}
+    values["msgs_per_s"] = messages / seconds
+    if "mb_per_s" in values:
+        values["mb_per_s"] = sum(d.values["mb_per_s"] * d.seconds for d in draws) / seconds
+    params = {
+        **draws[0].params,
+        "count": messages,
+        "draws_msgs_per_s": [round(d.msgs_per_s, 1) for d in draws],
+    }
+    return Figure(draws[0].name, messages, seconds, values, params)
 
 
 def _latency(run: StepRun) -> list[Figure]:

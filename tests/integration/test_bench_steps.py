@@ -35,3 +35,47 @@ def test_txbridges_latency_step_splits_each_transaction_at_its_op_record_and_its
         assert -1.0 <= values[f"p50 ms, {part}"] <= values[f"p99 ms, {part}"] <= values["max_ms"] + 1
     # The coordinator's Kafka commit lies between its produce() and the record's visibility.
     assert values["p50 ms, republished to visible"] > 0
+
+
+def test_e2e_and_floor_alternate_their_rounds_and_each_step_keeps_its_own_figure(
+    kafka_bootstrap: str,
+) -> None:
+    mode = Mode(
+        raw_count=0, native_s=0, e2e_count=200, e2e_warmup=40, latency_s=0, checks=0, pending=0, e2e_draws=2
+    )
+    said: list[str] = []
+    with BenchRun(kafka_bootstrap, mode, size=64, concurrency=2, in_flight=16) as run:
+        run.selected = frozenset({"e2e", "floor"})
+        run.progress = said.append
+        txbridge = run.step("e2e")
+        measured_for_floor = dict(run.measured)
+        floor = run.step("floor")
+
+    assert [f.name for f in run.figures] == ["txbridge end to end", "floor end to end"]
+    assert measured_for_floor == {"floor": floor}  # measured in the e2e step's rounds, returned by floor's
+    assert run.measured == {}
+    for figure in (txbridge, floor):
+        assert figure.messages == 200
+        draws = figure.params["draws_msgs_per_s"]
+        assert isinstance(draws, list)
+        assert len(draws) == 2
+        assert all(rate > 0 for rate in draws)
+        assert figure.values["msgs_per_s"] == figure.messages / figure.seconds
+    assert said == [
+        "warming up: 40 transactions through txbridge and floor in 2 alternated round(s), not counted ...",
+        "round 1 of 2: 100 transactions through txbridge and floor ...",
+        "round 2 of 2: 100 transactions through txbridge and floor ...",
+    ]
+
+
+def test_the_floor_step_alone_measures_its_own_rounds(kafka_bootstrap: str) -> None:
+    mode = Mode(
+        raw_count=0, native_s=0, e2e_count=100, e2e_warmup=20, latency_s=0, checks=0, pending=0, e2e_draws=2
+    )
+    with BenchRun(kafka_bootstrap, mode, size=64, concurrency=2, in_flight=16) as run:
+        run.selected = frozenset({"floor"})
+        floor = run.step("floor")
+
+    assert [f.name for f in run.figures] == ["floor end to end"]
+    assert floor.messages == 100
+    assert len(floor.params["draws_msgs_per_s"]) == 2  # type: ignore[arg-type]
