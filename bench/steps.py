@@ -27,14 +27,17 @@ class Mode:
     raw_count: int
     native_s: float
     e2e_count: int
-    #: Transactions through txbridge (and the floor) before the counted run: see :func:`_e2e`.
+    #: Transactions through txbridge and through the floor in each warm-up round, not counted
+    #: (see :func:`_side_by_side`).
     e2e_warmup: int
     latency_s: float
     checks: int
     pending: int
-    #: Rounds the e2e and floor steps alternate their warm-up and their count in (see
-    #: :func:`_side_by_side`): each round runs a share of both, txbridge then the floor.
+    #: Rounds the e2e and floor steps count in, alternated: each round counts a share of
+    #: ``e2e_count`` through txbridge, then as many through the floor.
     e2e_draws: int = 1
+    #: The most warm-up rounds; fewer once every side's rate has settled (:func:`settled`).
+    e2e_warmup_rounds: int = 1
 
 
 MODES = {
@@ -54,14 +57,16 @@ MODES = {
         # txbridge / floor ratio ranged 0.58-0.91 on one evening: 90,000, in three rounds
         # alternated with the floor's. The warm-up: on a broker just started (and through the
         # raw and native steps), txbridge's broker CPU per message fell from 149 to 55 µs over
-        # its first 60,000 transactions alternated with the floor's
-        # (docs/results/2026-11-29-warm-broker.md).
+        # its first 60,000 transactions alternated with the floor's, and the floor's own took
+        # longer still (docs/results/2026-11-29-warm-broker.md): rounds of 20,000 each until
+        # both rates settle.
         e2e_count=90_000,
-        e2e_warmup=60_000,
+        e2e_warmup=20_000,
         latency_s=20.0,
         checks=10_000,
         pending=100_000,
         e2e_draws=3,
+        e2e_warmup_rounds=8,
     ),
 }
 
@@ -193,13 +198,15 @@ def _side_by_side(run: StepRun, sides: tuple[str, ...]) -> tuple[Figure, ...]:
         )[1]
 
     mode, rounds, names = run.mode, max(1, run.mode.e2e_draws), " and ".join(sides)
-    run.progress(
-        f"warming up: {mode.e2e_warmup:,} transactions through {names} "
-        f"in {rounds} alternated round(s), not counted ..."
-    )
-    for _ in range(rounds):
+    warmup: dict[str, list[float]] = {side: [] for side in sides}
+    for number in range(1, max(1, mode.e2e_warmup_rounds) + 1):
+        run.progress(
+            f"warming up, round {number}: {mode.e2e_warmup:,} transactions through {names}, not counted ..."
+        )
         for side in sides:
-            draw(side, max(1, mode.e2e_warmup // rounds), counted=False)
+            warmup[side].append(draw(side, mode.e2e_warmup, counted=False).msgs_per_s)
+        if settled(warmup):
+            break
     draws: dict[str, list[Figure]] = {side: [] for side in sides}
     for number in range(1, rounds + 1):
         if rounds > 1:
@@ -208,7 +215,21 @@ def _side_by_side(run: StepRun, sides: tuple[str, ...]) -> tuple[Figure, ...]:
             )
         for side in sides:
             draws[side].append(draw(side, max(1, mode.e2e_count // rounds), counted=True))
-    return tuple(_summed(draws[side]) for side in sides)
+    summed = tuple(_summed(draws[side]) for side in sides)
+    for side, figure in zip(sides, summed, strict=True):
+        figure.params["warmup_msgs_per_s"] = [round(rate, 1) for rate in warmup[side]]
+    return summed
+
+
+#: A side's rate has settled when its last warm-up round is within this share of the one before.
+WARM_TOLERANCE = 0.10
+
+
+def settled(rates: Mapping[str, Sequence[float]]) -> bool:
+    """Whether every side's warm-up rate has settled: its last two rounds within :data:`WARM_TOLERANCE`."""
+    return all(
+        len(r) >= 2 and r[-2] > 0 and abs(r[-1] - r[-2]) <= WARM_TOLERANCE * r[-2] for r in rates.values()
+    )
 
 
 def _summed(draws: list[Figure]) -> Figure:

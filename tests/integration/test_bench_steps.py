@@ -61,8 +61,9 @@ def test_e2e_and_floor_alternate_their_rounds_and_each_step_keeps_its_own_figure
         assert len(draws) == 2
         assert all(rate > 0 for rate in draws)
         assert figure.values["msgs_per_s"] == figure.messages / figure.seconds
+        assert len(figure.params["warmup_msgs_per_s"]) == 1  # type: ignore[arg-type]
     assert said == [
-        "warming up: 40 transactions through txbridge and floor in 2 alternated round(s), not counted ...",
+        "warming up, round 1: 40 transactions through txbridge and floor, not counted ...",
         "round 1 of 2: 100 transactions through txbridge and floor ...",
         "round 2 of 2: 100 transactions through txbridge and floor ...",
     ]

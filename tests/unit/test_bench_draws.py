@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.kafka_native import Figure
-from bench.steps import MODES, _summed
+from bench.steps import MODES, _summed, settled
 
 
 def _draw(messages: int, seconds: float, broker: float) -> Figure:
@@ -32,3 +32,18 @@ def test_one_round_is_its_own_figure() -> None:
 def test_the_full_run_counts_in_three_rounds_and_a_quick_one_in_one() -> None:
     assert (MODES["full"].e2e_draws, MODES["quick"].e2e_draws) == (3, 1)
     assert MODES["full"].e2e_count % MODES["full"].e2e_draws == 0
+
+
+def test_the_warm_up_goes_on_until_every_sides_last_two_rounds_are_within_a_tenth() -> None:
+    assert not settled({"txbridge": [6_966.0], "floor": [11_351.0]})  # one round tells nothing
+    assert not settled({"txbridge": [6_966.0, 8_885.0], "floor": [11_351.0, 12_727.0]})
+    assert not settled({"txbridge": [8_885.0, 10_295.0], "floor": [12_727.0, 13_004.0]})  # txbridge +16 %
+    assert settled({"txbridge": [10_295.0, 10_389.0], "floor": [13_004.0, 12_000.0]})
+    assert not settled({"txbridge": [10_295.0, 10_389.0], "floor": [13_004.0, 10_903.0]})  # the floor -16 %
+    assert settled({"floor": [14_000.0, 14_500.0]})
+
+
+def test_a_full_run_warms_up_in_rounds_until_settled_and_a_quick_one_once() -> None:
+    full, quick = MODES["full"], MODES["quick"]
+    assert (full.e2e_warmup, full.e2e_warmup_rounds) == (20_000, 8)
+    assert quick.e2e_warmup_rounds == 1
