@@ -8,6 +8,7 @@ command's options, needs neither psutil nor rich.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,8 +37,11 @@ class Mode:
     #: Rounds the e2e and floor steps count in, alternated: each round counts a share of
     #: ``e2e_count`` through txbridge, then as many through the floor.
     e2e_draws: int = 1
-    #: The most warm-up rounds; fewer once every side's rate has settled (:func:`settled`).
+    #: The most warm-up rounds; fewer once every side's rate has settled (:func:`settled`)
+    #: and ``e2e_warmup_s`` have passed.
     e2e_warmup_rounds: int = 1
+    #: The least time the warm-up rounds take, in seconds.
+    e2e_warmup_s: float = 0.0
 
 
 MODES = {
@@ -58,15 +62,16 @@ MODES = {
         # alternated with the floor's. The warm-up: on a broker just started (and through the
         # raw and native steps), txbridge's broker CPU per message fell from 149 to 55 µs over
         # its first 60,000 transactions alternated with the floor's, and the floor's own took
-        # longer still (docs/results/2026-11-29-warm-broker.md): rounds of 20,000 each until
-        # both rates settle.
+        # longer still, one to two minutes of load (docs/results/2026-11-29-warm-broker.md):
+        # rounds of 20,000 each for at least 90 s, and until both rates settle.
         e2e_count=90_000,
         e2e_warmup=20_000,
         latency_s=20.0,
         checks=10_000,
         pending=100_000,
         e2e_draws=3,
-        e2e_warmup_rounds=8,
+        e2e_warmup_rounds=20,
+        e2e_warmup_s=90.0,
     ),
 }
 
@@ -199,13 +204,14 @@ def _side_by_side(run: StepRun, sides: tuple[str, ...]) -> tuple[Figure, ...]:
 
     mode, rounds, names = run.mode, max(1, run.mode.e2e_draws), " and ".join(sides)
     warmup: dict[str, list[float]] = {side: [] for side in sides}
+    began = time.monotonic()
     for number in range(1, max(1, mode.e2e_warmup_rounds) + 1):
         run.progress(
             f"warming up, round {number}: {mode.e2e_warmup:,} transactions through {names}, not counted ..."
         )
         for side in sides:
             warmup[side].append(draw(side, mode.e2e_warmup, counted=False).msgs_per_s)
-        if settled(warmup):
+        if time.monotonic() - began >= mode.e2e_warmup_s and settled(warmup):
             break
     draws: dict[str, list[Figure]] = {side: [] for side in sides}
     for number in range(1, rounds + 1):

@@ -43,7 +43,7 @@ def test_the_warm_up_goes_on_until_every_sides_last_two_rounds_are_within_a_tent
     assert settled({"floor": [14_000.0, 14_500.0]})
 
 
-def test_a_full_run_warms_up_in_rounds_until_settled_and_a_quick_one_once() -> None:
+def test_a_full_run_warms_up_in_rounds_for_90_s_and_until_settled_and_a_quick_one_once() -> None:
     full, quick = MODES["full"], MODES["quick"]
-    assert (full.e2e_warmup, full.e2e_warmup_rounds) == (20_000, 8)
-    assert quick.e2e_warmup_rounds == 1
+    assert (full.e2e_warmup, full.e2e_warmup_rounds, full.e2e_warmup_s) == (20_000, 20, 90.0)
+    assert (quick.e2e_warmup_rounds, quick.e2e_warmup_s) == (1, 0.0)
