@@ -178,12 +178,14 @@ def _side_by_side(run: StepRun, sides: tuple[str, ...]) -> tuple[Figure, ...]:
     A warm-up not counted, as RocketMQ's (rocketmq.py): the coordinator's first seconds (its
     clients joining, its producers' first transactions) and the broker's code for fetching,
     groups and transactions over many partitions, which the raw and native steps before do not
-    warm. Both sides warm up before either is counted, and each round counts both, one right
+    warm. Both sides warm up, in alternated rounds for at least ``e2e_warmup_s`` and until their
+    rates settle, before either is counted, and each counted round counts both, one right
     after the other: a broker still warming, or a box slowed for a minute, weighs on both
     sides alike instead of on whichever ran then (txbridge, run first, used to be counted on
     a broker the floor found warmed by it). Each side's figure is the sum of its rounds: its
     rate is all its messages over all its time, its CPU per message the rounds' mean (equal
-    counts); ``params["draws_msgs_per_s"]`` keeps each round's rate.
+    counts); ``params`` keeps each round's rate (``draws_msgs_per_s``) and each warm-up
+    round's (``warmup_msgs_per_s``).
     """
     from bench import txbridge_runs as tb
     from bench.floor import floor
