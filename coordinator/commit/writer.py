@@ -79,19 +79,16 @@ class TransactionWriter:
             KafkaOperationError: the client refused the record.
         """
         # Positional arguments, no keyword dict: one call per republished record and per
-        # ``<ns>_state`` record, on the loop's thread.
-        topic, partition = record.topic, record.partition
+        # ``<ns>_state`` record, on the loop's thread. Partition -1 is librdkafka's "unassigned":
+        # the producer's partitioner picks it, as when the argument is left out.
+        topic = record.topic
+        partition = -1 if record.partition is None else record.partition
         headers = cast("kafka.Headers", record.headers)
         on_delivery = partial(self._delivered, tx_id) if tx_id is not None and self.report_each else None
-        producer = self.producer or kafka.opened(self.producer, "the coordinator's producer")
+        producer = kafka.opened(self.producer, "the coordinator's producer")
         while True:
             try:
-                if partition is None:
-                    producer.produce(
-                        topic, record.value, record.key, on_delivery=on_delivery, headers=headers
-                    )
-                else:
-                    producer.produce(topic, record.value, record.key, partition, on_delivery, headers=headers)
+                producer.produce(topic, record.value, record.key, partition, on_delivery, headers=headers)
             except BufferError:
                 producer.poll(0.1)  # the local queue is full: let deliveries drain
             except KafkaException as exc:

@@ -302,11 +302,8 @@ class AsyncTransactionProducer(ProducerSurface):
         if tx.half_error is not None:
             state, error, reason = tx.half_failure()
             return await tx._finish(state, error, reason=reason)
-        if tx.trace is None:
+        with tracing.current(tx.trace):  # the application's spans in the local transaction are its children
             state, error = await run_local_async(run, tx.local, arg)
-        else:
-            with tx.trace:  # the application's spans in the local transaction are its children
-                state, error = await run_local_async(run, tx.local, arg)
         return await tx._finish(state, error)
 
     def transaction(self, order_key: Any = None) -> AsyncTransaction:
