@@ -18,6 +18,14 @@ Each transaction is timed from its last republished record's ``produce`` to the 
 read around each block (:class:`bench.kafka_native.CpuMeter`). Run it beside a local broker::
 
     python -m bench.txn_shape --bootstrap 127.0.0.1:9092 --broker-pid "$(pgrep -f kafka.Kafka)"
+
+``--verification on,off`` runs every block of every shape once under each value of the brokers'
+``transaction.partition.verification.enable`` (KIP-890's check, on by default since Kafka 3.6:
+a partition leader asks the transaction coordinator whether a transactional produce's partition
+is in its transaction before it appends the first batch of each transaction), set as a dynamic
+setting of every broker and deleted again at the end. It tells how much of a partition's cost is
+that check's round trip. Only on a broker of your own: while it is off, a late produce can
+leave a transaction hanging.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from txbridge import kafka
 from txbridge.kafka import TopicPartition
 
 SHAPES = ("state", "offsets", "state1", "none")
+#: The brokers' setting ``--verification`` alternates (KIP-890's partition verification).
+VERIFICATION = "transaction.partition.verification.enable"
 
 
 @dataclass
@@ -52,7 +62,7 @@ class _Timings:
             return f"{value * 1e3:.2f}"
 
         return (
-            f"{shape:8s} total p50 {ms(self.total)} p90 {ms(self.total, 8)} ms"
+            f"{shape:22s} total p50 {ms(self.total)} p90 {ms(self.total, 8)} ms"
             f" (positions {ms(self.positions)}, flush {ms(self.flush)}, EndTxn {ms(self.end)})"
             f" | broker CPU {self.broker_cpu_s / len(self.total) * 1e3:.2f} ms per transaction"
         )
@@ -70,11 +80,24 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--record-partitions", type=int, default=6)
     parser.add_argument("--state-partitions", type=int, default=11)
     parser.add_argument("--offset-partitions", type=int, default=24)
+    parser.add_argument(
+        "--verification",
+        default="",
+        help=f"on,off: every shape under each value of the brokers' {VERIFICATION} (default: as set)",
+    )
     args = parser.parse_args(argv)
     args.shapes = args.shapes.split(",")
     if unknown := set(args.shapes) - set(SHAPES):
         parser.error(f"unknown shapes {sorted(unknown)}; known: {', '.join(SHAPES)}")
+    args.verification = args.verification.split(",") if args.verification else [None]
+    if unknown := set(args.verification) - {"on", "off", None}:
+        parser.error(f"--verification takes on and off, not {sorted(unknown)}")
     return args
+
+
+def _set_verification(bootstrap: str, value: str | None) -> None:
+    """The brokers' partition verification on or off (None: back to the brokers' own)."""
+    kafka.set_cluster_setting(bootstrap, VERIFICATION, None if value is None else str(value == "on").lower())
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -98,7 +121,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         kafka.init_transactions(producers[shape], 30.0)
 
     value, positions = b"x" * 200, "txb1:" + ",".join(str(n) for n in range(60))[:195]
-    timings = {shape: _Timings() for shape in shapes}
     offset = 0
 
     def positions_of(shape: str) -> Callable[[kafka.Producer], None]:
@@ -120,33 +142,44 @@ def main(argv: Sequence[str] | None = None) -> None:
         }[shape]
 
     broker = CpuMeter({"broker": args.broker_pid})
-    for block in range(args.blocks):
-        for shape, producer in producers.items():
-            add_positions, timing = positions_of(shape), timings[shape]
-            broker.start()
-            due = time.perf_counter()
-            for _ in range(args.commits):
-                due += args.period_ms / 1e3
-                producer.begin_transaction()
-                for n in range(args.records):
-                    producer.produce(out, value, partition=n % args.record_partitions)
-                offset += 10
-                started = time.perf_counter()
-                add_positions(producer)
-                produced = time.perf_counter()
-                producer.flush()
-                flushed = time.perf_counter()
-                producer.commit_transaction()
-                ended = time.perf_counter()
-                timing.positions.append(produced - started)
-                timing.flush.append(flushed - produced)
-                timing.end.append(ended - flushed)
-                timing.total.append(ended - started)
-                time.sleep(max(0.0, due - time.perf_counter()))
-            timing.broker_cpu_s += broker.per_message(1).get("broker_cpu_us_per_msg", 0.0) / 1e6
-        print(f"block {block + 1} of {args.blocks} done", flush=True)
-    for shape in shapes:
-        print(timings[shape].line(shape))
+    runs = [(shape, verification) for verification in args.verification for shape in shapes]
+    timings = {run: _Timings() for run in runs}
+    try:
+        for block in range(args.blocks):
+            for verification in args.verification:
+                if verification is not None:
+                    _set_verification(args.bootstrap, verification)
+                for shape, producer in producers.items():
+                    timing = timings[shape, verification]
+                    add_positions = positions_of(shape)
+                    broker.start()
+                    due = time.perf_counter()
+                    for _ in range(args.commits):
+                        due += args.period_ms / 1e3
+                        producer.begin_transaction()
+                        for n in range(args.records):
+                            producer.produce(out, value, partition=n % args.record_partitions)
+                        offset += 10
+                        started = time.perf_counter()
+                        add_positions(producer)
+                        produced = time.perf_counter()
+                        producer.flush()
+                        flushed = time.perf_counter()
+                        producer.commit_transaction()
+                        ended = time.perf_counter()
+                        timing.positions.append(produced - started)
+                        timing.flush.append(flushed - produced)
+                        timing.end.append(ended - flushed)
+                        timing.total.append(ended - started)
+                        time.sleep(max(0.0, due - time.perf_counter()))
+                    timing.broker_cpu_s += broker.per_message(1).get("broker_cpu_us_per_msg", 0.0) / 1e6
+            print(f"block {block + 1} of {args.blocks} done", flush=True)
+    finally:
+        if args.verification != [None]:
+            _set_verification(args.bootstrap, None)
+    for shape, verification in runs:
+        label = shape if verification is None else f"{shape}, verification {verification}"
+        print(timings[shape, verification].line(label))
 
 
 if __name__ == "__main__":

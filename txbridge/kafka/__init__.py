@@ -43,6 +43,7 @@ from txbridge.kafka.admin import (
     lower_topic_setting,
     offset_bounds,
     partition_counts,
+    set_cluster_setting,
     stable_offsets,
 )
 from txbridge.kafka.clients import (
@@ -144,6 +145,7 @@ __all__ = [
     "producer_config",
     "read_to_end",
     "seek_started",
+    "set_cluster_setting",
     "settings_for",
     "stable_offsets",
     "to_error",

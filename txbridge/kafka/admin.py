@@ -299,6 +299,38 @@ def lower_topic_setting(
     return larger
 
 
+def set_cluster_setting(
+    bootstrap: str,
+    name: str,
+    value: str | None,
+    *,
+    extra: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Set the dynamic setting ``name`` to ``value`` on every broker of the cluster (None:
+    delete it, back to each broker's static one).
+
+    Per broker, not as the cluster-wide default: librdkafka sends no broker resource without a
+    broker id.
+
+    Raises:
+        KafkaOperationError: the brokers refused the change.
+    """
+    op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
+    entry = ConfigEntry(name, value, incremental_operation=op)
+    client = admin(bootstrap, extra)
+    try:
+        brokers = client.list_topics(timeout=timeout).brokers
+        resources = [
+            ConfigResource(ResourceType.BROKER, str(broker), incremental_configs=[entry])
+            for broker in brokers
+        ]
+        for future in client.incremental_alter_configs(resources).values():
+            future.result(timeout=timeout)
+    except KafkaException as exc:
+        raise to_error(exc, f"setting the brokers' {name}") from exc
+
+
 def _await_listed(client: AdminClient, partitions: Mapping[str, int], timeout: float) -> None:
     """Wait until a metadata listing shows each new topic with its partitions and their leaders.
 
