@@ -684,8 +684,10 @@ def _leave_a_transaction_open(env: Env, ns: str, topic: str, owned: set[int], ke
     owners = changelog.read_owners(env.bootstrap, topics.state, sorted(owned), env.extra)
     held: dict[str, list[int]] = {}
     for number in sorted(owned):
-        claim = owners.get(number)
-        name = partition_transactional_id(ns, number) if claim is None else claim.transactional_id
+        claims = [
+            r.record.transactional_id for r in owners.get(number, []) if r.record and not r.record.released
+        ]
+        name = claims[-1] if claims else partition_transactional_id(ns, number)
         held.setdefault(name, []).append(number)
     producers: list[Any] = []
     for index, (transactional_id, numbers) in enumerate(sorted(held.items())):

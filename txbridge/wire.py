@@ -298,16 +298,34 @@ def decode_young(position: int, metadata: str | None) -> list[int]:
 POSITIONS_KEY = b"\x00txb.positions"
 
 
-#: The ``<ns>_state`` key of a partition's owner record: who claimed the partition last, and
-#: whether it released it (:class:`OwnerRecord`). One key per partition, so that compaction
-#: keeps the last one. A restore older than owner records reads it as an entry that is not
-#: valid, logs it and skips it.
+#: The start of every owner record's key in ``<ns>_state`` (:func:`owner_key`), and the whole
+#: key of the one owner record per partition that txbridge wrote before claims had keys of
+#: their own. A restore older than owner records reads one as an entry that is not valid, logs
+#: it and skips it.
 OWNER_KEY = b"\x00txb.owner"
+
+
+def owner_key(transactional_id: str, claim: int) -> bytes:
+    """The ``<ns>_state`` key of one claim of a partition (the ``claim``-th of the incarnation
+    committing under ``transactional_id``), and of its release.
+
+    One key per claim, not per partition: compaction then keeps every claim until a later owner,
+    having fenced or seen released the owner it names, deletes it (docs/DESIGN.md, "Ownership").
+    Under one key per partition a later claim or a release could supersede a claim before an
+    owner that has to fence it had read it.
+    """
+    return b"%s\x00%s\x00%d" % (OWNER_KEY, transactional_id.encode(), claim)
+
+
+def is_owner_key(key: bytes | None) -> bool:
+    """Whether ``key`` is an owner record's (:func:`owner_key`, or the older :data:`OWNER_KEY`).
+    No tx id starts so: tx ids are text without control characters."""
+    return key is not None and key.startswith(OWNER_KEY)
 
 
 @dataclass(frozen=True)
 class OwnerRecord:
-    """Who committed a partition's work last: the value of :data:`OWNER_KEY`.
+    """A claim of a partition, or its release: the value of an :func:`owner_key`.
 
     Attributes:
         transactional_id: the owner's transactional.id.

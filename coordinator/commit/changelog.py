@@ -31,18 +31,39 @@ from coordinator.state.partition import HalfRef, PartitionState, PendingTx, Phas
 from txbridge import kafka
 from txbridge.errors import WireFormatError
 from txbridge.wire import (
-    OWNER_KEY,
     POSITIONS_KEY,
     YOUNG_PREFIX,
     OpSource,
     OwnerRecord,
     Positions,
     encode_young,
+    is_owner_key,
 )
 
 logger = logging.getLogger(__name__)
 
 ENTRY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class OwnerRead:
+    """One owner record as read from ``<ns>_state``: its key, its offset, and the record (None:
+    the key's tombstone)."""
+
+    key: bytes
+    offset: int
+    record: OwnerRecord | None
+
+
+def live_owners(reads: list[OwnerRead]) -> list[OwnerRead]:
+    """The last record of each owner key that is not deleted, oldest first: what compaction
+    keeps of ``reads``."""
+    last: dict[bytes, OwnerRead] = {}
+    for read in reads:
+        last.pop(read.key, None)
+        if read.record is not None:
+            last[read.key] = read
+    return list(last.values())
 
 
 @dataclass
@@ -51,8 +72,8 @@ class Restored:
 
     pending: dict[int, list[PendingTx]] = field(default_factory=dict)
     positions: dict[int, Positions] = field(default_factory=dict)
-    #: The owner records read, in order, per partition (compaction may have removed all but the last).
-    owners: dict[int, list[OwnerRecord]] = field(default_factory=dict)
+    #: The owner records read (tombstones too), in order, per partition.
+    owners: dict[int, list[OwnerRead]] = field(default_factory=dict)
 
 
 @dataclass
@@ -216,13 +237,10 @@ def restore(
         ):
             live = entries.setdefault(int(msg.partition() or 0), {})
             value = msg.value()
-            if msg.key() == OWNER_KEY:
-                try:
-                    out.owners.setdefault(int(msg.partition() or 0), []).append(
-                        OwnerRecord.decode(value or b"")
-                    )
-                except WireFormatError as exc:
-                    logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+            if is_owner_key(msg.key()):
+                read = _owner_read(topic, msg)
+                if read is not None:
+                    out.owners.setdefault(int(msg.partition() or 0), []).append(read)
                 continue
             if msg.key() == POSITIONS_KEY:
                 try:
@@ -250,9 +268,10 @@ def read_owners(
     partitions: list[int],
     extra: Mapping[str, Any] | None = None,
     timeout: float = 60.0,
-) -> dict[int, OwnerRecord]:
-    """The last committed owner record of each of ``partitions`` (absent: none, an older
-    txbridge's data or a new namespace), read with read_committed to the last stable offset.
+) -> dict[int, list[OwnerRead]]:
+    """The live owner records of each of ``partitions`` (:func:`live_owners`; absent: none, an
+    older txbridge's data or a new namespace), read with read_committed to the last stable
+    offset.
 
     Only to the last stable offset, unlike :func:`restore`: an owner's claim is committed in a
     transaction of its own before it serves the partition, so every claim of an owner that may
@@ -266,21 +285,30 @@ def read_owners(
     if not partitions:
         return {}
     consumer = _state_consumer(bootstrap, extra)
-    owners: dict[int, OwnerRecord] = {}
+    reads: dict[int, list[OwnerRead]] = {}
     try:
         consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in partitions])
         for msg in kafka.read_to_end(
             consumer, topic, dict.fromkeys(partitions), timeout=timeout, what=f"reading {topic}'s owners"
         ):
-            if msg.key() != OWNER_KEY or msg.value() is None:
-                continue
-            try:
-                owners[int(msg.partition() or 0)] = OwnerRecord.decode(msg.value() or b"")
-            except WireFormatError as exc:
-                logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+            if is_owner_key(msg.key()):
+                read = _owner_read(topic, msg)
+                if read is not None:
+                    reads.setdefault(int(msg.partition() or 0), []).append(read)
     finally:
         consumer.close()
-    return owners
+    return {p: live for p, partition_reads in reads.items() if (live := live_owners(partition_reads))}
+
+
+def _owner_read(topic: str, msg: Any) -> OwnerRead | None:
+    """``msg``, an owner key's record, as read; None (logged) when its value is not valid."""
+    value = msg.value()
+    try:
+        record = None if value is None else OwnerRecord.decode(value)
+    except WireFormatError as exc:
+        logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+        return None
+    return OwnerRead(bytes(msg.key()), int(msg.offset()), record)
 
 
 def _state_consumer(bootstrap: str, extra: Mapping[str, Any] | None) -> kafka.Consumer:

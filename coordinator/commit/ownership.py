@@ -5,31 +5,36 @@ Each incarnation of a coordinator (each time its clients are built) commits unde
 transactional id of its own, never used before or after
 (:func:`txbridge.wire.coordinator_transactional_id`), one Kafka transaction per commit covering
 every owned partition. Before it serves partition ``p`` it commits a claim record naming that
-id into ``<ns>_state`` ``p`` (:meth:`Ownership.claim`); a partition it lets go to another member
-gets a release record in its last transaction (:meth:`Ownership.mark`). A new owner reads the
-last of these records and fences the id it names unless it was released
-(``init_transactions`` on it: Kafka aborts that id's open transaction and bumps its epoch, so
-the earlier owner, dead or a zombie that will wake up, can never commit again). A partition
-with no record at all was served by an older txbridge under the partition's own id, which is
-fenced the same way. The argument is in docs/DESIGN.md, "Ownership".
+id into ``<ns>_state`` ``p`` (:meth:`Ownership.claim`), under a key of that claim's own
+(:func:`txbridge.wire.owner_key`); a partition it lets go to another member gets a release
+record under the same key in its last transaction (:meth:`Ownership.mark`). A new owner fences
+the id of every claim it reads that is not released (``init_transactions`` on it: Kafka aborts
+that id's open transaction and bumps its epoch, so the earlier owner, dead or a zombie that will
+wake up, can never commit again), and after its restore also every owner released after its
+own claim (:func:`late_owners`); then it deletes the records of the owners it has dealt with
+(:meth:`Ownership.forget`). A partition with no record at all was served by an older txbridge
+under the partition's own id, which is fenced the same way. The argument is in docs/DESIGN.md,
+"Ownership".
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from typing import Any
 
 from coordinator.commit import changelog
+from coordinator.commit.changelog import OwnerRead, live_owners
 from coordinator.commit.writer import TransactionWriter
 from coordinator.config import CoordinatorConfig
 from coordinator.monitoring.watchdog import Watchdog
 from txbridge import kafka
 from txbridge.errors import TxBridgeError
 from txbridge.kafka import Producer
-from txbridge.wire import OWNER_KEY, OwnerRecord, Topics, coordinator_transactional_id
+from txbridge.wire import OwnerRecord, Topics, coordinator_transactional_id, owner_key
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +51,36 @@ _INIT_TIMEOUT_S = 30.0
 _FENCE_ASK_AGAIN_S = 0.15
 #: Timeout of the calls that end a claim's or a release's transaction.
 _MARK_TIMEOUT_S = 15.0
+
+
+def to_fence(live: list[OwnerRead], own: str) -> set[str]:
+    """Before a claim: the ids of the live claims among ``live`` (a partition's owner records,
+    :func:`changelog.read_owners`) that are not released, other than ``own``."""
+    return {
+        r.record.transactional_id
+        for r in live
+        if r.record is not None and not r.record.released and r.record.transactional_id != own
+    }
+
+
+def late_owners(reads: list[OwnerRead], own: str, claimed_at: int, fenced: set[str]) -> set[str]:
+    """After the claim committed at offset ``claimed_at``: the ids in ``reads`` (a partition's
+    owner records, as the restore read them) still to fence.
+
+    Each other owner whose live record is a claim not released (one the read before the claim
+    did not reach), and each whose live record lies after this owner's claim, a release
+    included: that owner held the partition beside this one (a generation one of them missed),
+    and a partition it keeps is served on from memory when nothing lies between its release and
+    its next claim (:meth:`Ownership.reclaim`), a check that cannot see a claim committed
+    before the release. Fenced, it can never commit the partition again.
+    """
+    late = set()
+    for read in live_owners(reads):
+        assert read.record is not None  # live_owners keeps no tombstone
+        owner = read.record.transactional_id
+        if owner != own and owner not in fenced and (not read.record.released or read.offset > claimed_at):
+            late.add(owner)
+    return late
 
 
 def _discard(clients: list[Any]) -> None:
@@ -79,6 +114,10 @@ class Ownership:
         self.fenced: set[str] = set()
         #: Partition -> the offset of this producer's last release record in its ``<ns>_state``.
         self._released_at: dict[int, int] = {}
+        #: Partition -> the owner key of this producer's last claim of it, and that claim's offset.
+        self._keys: dict[int, bytes] = {}
+        self._claimed_at: dict[int, int] = {}
+        self._claims = itertools.count(1)
 
     def __contains__(self, number: object) -> bool:
         return number in self._claimed
@@ -86,6 +125,14 @@ class Ownership:
     def numbers(self) -> set[int]:
         """The partitions claimed."""
         return set(self._claimed)
+
+    def claimed_at(self, number: int) -> int:
+        """The offset in ``<ns>_state`` of this producer's claim of ``number``."""
+        return self._claimed_at[number]
+
+    def key(self, number: int) -> bytes | None:
+        """The owner key of this producer's last claim of ``number`` (None: never claimed)."""
+        return self._keys.get(number)
 
     def writer(self, number: int | None = None) -> TransactionWriter:
         """The producer's wrapper: every owned partition's records go there."""
@@ -117,23 +164,19 @@ class Ownership:
             made = pool.submit(self._ensure_producer, own)
             try:
                 owners = self._read_owners(wanted)
-                to_fence: dict[str, list[int]] = {}
+                earlier: dict[str, list[int]] = {}
                 for number in wanted:
-                    record = owners.get(number)
-                    if record is None:  # an older txbridge's data, or nobody's yet
-                        earlier = cfg.partition_transactional_id(number)
-                    elif record.released or record.transactional_id == own:
-                        continue
-                    else:
-                        earlier = record.transactional_id
-                    to_fence.setdefault(earlier, []).append(number)
-                self.fence(to_fence)
+                    live = owners.get(number)
+                    # None: an older txbridge's data, or nobody's yet
+                    ids = to_fence(live, own) if live else {cfg.partition_transactional_id(number)}
+                    for transactional_id in ids:
+                        earlier.setdefault(transactional_id, []).append(number)
+                self.fence(earlier)
             finally:
                 made.result()
         self.mark(wanted, released=False)
-        self._claimed |= set(wanted)
 
-    def _read_owners(self, numbers: list[int]) -> dict[int, OwnerRecord]:
+    def _read_owners(self, numbers: list[int]) -> dict[int, list[OwnerRead]]:
         with self._watchdog.deadline(f"reading the owners of {self._state_topic}", 2 * _INIT_TIMEOUT_S):
             return changelog.read_owners(
                 self.config.bootstrap, self._state_topic, numbers, self.config.extra_config, _INIT_TIMEOUT_S
@@ -146,7 +189,7 @@ class Ownership:
         Raises:
             KafkaOperationError: an id could not be fenced.
         """
-        ids = sorted(earlier)
+        ids = sorted(set(earlier) - self.fenced)  # a fenced id stays fenced: it is never used again
         if not ids:
             return
         with ThreadPoolExecutor(min(_FENCE_THREADS, len(ids)), "txbridge-fence") as pool:
@@ -215,9 +258,11 @@ class Ownership:
         A kept partition is current when nothing was written to its ``<ns>_state`` between this
         producer's release and this claim: the claim lies right after the release's commit
         marker. Anything in between (another owner's claim, whatever it then committed) makes
-        it stale: the caller reads it again, and the restore fences that other owner. Checked
+        it stale: the caller reads it again, and the restore fences that other owner. An owner
+        that claimed before the release is no more current than this one: its restore finds
+        this release after its claim and fences this producer (:func:`late_owners`). Checked
         after the claim is committed, so an owner claiming later finds this claim and fences
-        this producer.
+        this producer. The released claim's record is deleted in the same transaction.
 
         Raises:
             KafkaOperationError: the claim failed.
@@ -225,14 +270,15 @@ class Ownership:
         wanted = sorted(set(numbers) - self._claimed)
         released_at = {n: self._released_at.pop(n) for n in wanted if n in self._released_at}
         offsets = self.mark(wanted, released=False)
-        self._claimed |= set(wanted)
         # The release record, then its transaction's commit marker, then the claim.
         return [n for n in wanted if n in released_at and offsets.get(n) == released_at[n] + 2]
 
     def mark(self, numbers: Iterable[int], *, released: bool) -> dict[int, int]:
-        """Commit an owner record for each of ``numbers`` in one transaction: a claim, or a
-        release (the partitions may go to another member, whose claim then fences nobody).
-        Released partitions are no longer claimed. Returns each record's offset.
+        """Commit an owner record for each of ``numbers`` in one transaction: a claim (under a
+        new key; the record of this producer's earlier claim of the partition, released, is
+        deleted), or a release of this producer's claim (the partitions may go to another
+        member, whose claim then fences nobody). Released partitions are no longer claimed,
+        claimed ones are. Returns each claim's or release's offset.
 
         The commit cycle must have no transaction open (it is drained first).
 
@@ -242,35 +288,70 @@ class Ownership:
         wanted = sorted(set(numbers))
         if not wanted:
             return {}
+        value = OwnerRecord(str(self.transactional_id), released).encode()
+        records: list[tuple[int, bytes, bytes | None]] = []
+        keys = {}
+        for number in wanted:
+            earlier = self._keys.get(number)
+            if released and earlier is not None:
+                keys[number] = earlier
+            else:
+                keys[number] = owner_key(str(self.transactional_id), next(self._claims))
+            records.append((number, keys[number], value))
+            if not released and earlier is not None:
+                records.append((number, earlier, None))
+        offsets = self._commit(records, "releasing" if released else "claiming", wanted)
+        self._keys.update(keys)
+        if released:
+            self._claimed -= set(wanted)
+            self._released_at.update(offsets)
+        else:
+            self._claimed |= set(wanted)
+            self._claimed_at.update(offsets)
+        return offsets
+
+    def forget(self, stale: dict[int, list[bytes]]) -> None:
+        """Delete the owner records ``stale`` names (partition -> keys): those of earlier owners
+        this one has fenced, or found released before its claim. Compaction keeps every
+        claim's record until then (:func:`txbridge.wire.owner_key`).
+
+        Raises:
+            KafkaOperationError: the transaction failed (the records stay: the next owner
+                deletes them).
+        """
+        records = [(number, key, None) for number, keys in sorted(stale.items()) for key in keys]
+        if records:
+            self._commit(records, "deleting the earlier owner records of", sorted(stale))
+
+    def _commit(
+        self, records: Sequence[tuple[int, bytes, bytes | None]], what: str, numbers: list[int]
+    ) -> dict[int, int]:
+        """``records`` (partition, key, value) in one transaction of this producer's; returns
+        the offset of each partition's first record."""
         offsets: dict[int, int] = {}
 
         def delivered(err: Any, msg: Any) -> None:
             if err is None:
-                offsets[int(msg.partition())] = int(msg.offset())
+                offsets.setdefault(int(msg.partition()), int(msg.offset()))
 
         producer = self.producer()
-        value = OwnerRecord(str(self.transactional_id), released).encode()
-        what = "releasing" if released else "claiming"
         try:
-            with self._watchdog.deadline(f"{what} partitions {wanted}", 4 * _MARK_TIMEOUT_S):
+            with self._watchdog.deadline(f"{what} partitions {numbers}", 4 * _MARK_TIMEOUT_S):
                 producer.begin_transaction()
-                for number in wanted:
+                for number, key, value in records:
                     producer.produce(
-                        self._state_topic, key=OWNER_KEY, value=value, partition=number, on_delivery=delivered
+                        self._state_topic, key=key, value=value, partition=number, on_delivery=delivered
                     )
                 producer.flush(_MARK_TIMEOUT_S)  # serves the delivery reports: the offsets
                 producer.commit_transaction(_MARK_TIMEOUT_S)
         except Exception as exc:
-            error = kafka.to_error(exc, f"{what} partitions {wanted}")
+            error = kafka.to_error(exc, f"{what} partitions {numbers}")
             if not error.fatal:
                 try:
                     producer.abort_transaction(_MARK_TIMEOUT_S)
                 except Exception as abort_exc:  # the next transaction's begin says what is wrong
                     logger.warning("aborting the %s transaction: %s", what, abort_exc)
             raise error from exc
-        if released:
-            self._claimed -= set(wanted)
-            self._released_at.update(offsets)
         return offsets
 
     def _ensure_producer(self, transactional_id: str) -> None:
@@ -304,6 +385,8 @@ class Ownership:
         one's)."""
         self._claimed.clear()
         self._released_at.clear()
+        self._keys.clear()
+        self._claimed_at.clear()
         writer, self._writer, self.transactional_id = self._writer, None, None
         if writer is not None and writer.producer is not None:
             self._release_clients([writer.producer])
@@ -313,6 +396,8 @@ class Ownership:
         (confluentinc/librdkafka#5511), and the next owner of its partitions fences it."""
         self._claimed.clear()
         self._released_at.clear()
+        self._keys.clear()
+        self._claimed_at.clear()
         self._writer, self.transactional_id = None, None
 
     @staticmethod

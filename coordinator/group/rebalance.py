@@ -23,8 +23,10 @@ import threading
 import time
 from typing import Any
 
+from coordinator.commit import changelog
+from coordinator.commit.changelog import live_owners
 from coordinator.commit.cycle import CommitCycle, KafkaCommitClients
-from coordinator.commit.ownership import Ownership
+from coordinator.commit.ownership import Ownership, late_owners
 from coordinator.config import CoordinatorConfig
 from coordinator.failures import Failures
 from coordinator.group.assignments import Assignments
@@ -38,6 +40,10 @@ from txbridge.errors import KafkaOperationError
 from txbridge.kafka import Consumer, KafkaException, TopicPartition
 
 logger = logging.getLogger(__name__)
+
+#: Reads of the taken partitions' state, each after fencing the owners the one before found:
+#: more than one only when other members keep claiming them meanwhile (generations in flux).
+_LATE_READS = 5
 
 #: An assignment whose partitions cannot be claimed or restored (a partition without a leader
 #: during an election, a transaction coordinator moving) is tried again this often, this long.
@@ -199,33 +205,61 @@ class Rebalancer:
             self._failures.clients = exc
             return
         self.stats[Stat.OWNERS_FENCED] += len(claimed)
-        restored = self._restorer.read_changelog(fresh)
-        # An owner claim the first read did not reach: a transaction under an id nobody claims
-        # held <ns>_state's last stable offset below it. The restore waited that transaction out
-        # and read on: a claim it found after the fenced ones, by another id than this owner's,
-        # is fenced now, and the partition read again.
-        late: dict[str, list[int]] = {}
-        for number in fresh:
-            earlier = [
-                r
-                for r in restored.owners.get(number, [])
-                if r.transactional_id != self._owners.transactional_id
-            ]
-            if (
-                earlier
-                and not earlier[-1].released
-                and earlier[-1].transactional_id not in self._owners.fenced
-            ):
-                late.setdefault(earlier[-1].transactional_id, []).append(number)
-        if late:
-            self._owners.fence(late)
-            restored = self._restorer.read_changelog(fresh)
+        restored = self._read_owned(fresh)
         young = self._restorer.take_positions(fresh, restored, consumer)
         # Consume from there: the group's committed offsets are only a copy for monitoring.
         self._read_from_positions(consumer, numbers)
         self._install(self._restorer.restore(fresh, restored, young, consumer))
         if self.config.check_invariants:
             self._restorer.assert_settled(numbers, self._end_offsets.offsets_client())
+
+    def _read_owned(self, fresh: list[int]) -> changelog.Restored:
+        """``fresh``'s state, read once every other owner of them is fenced or released before
+        this one's claim; the records of those owners deleted."""
+        restored = self._restorer.read_changelog(fresh)
+        # Owners the claim's read did not reach (a transaction under an id nobody claims held
+        # <ns>_state's last stable offset below their claims: the restore waited it out and read
+        # on), and owners released after this one's claim (they held the partition beside it):
+        # fenced now, and the partitions read again, until a read finds none.
+        for _ in range(_LATE_READS):
+            late: dict[str, list[int]] = {}
+            for number in fresh:
+                for owner in late_owners(
+                    restored.owners.get(number, []),
+                    str(self._owners.transactional_id),
+                    self._owners.claimed_at(number),
+                    self._owners.fenced,
+                ):
+                    late.setdefault(owner, []).append(number)
+            if not late:
+                break
+            self._owners.fence(late)
+            restored = self._restorer.read_changelog(fresh)
+        else:
+            raise KafkaOperationError(
+                f"partitions {fresh} were claimed by other owners during each of {_LATE_READS} reads "
+                "of their state",
+                retriable=True,
+            )
+        # The earlier owners are fenced or released: their records go (a failure leaves them to
+        # the next owner, whose claim fences nobody live).
+        stale = {
+            number: [
+                r.key
+                for r in live_owners(restored.owners.get(number, []))
+                if r.key != self._owners.key(number)
+            ]
+            for number in fresh
+        }
+        if any(stale.values()):
+            self._cycle.drain()  # the producer's next transaction
+        try:
+            self._owners.forget({number: keys for number, keys in stale.items() if keys})
+        except KafkaOperationError as exc:
+            if exc.fatal:
+                raise
+            logger.warning("the earlier owner records of partitions %s stay: %s", fresh, exc)
+        return restored
 
     def _read_from_positions(self, consumer: Consumer, numbers: list[int]) -> None:
         """Point the consumer at ``numbers``' positions and start reading them.

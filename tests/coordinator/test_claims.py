@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
 
+from coordinator.commit import changelog
 from coordinator.commit.changelog import read_owners
 from coordinator.commit.ownership import Ownership
+from coordinator.group.restore import Restorer
 from coordinator.monitoring.watchdog import Watchdog
 from tests.coordinator.conftest import PARTITIONS, Env, eventually
 from tests.coordinator.wire_producer import Msg
@@ -103,9 +106,10 @@ def test_a_renamed_restart_fences_its_predecessor_and_publishes_at_once(
 
     now = read_owners(env.bootstrap, env.topics.state, list(range(PARTITIONS)))
     new_id = handle.service.parts.kafka.owners.transactional_id
-    assert {p: (r.transactional_id, r.released) for p, r in now.items()} == dict.fromkeys(
-        range(PARTITIONS), (new_id, False)
-    )
+    # Each partition's one owner record left is the new owner's claim: the dead one's was deleted.
+    assert {
+        p: [(r.record.transactional_id, r.record.released) for r in reads] for p, reads in now.items()
+    } == {p: [(new_id, False)] for p in range(PARTITIONS)}
     assert new_id != dead_id
 
 
@@ -186,4 +190,53 @@ def test_a_partition_a_rebalance_moves_is_taken_without_fencing_its_previous_own
     assert first.service.stats["consumer_rejoins"] == 0
     owners = read_owners(env.bootstrap, env.topics.state, list(range(PARTITIONS)))
     moved = sorted(second.service.partitions)
-    assert {owners[p].transactional_id for p in moved} == {second.service.parts.kafka.owners.transactional_id}
+    second_id = second.service.parts.kafka.owners.transactional_id
+    assert {p: [r.record.transactional_id for r in owners[p]] for p in moved} == {
+        p: [second_id] for p in moved
+    }
+
+
+def test_an_owner_that_released_after_the_successors_claim_is_fenced(
+    env: Env,
+    topic_factory: Callable[..., str],
+    incarnations: Callable[[str], Ownership],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two members take partition 0 at once (a generation one of them missed): the successor
+    reads the owners before the other's claim, claims after it, and the other releases it after
+    that claim. The successor's restore finds the release after its own claim and fences its
+    writer, who could otherwise take the partition back from memory (its new claim lies right
+    after its release, the kept-partition check) and publish beside the successor.
+
+    The interleaving is made by running the other's claim inside the successor's read of the
+    owners, and its release just before the successor's restore reads the partition."""
+    topic = topic_factory()
+    beside = incarnations("beside")
+    read_owners_of = Ownership._read_owners
+    read_changelog_of = Restorer.read_changelog
+    steps: list[str] = []
+
+    def read_owners_then_the_other_claims(self: Ownership, numbers: list[int]) -> Any:
+        owners = read_owners_of(self, numbers)
+        if self is not beside and not steps:
+            beside.claim([0])
+            steps.append("claimed beside")
+        return owners
+
+    def the_other_releases_then_restore(self: Restorer, numbers: list[int]) -> changelog.Restored:
+        if steps == ["claimed beside"]:
+            beside.mark([0], released=True)
+            steps.append("released beside")
+        return read_changelog_of(self, numbers)
+
+    monkeypatch.setattr(Ownership, "_read_owners", read_owners_then_the_other_claims)
+    monkeypatch.setattr(Restorer, "read_changelog", the_other_releases_then_restore)
+    env.start(instance_id="successor", transaction_timeout_ms=TIMEOUT_MS)
+    assert steps == ["claimed beside", "released beside"]
+
+    tx = env.producer.transaction([Msg(topic, b"served by the successor", key=_key_in(0))], TxState.COMMIT)
+    assert eventually(lambda: _txs(env, topic) == [tx], timeout=TIMEOUT_MS / 2000), _txs(env, topic)
+    # Taking partition 0 back, as a kept partition given back by the next assignment: refused.
+    with pytest.raises(ProducerFencedError):
+        beside.reclaim([0])
+    assert _txs(env, topic) == [tx]

@@ -170,7 +170,9 @@ def test_the_partitions_dead_owner_is_aborted_before_the_next_owner_reads(
     owner.stop()
 
     # The id the partition's claim record names: the first owner's, which a zombie of it would use.
-    claim = read_owners(env.bootstrap, env.topics.state, [partition])[partition]
+    [read] = read_owners(env.bootstrap, env.topics.state, [partition])[partition]
+    claim = read.record
+    assert claim is not None
     assert not claim.released
     assert claim.transactional_id.startswith(f"{env.namespace}-coord-before-")
     dead = kafka.producer(

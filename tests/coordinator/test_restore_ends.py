@@ -41,4 +41,7 @@ def test_an_open_transaction_holds_the_restore_of_its_partition_alone_and_is_nam
 
     open_tx.commit_transaction(30)
     restored = changelog.restore(kafka_bootstrap, topic, [0, 1, 2], timeout=30.0)
-    assert restored.owners == {0: [OwnerRecord("committed-0")], 1: [OwnerRecord("open-1")]}
+    assert {p: [r.record for r in reads] for p, reads in restored.owners.items()} == {
+        0: [OwnerRecord("committed-0")],
+        1: [OwnerRecord("open-1")],
+    }

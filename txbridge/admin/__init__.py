@@ -48,7 +48,6 @@ from txbridge.kafka import Producer
 from txbridge.wire import (
     DEFAULT_NAMESPACE,
     H_CHECKS,
-    OWNER_KEY,
     POSITIONS_KEY,
     HalfMessage,
     OpRecord,
@@ -63,6 +62,7 @@ from txbridge.wire import (
     decode_young,
     default_coordinator_group,
     header_dict,
+    is_owner_key,
 )
 
 __all__ = [
@@ -232,7 +232,7 @@ def list_pending(
     out = []
     listed: dict[int, tuple[int, str]] = {}  # partition -> (half position, young listing)
     for (partition, key), value in latest.items():
-        if value is None or key == OWNER_KEY:
+        if value is None or is_owner_key(key):
             continue
         if key == POSITIONS_KEY:
             try:
