@@ -234,14 +234,7 @@ def _coordinator_ids(env: tb.Env, namespace: str) -> list[str]:
     owners = changelog.read_owners(
         env.bootstrap, Topics(namespace).state, list(range(HALF_PARTITIONS)), env.extra, 60.0
     )
-    return sorted(
-        {
-            r.record.transactional_id
-            for reads in owners.values()
-            for r in reads
-            if r.record and not r.record.released
-        }
-    )
+    return sorted({owner for reads in owners.values() for owner in changelog.claimants(reads)})
 
 
 def _pick_layout(admin: Any, prefix: str, node_ids: Sequence[int]) -> tuple[str, int]:

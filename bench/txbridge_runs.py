@@ -684,9 +684,7 @@ def _leave_a_transaction_open(env: Env, ns: str, topic: str, owned: set[int], ke
     owners = changelog.read_owners(env.bootstrap, topics.state, sorted(owned), env.extra)
     held: dict[str, list[int]] = {}
     for number in sorted(owned):
-        claims = [
-            r.record.transactional_id for r in owners.get(number, []) if r.record and not r.record.released
-        ]
+        claims = changelog.claimants(owners.get(number, []))
         name = claims[-1] if claims else partition_transactional_id(ns, number)
         held.setdefault(name, []).append(number)
     producers: list[Any] = []

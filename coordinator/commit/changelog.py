@@ -66,6 +66,16 @@ def live_owners(reads: list[OwnerRead]) -> list[OwnerRead]:
     return list(last.values())
 
 
+def claimants(reads: list[OwnerRead]) -> list[str]:
+    """The ids of the live claims among ``reads`` (a partition's owner records, in order) that
+    are not released, oldest first."""
+    return [
+        r.record.transactional_id
+        for r in live_owners(reads)
+        if r.record is not None and not r.record.released
+    ]
+
+
 @dataclass
 class Restored:
     """What :func:`restore` read: the pending transactions and the positions, per partition."""

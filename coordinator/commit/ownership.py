@@ -56,11 +56,7 @@ _MARK_TIMEOUT_S = 15.0
 def to_fence(live: list[OwnerRead], own: str) -> set[str]:
     """Before a claim: the ids of the live claims among ``live`` (a partition's owner records,
     :func:`changelog.read_owners`) that are not released, other than ``own``."""
-    return {
-        r.record.transactional_id
-        for r in live
-        if r.record is not None and not r.record.released and r.record.transactional_id != own
-    }
+    return set(changelog.claimants(live)) - {own}
 
 
 def late_owners(reads: list[OwnerRead], own: str, claimed_at: int, fenced: set[str]) -> set[str]:

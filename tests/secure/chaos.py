@@ -130,7 +130,7 @@ def transactional_ids(secure: SecureKafka, namespace: str, partitions: int) -> l
     owners = changelog.read_owners(
         secure.bootstrap, Topics(namespace).state, list(range(partitions)), secure.config, 30.0
     )
-    return sorted({record.transactional_id for record in owners.values() if not record.released})
+    return sorted({owner for reads in owners.values() for owner in changelog.claimants(reads)})
 
 
 def transaction_coordinators(admin: AdminClient, ids: Sequence[str]) -> Counter[int]:
