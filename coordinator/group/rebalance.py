@@ -175,10 +175,11 @@ class Rebalancer:
     def _take_over(self, consumer: Consumer, numbers: list[int]) -> None:
         """Claim ``numbers``, then read where they stand: the order is the ownership argument.
 
-        Claiming first (:meth:`Ownership.claim`: the last owner named in ``<ns>_state`` fenced
-        unless it released them, then this owner's claim committed) means that no earlier
-        owner's transaction is open on them any more when ``<ns>_state`` is read, and that no
-        earlier owner can commit after the read (docs/DESIGN.md, "Ownership").
+        Claiming first (:meth:`Ownership.claim`: every unreleased claim in ``<ns>_state``
+        fenced, then this owner's claim committed), and fencing after the read the owners it
+        finds late (:meth:`_read_owned`), means that no earlier owner's transaction is open on
+        them any more when ``<ns>_state`` is read, and that no earlier owner can commit after
+        the read (docs/DESIGN.md, "Ownership").
         """
         # Kept partitions given back (_take_back) were released at the revocation: claimed again,
         # and read again unless nobody wrote to their <ns>_state in between (Ownership.reclaim).
@@ -221,24 +222,17 @@ class Rebalancer:
         # <ns>_state's last stable offset below their claims: the restore waited it out and read
         # on), and owners released after this one's claim (they held the partition beside it):
         # fenced now, and the partitions read again, until a read finds none.
-        for _ in range(_LATE_READS):
-            late: dict[str, list[int]] = {}
-            for number in fresh:
-                for owner in late_owners(
-                    restored.owners.get(number, []),
-                    str(self._owners.transactional_id),
-                    self._owners.claimed_at(number),
-                    self._owners.fenced,
-                ):
-                    late.setdefault(owner, []).append(number)
+        late = self._late(fresh, restored)
+        for _ in range(_LATE_READS - 1):
             if not late:
                 break
             self._owners.fence(late)
             restored = self._restorer.read_changelog(fresh)
-        else:
+            late = self._late(fresh, restored)
+        if late:
             raise KafkaOperationError(
-                f"partitions {fresh} were claimed by other owners during each of {_LATE_READS} reads "
-                "of their state",
+                f"partitions {fresh} were claimed by other owners {sorted(late)} during each of "
+                f"{_LATE_READS} reads of their state",
                 retriable=True,
             )
         # The earlier owners are fenced or released: their records go (a failure leaves them to
@@ -260,6 +254,19 @@ class Rebalancer:
                 raise
             logger.warning("the earlier owner records of partitions %s stay: %s", fresh, exc)
         return restored
+
+    def _late(self, fresh: list[int], restored: changelog.Restored) -> dict[str, list[int]]:
+        """The owners :func:`late_owners` finds in ``restored``, and their partitions."""
+        late: dict[str, list[int]] = {}
+        for number in fresh:
+            for owner in late_owners(
+                restored.owners.get(number, []),
+                str(self._owners.transactional_id),
+                self._owners.claimed_at(number),
+                self._owners.fenced,
+            ):
+                late.setdefault(owner, []).append(number)
+        return late
 
     def _read_from_positions(self, consumer: Consumer, numbers: list[int]) -> None:
         """Point the consumer at ``numbers``' positions and start reading them.
