@@ -16,6 +16,7 @@ import secrets
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -292,10 +293,61 @@ def decode_young(position: int, metadata: str | None) -> list[int]:
     return sorted(position - b for b in back)
 
 
-#: The ``<ns>_state`` key of a partition's positions record: where its owner's last committed
-#: transaction left the half and op partitions, and the young transactions it listed. No tx id
-#: can take it: tx ids are text without control characters (:func:`decode_half`).
+#: The start of every positions record's key (:func:`journal_key`), and the whole key of the
+#: positions record a txbridge from before the journal wrote into ``<ns>_state`` p itself:
+#: where its owner's last committed transaction left the half and op partitions, and the young
+#: transactions it listed. No tx id can take it: tx ids are text without control characters
+#: (:func:`decode_half`).
 POSITIONS_KEY = b"\x00txb.positions"
+
+
+def journal_partition(transactional_id: str, partitions: int) -> int:
+    """The ``<ns>_state`` partition where the incarnation committing under ``transactional_id``
+    writes the positions of every partition it owns (its journal; named in its claims)."""
+    return zlib.crc32(transactional_id.encode()) % partitions
+
+
+def journal_key(transactional_id: str, partition: int) -> bytes:
+    """The key, in its journal, of the positions of ``partition`` as the incarnation committing
+    under ``transactional_id`` left them."""
+    return b"%s\x00%s\x00%d" % (POSITIONS_KEY, transactional_id.encode(), partition)
+
+
+def is_positions_key(key: bytes | None) -> bool:
+    """Whether ``key`` is a positions record's (:func:`journal_key`, or the older
+    :data:`POSITIONS_KEY`)."""
+    return key is not None and key.startswith(POSITIONS_KEY)
+
+
+def parse_journal_key(key: bytes | None) -> tuple[str, int] | None:
+    """``(transactional id, partition)`` of a :func:`journal_key`; None for any other key."""
+    if key is None or not key.startswith(POSITIONS_KEY + b"\x00"):
+        return None
+    owner, _, number = key[len(POSITIONS_KEY) + 1 :].rpartition(b"\x00")
+    try:
+        return owner.decode(), int(number)
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def current_positions(
+    owners: Sequence[tuple[str, int | None]],
+    journals: Mapping[tuple[str, int], Positions],
+    partition: int,
+    legacy: Positions | None = None,
+) -> Positions | None:
+    """Where ``partition`` stands: the positions in the journal of the last of its live
+    ``owners`` (transactional id, journal partition; oldest first) that wrote any, else
+    ``legacy``, the positions record a txbridge from before the journal left in its
+    ``<ns>_state`` partition (docs/DESIGN.md, "Ownership").
+
+    An owner writes its positions to its journal before it serves the partition, in the
+    transaction that deletes its predecessors' records; one without any never served it.
+    """
+    for owner, journal in reversed(owners):
+        if journal is not None and (owner, partition) in journals:
+            return journals[(owner, partition)]
+    return legacy
 
 
 #: The start of every owner record's key in ``<ns>_state`` (:func:`owner_key`), and the whole
@@ -335,10 +387,16 @@ class OwnerRecord:
 
     transactional_id: str
     released: bool = False
+    #: The ``<ns>_state`` partition holding this owner's positions (:func:`journal_partition`);
+    #: None in a record from before the journal.
+    journal: int | None = None
 
     def encode(self) -> bytes:
         kind = "release" if self.released else "claim"
-        return json.dumps({"owner": 1, kind: self.transactional_id}, separators=(",", ":")).encode()
+        body: dict[str, Any] = {"owner": 1, kind: self.transactional_id}
+        if self.journal is not None:
+            body["journal"] = self.journal
+        return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, value: bytes) -> OwnerRecord:
@@ -347,9 +405,14 @@ class OwnerRecord:
             body = json.loads(value)
             if body.get("owner") != 1:
                 raise WireFormatError(f"owner record has version {body.get('owner')!r}")
+            journal = body.get("journal")
+            if journal is not None and (
+                isinstance(journal, bool) or not isinstance(journal, int) or journal < 0
+            ):
+                raise WireFormatError(f"owner record names journal {journal!r}")
             if "claim" in body:
-                return cls(str(body["claim"]))
-            return cls(str(body["release"]), released=True)
+                return cls(str(body["claim"]), journal=journal)
+            return cls(str(body["release"]), released=True, journal=journal)
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise WireFormatError(f"owner record is not valid: {exc}") from None
 

@@ -36,8 +36,11 @@ from txbridge.wire import (
     OpSource,
     OwnerRecord,
     Positions,
+    current_positions,
     encode_young,
     is_owner_key,
+    is_positions_key,
+    parse_journal_key,
 )
 
 logger = logging.getLogger(__name__)
@@ -81,9 +84,13 @@ class Restored:
     """What :func:`restore` read: the pending transactions and the positions, per partition."""
 
     pending: dict[int, list[PendingTx]] = field(default_factory=dict)
+    #: Where each partition stands: in the journal of its last live owner that wrote one, else
+    #: its ``legacy`` record.
     positions: dict[int, Positions] = field(default_factory=dict)
     #: The owner records read (tombstones too), in order, per partition.
     owners: dict[int, list[OwnerRead]] = field(default_factory=dict)
+    #: The positions record a txbridge from before the journal wrote into ``<ns>_state`` p.
+    legacy: dict[int, Positions] = field(default_factory=dict)
 
 
 @dataclass
@@ -252,11 +259,16 @@ def restore(
                 if read is not None:
                     out.owners.setdefault(int(msg.partition() or 0), []).append(read)
                 continue
-            if msg.key() == POSITIONS_KEY:
+            if msg.key() == POSITIONS_KEY:  # written into <ns>_state p by a txbridge before the journal
+                number = int(msg.partition() or 0)
+                out.legacy.pop(number, None)
                 try:
-                    out.positions[int(msg.partition() or 0)] = Positions.decode(value or b"")
+                    if value is not None:
+                        out.legacy[number] = Positions.decode(value)
                 except WireFormatError as exc:
                     logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+                continue
+            if is_positions_key(msg.key()):  # a journal's: read by owner (_positions)
                 continue
             key = (msg.key() or b"").decode("utf-8", "replace")
             if value is None:
@@ -269,6 +281,78 @@ def restore(
     finally:
         consumer.close()
     out.pending = {p: list(txs.values()) for p, txs in entries.items() if txs}
+    out.positions = _positions(bootstrap, topic, partitions, out, extra=extra, timeout=timeout)
+    return out
+
+
+def _positions(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int],
+    restored: Restored,
+    *,
+    extra: Mapping[str, Any] | None,
+    timeout: float,
+) -> dict[int, Positions]:
+    """Where each of ``partitions`` stands (:func:`txbridge.wire.current_positions`), from the
+    journals its live owners name, each read to its high watermark (its writer is fenced or
+    released: what it wrote has ended; another incarnation sharing the journal holds the read
+    only for the commit it has in flight)."""
+    owners = {
+        p: [
+            (r.record.transactional_id, r.record.journal)
+            for r in live_owners(restored.owners.get(p, []))
+            if r.record
+        ]
+        for p in partitions
+    }
+    journals = sorted({j for listed in owners.values() for _, j in listed if j is not None})
+    written = read_journals(bootstrap, topic, journals, extra, timeout)
+    out = {}
+    for p in partitions:
+        where = current_positions(owners[p], written, p, restored.legacy.get(p))
+        if where is not None:
+            out[p] = where
+    return out
+
+
+def read_journals(
+    bootstrap: str,
+    topic: str,
+    journals: list[int],
+    extra: Mapping[str, Any] | None = None,
+    timeout: float = 60.0,
+) -> dict[tuple[str, int], Positions]:
+    """Every live positions record of the ``journals`` (``<ns>_state`` partitions), by
+    (transactional id, partition), read with read_committed to their high watermarks.
+
+    Raises:
+        KafkaOperationError: the high watermarks were not reached within ``timeout``.
+    """
+    if not journals:
+        return {}
+    # Not warned: a journal other live incarnations share has their commit in flight.
+    ends = _ends(bootstrap, topic, journals, extra, warn=False)
+    consumer = _state_consumer(bootstrap, extra)
+    out: dict[tuple[str, int], Positions] = {}
+    try:
+        consumer.assign([kafka.partition_at(topic, p, kafka.FROM_START) for p in journals])
+        late = " (an open transaction holds its last stable offset below its high watermark)"
+        for msg in kafka.read_to_end(
+            consumer, topic, ends, timeout=timeout, what=f"reading the journals of {topic}", late=late
+        ):
+            owned = parse_journal_key(msg.key())
+            if owned is None:
+                continue
+            value = msg.value()
+            out.pop(owned, None)
+            try:
+                if value is not None:
+                    out[owned] = Positions.decode(value)
+            except WireFormatError as exc:
+                logger.warning("%s/%d offset %d skipped: %s", topic, msg.partition(), msg.offset(), exc)
+    finally:
+        consumer.close()
     return out
 
 
@@ -333,10 +417,11 @@ def _state_consumer(bootstrap: str, extra: Mapping[str, Any] | None) -> kafka.Co
 
 
 def _ends(
-    bootstrap: str, topic: str, partitions: list[int], extra: Mapping[str, Any] | None
+    bootstrap: str, topic: str, partitions: list[int], extra: Mapping[str, Any] | None, *, warn: bool = True
 ) -> dict[int, int | None]:
-    """Each partition's high watermark, None for an empty one (read to its partition-EOF); and a
-    warning first when open transactions hold partitions below it (the read then waits)."""
+    """Each partition's high watermark, None for an empty one (read to its partition-EOF); and,
+    with ``warn``, a warning first when open transactions hold partitions below it (the read
+    then waits)."""
     bounds = kafka.offset_bounds(kafka.admin(bootstrap, extra), topic, partitions, timeout=10.0)
     ends = {p: high if high > max(low, 0) else None for p, (low, _stable, high) in bounds.items()}
     held = {
@@ -344,7 +429,7 @@ def _ends(
         for p, (_low, stable, high) in bounds.items()
         if ends[p] is not None and stable < high
     }
-    if held:
+    if held and warn:
         logger.warning(
             "%s: open transactions hold partitions %s (last stable offset, high watermark: %s); "
             "restoring waits until they end (at the latest after their transaction timeout)",

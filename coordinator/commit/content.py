@@ -18,7 +18,7 @@ from coordinator.commit.writer import TransactionWriter
 from coordinator.monitoring.metrics import Stat, Stats
 from coordinator.state.partition import PartitionState, PendingTx, Phase
 from coordinator.state.republisher import Batch, OutRecord, copy_aside, plan_republish
-from txbridge.wire import OpSource, Topics, TxState
+from txbridge.wire import OpSource, Topics, TxState, journal_key
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +125,9 @@ class TransactionContent:
 
     def write_positions(self, where: changelog.Positions) -> None:
         """The partition's positions record: where this transaction leaves half and op, and the
-        young transactions it lists (what a next owner resumes from)."""
-        key = changelog.POSITIONS_KEY
-        self.writer.produce(OutRecord(self.topics.state, key, where.encode(), [], self.state.partition))
+        young transactions it lists (what a next owner resumes from). In the incarnation's
+        journal, one ``<ns>_state`` partition for all it owns: a transaction then covers one
+        partition more, not one per partition it covers (docs/DESIGN.md, "Ownership")."""
+        owner, journal = self.writer.journal
+        key = journal_key(owner, self.state.partition)
+        self.writer.produce(OutRecord(self.topics.state, key, where.encode(), [], journal))

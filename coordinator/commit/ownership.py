@@ -11,10 +11,11 @@ record under the same key in its last transaction (:meth:`Ownership.mark`). A ne
 the id of every claim it reads that is not released (``init_transactions`` on it: Kafka aborts
 that id's open transaction and bumps its epoch, so the earlier owner, dead or a zombie that will
 wake up, can never commit again), and after its restore also every owner released after its
-own claim (:func:`late_owners`); then it deletes the records of the owners it has dealt with
-(:meth:`Ownership.forget`). A partition with no record at all was served by an older txbridge
-under the partition's own id, which is fenced the same way. The argument is in docs/DESIGN.md,
-"Ownership".
+own claim (:func:`late_owners`); then, in one transaction, it writes the partitions'
+positions to its journal (one ``<ns>_state`` partition for all it owns) and deletes the records
+of the owners it has dealt with (:meth:`Ownership.adopt`). A partition with no record at all
+was served by an older txbridge under the partition's own id, which is fenced the same way. The
+argument is in docs/DESIGN.md, "Ownership".
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed, wait
 from typing import Any
 
@@ -32,9 +33,17 @@ from coordinator.commit.writer import TransactionWriter
 from coordinator.config import CoordinatorConfig
 from coordinator.monitoring.watchdog import Watchdog
 from txbridge import kafka
-from txbridge.errors import TxBridgeError
+from txbridge.errors import KafkaOperationError, TxBridgeError
 from txbridge.kafka import Producer
-from txbridge.wire import OwnerRecord, Topics, coordinator_transactional_id, owner_key
+from txbridge.wire import (
+    OwnerRecord,
+    Positions,
+    Topics,
+    coordinator_transactional_id,
+    journal_key,
+    journal_partition,
+    owner_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +117,8 @@ class Ownership:
         self.transactional_id: str | None = None
         #: The earlier owners' ids fenced so far.
         self.fenced: set[str] = set()
+        #: The ``<ns>_state`` partition this incarnation writes its positions to (its journal).
+        self.journal = 0
         #: Partition -> the offset of this producer's last release record in its ``<ns>_state``.
         self._released_at: dict[int, int] = {}
         #: Partition -> the owner key of this producer's last claim of it, and that claim's offset.
@@ -284,7 +295,7 @@ class Ownership:
         wanted = sorted(set(numbers))
         if not wanted:
             return {}
-        value = OwnerRecord(str(self.transactional_id), released).encode()
+        value = OwnerRecord(str(self.transactional_id), released, self.journal).encode()
         records: list[tuple[int, bytes, bytes | None]] = []
         keys = {}
         for number in wanted:
@@ -306,18 +317,25 @@ class Ownership:
             self._claimed_at.update(offsets)
         return offsets
 
-    def forget(self, stale: dict[int, list[bytes]]) -> None:
-        """Delete the owner records ``stale`` names (partition -> keys): those of earlier owners
-        this one has fenced, or found released before its claim. Compaction keeps every
-        claim's record until then (:func:`txbridge.wire.owner_key`).
+    def adopt(self, positions: Mapping[int, Positions], stale: Sequence[tuple[int, bytes]]) -> None:
+        """Write ``positions`` (partition -> where the restore found it) to this incarnation's
+        journal and delete the ``stale`` records (``<ns>_state`` partition, key), in one
+        transaction: the owner records of earlier owners this one has fenced or found released
+        before its claim, and their positions. Compaction keeps every claim's record and every
+        journal's positions until then (:func:`txbridge.wire.owner_key`).
 
         Raises:
-            KafkaOperationError: the transaction failed (the records stay: the next owner
-                deletes them).
+            KafkaOperationError: the transaction failed: nothing was written, and the partitions
+                must not be served until this succeeds.
         """
-        records = [(number, key, None) for number, keys in sorted(stale.items()) for key in keys]
+        own = str(self.transactional_id)
+        records: list[tuple[int, bytes, bytes | None]] = [
+            (self.journal, journal_key(own, number), where.encode())
+            for number, where in sorted(positions.items())
+        ]
+        records += [(partition, key, None) for partition, key in stale]
         if records:
-            self._commit(records, "deleting the earlier owner records of", sorted(stale))
+            self._commit(records, "adopting the positions of", sorted({*positions, *(p for p, _ in stale)}))
 
     def _commit(
         self, records: Sequence[tuple[int, bytes, bytes | None]], what: str, numbers: list[int]
@@ -365,7 +383,16 @@ class Ownership:
         logger.info(
             "coordinator %s commits under the transactional id %s", self.config.instance_id, transactional_id
         )
-        self._writer = TransactionWriter(producer, self._sizes)
+        writer = TransactionWriter(producer, self._sizes)
+        partitions = writer.partitions_of(self._state_topic)
+        if partitions is None:
+            self._release_clients([producer])
+            raise KafkaOperationError(
+                f"{self._state_topic} does not exist (txbridge init makes it)", retriable=True
+            )
+        self.journal = journal_partition(transactional_id, partitions)
+        writer.journal = (transactional_id, self.journal)
+        self._writer = writer
         self.transactional_id = transactional_id
 
     # ------------------------------------------------------------------ letting go

@@ -69,6 +69,9 @@ class TransactionWriter:
         #: for the transactions that follow (:meth:`CommitCycle._on_transaction_errors`), so the
         #: retry finds the record and poisons its transaction, and off again after a commit.
         self.report_each = False
+        #: The transactional id and the ``<ns>_state`` partition (its journal) under which each
+        #: partition's positions are written (:func:`txbridge.wire.journal_key`).
+        self.journal: tuple[str, int] = ("", 0)
         self._topic_sizes: dict[str, tuple[int | None, float]] = {} if sizes is None else sizes
 
     def produce(self, record: OutRecord, *, tx_id: str | None = None) -> None:

@@ -38,6 +38,7 @@ from coordinator.state.partition import PartitionState
 from txbridge import kafka
 from txbridge.errors import KafkaOperationError
 from txbridge.kafka import Consumer, KafkaException, TopicPartition
+from txbridge.wire import POSITIONS_KEY, journal_key
 
 logger = logging.getLogger(__name__)
 
@@ -235,24 +236,7 @@ class Rebalancer:
                 f"{_LATE_READS} reads of their state",
                 retriable=True,
             )
-        # The earlier owners are fenced or released: their records go (a failure leaves them to
-        # the next owner, whose claim fences nobody live).
-        stale = {
-            number: [
-                r.key
-                for r in live_owners(restored.owners.get(number, []))
-                if r.key != self._owners.key(number)
-            ]
-            for number in fresh
-        }
-        if any(stale.values()):
-            self._cycle.drain()  # the producer's next transaction
-        try:
-            self._owners.forget({number: keys for number, keys in stale.items() if keys})
-        except KafkaOperationError as exc:
-            if exc.fatal:
-                raise
-            logger.warning("the earlier owner records of partitions %s stay: %s", fresh, exc)
+        self._adopt(fresh, restored)
         return restored
 
     def _late(self, fresh: list[int], restored: changelog.Restored) -> dict[str, list[int]]:
@@ -267,6 +251,31 @@ class Rebalancer:
             ):
                 late.setdefault(owner, []).append(number)
         return late
+
+    def _adopt(self, fresh: list[int], restored: changelog.Restored) -> None:
+        """Write ``fresh``'s positions to this incarnation's journal and delete the records of
+        their earlier owners, all fenced or released before this one's claim."""
+        # The earlier owners are fenced or released: their records and positions go, in the
+        # transaction that writes their partitions' positions to this incarnation's journal.
+        # Before serving, and never skipped: a next owner takes the positions of the last live
+        # owner (in <ns>_state's order) that wrote any, and an earlier owner's release can lie
+        # after this one's claim. A failure raises: the take-over is tried again.
+        own = str(self._owners.transactional_id)
+        stale: list[tuple[int, bytes]] = []
+        for number in fresh:
+            for read in live_owners(restored.owners.get(number, [])):
+                if read.key == self._owners.key(number) or read.record is None:
+                    continue
+                stale.append((number, read.key))
+                owner, journal = read.record.transactional_id, read.record.journal
+                if journal is not None and owner != own:
+                    stale.append((journal, journal_key(owner, number)))
+            if number in restored.legacy:
+                stale.append((number, POSITIONS_KEY))
+        adopted = {n: where for n, where in restored.positions.items() if n in fresh}
+        if stale or adopted:
+            self._cycle.drain()  # the producer's next transaction
+        self._owners.adopt(adopted, stale)
 
     def _read_from_positions(self, consumer: Consumer, numbers: list[int]) -> None:
         """Point the consumer at ``numbers``' positions and start reading them.

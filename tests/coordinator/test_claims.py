@@ -28,7 +28,15 @@ from tests.kafka_helpers import read_topic
 from txbridge import kafka
 from txbridge.errors import ProducerFencedError
 from txbridge.kafka import Producer
-from txbridge.wire import TxState, half_partition
+from txbridge.wire import (
+    OWNER_KEY,
+    POSITIONS_KEY,
+    OwnerRecord,
+    Positions,
+    TxState,
+    half_partition,
+    journal_key,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -240,3 +248,38 @@ def test_an_owner_that_released_after_the_successors_claim_is_fenced(
     with pytest.raises(ProducerFencedError):
         beside.reclaim([0])
     assert _txs(env, topic) == [tx]
+
+
+def test_a_partition_served_before_the_journal_resumes_from_its_positions_record(
+    env: Env, topic_factory: Callable[..., str]
+) -> None:
+    """A txbridge from before the journal left partition 0's positions in ``<ns>_state`` 0 itself,
+    past a transaction it had published, and its owner record names no journal. The new owner
+    resumes from that record (the transaction is not published again), writes the positions to
+    its own journal, and deletes the older record."""
+    topic = topic_factory()
+    key = _key_in(0)
+    env.producer.transaction([Msg(topic, b"published by the older coordinator", key=key)], TxState.COMMIT)
+    admin = kafka.admin(env.bootstrap)
+    ends = {t: kafka.offset_bounds(admin, t, [0], timeout=10)[0][2] for t in (env.topics.half, env.topics.op)}
+    older = kafka.producer(env.bootstrap, transactional_id=f"{env.namespace}-partition-0")
+    older.init_transactions(30)
+    older.begin_transaction()
+    older.produce(env.topics.state, OwnerRecord("older", released=True).encode(), OWNER_KEY, partition=0)
+    where = Positions(ends[env.topics.half], ends[env.topics.op])
+    older.produce(env.topics.state, where.encode(), POSITIONS_KEY, partition=0)
+    older.commit_transaction(30)
+
+    handle = env.start(instance_id="upgraded", transaction_timeout_ms=TIMEOUT_MS)
+    after = env.producer.transaction([Msg(topic, b"after the upgrade", key=key)], TxState.COMMIT)
+    assert eventually(lambda: _txs(env, topic) == [after], timeout=TIMEOUT_MS / 2000), _txs(env, topic)
+
+    live: dict[tuple[int, bytes], bytes | None] = {}
+    for s in read_topic(env.bootstrap, env.topics.state):
+        live[(s.partition, s.key)] = s.value
+    assert live[(0, POSITIONS_KEY)] is None  # deleted by the adoption
+    owner = str(handle.service.parts.kafka.owners.transactional_id)
+    journal = handle.service.parts.kafka.owners.journal
+    adopted = live[(journal, journal_key(owner, 0))]
+    assert adopted is not None
+    assert Positions.decode(adopted).half >= where.half

@@ -14,14 +14,14 @@ from tests.coordinator.conftest import Env, eventually
 from tests.coordinator.wire_producer import Msg
 from tests.kafka_helpers import read_topic, wait_for
 from txbridge.errors import KafkaOperationError
-from txbridge.wire import POSITIONS_KEY, TxState, is_owner_key
+from txbridge.wire import TxState, is_owner_key, is_positions_key
 
 
 def _live_state(env: Env) -> dict[bytes, bytes | None]:
     latest: dict[bytes, bytes | None] = {}
     for s in read_topic(env.bootstrap, env.topics.state):
         # where each partition stands and who owns it: no transaction
-        if s.key == POSITIONS_KEY or is_owner_key(s.key):
+        if is_positions_key(s.key) or is_owner_key(s.key):
             continue
         latest[s.key] = s.value
     return {k: v for k, v in latest.items() if v is not None}

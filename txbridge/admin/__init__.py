@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,10 +53,12 @@ from txbridge.wire import (
     HalfMessage,
     OpRecord,
     OpSource,
+    OwnerRecord,
     Positions,
     ProducerInstance,
     Topics,
     TxState,
+    current_positions,
     decode_half,
     decode_op,
     decode_producer,
@@ -63,6 +66,8 @@ from txbridge.wire import (
     default_coordinator_group,
     header_dict,
     is_owner_key,
+    is_positions_key,
+    parse_journal_key,
 )
 
 __all__ = [
@@ -230,22 +235,16 @@ def list_pending(
     group_id = group_id or default_coordinator_group(namespace)
     latest = _latest_state(bootstrap, namespace, extra)
     out = []
-    listed: dict[int, tuple[int, str]] = {}  # partition -> (half position, young listing)
-    for (partition, key), value in latest.items():
-        if value is None or is_owner_key(key):
-            continue
-        if key == POSITIONS_KEY:
-            try:
-                where = Positions.decode(value)
-            except WireFormatError:
-                continue
-            if where.half is not None:
-                listed[partition] = (where.half, where.young)
+    for (_partition, key), value in latest.items():
+        if value is None or is_owner_key(key) or is_positions_key(key):
             continue
         try:
             out.append(json.loads(value))
         except ValueError:
             continue
+    listed = {  # partition -> (half position, young listing)
+        p: (where.half, where.young) for p, where in _positions(latest).items() if where.half is not None
+    }
     known = {str(e.get("tx")) for e in out}
     young = _young(bootstrap, Topics(namespace).half, group_id, listed, extra=extra)
     out.extend(e for e in young if e["tx"] not in known)
@@ -253,10 +252,13 @@ def list_pending(
 
 
 def _latest_state(bootstrap: str, namespace: str, extra: Extra) -> dict[tuple[int, bytes], bytes | None]:
-    """The last committed value of each key of each ``<ns>_state`` partition (None: tombstoned)."""
+    """The last committed value of each key of each ``<ns>_state`` partition (None: tombstoned),
+    in the order of those values within each partition."""
     latest: dict[tuple[int, bytes], bytes | None] = {}
     for msg in read_committed(bootstrap, Topics(namespace).state, extra=extra):
-        latest[(msg.partition() or 0, msg.key() or b"")] = msg.value()
+        where = (msg.partition() or 0, msg.key() or b"")
+        latest.pop(where, None)
+        latest[where] = msg.value()
     return latest
 
 
@@ -268,14 +270,33 @@ def list_positions(
     A partition no coordinator has committed yet, or served by a txbridge older than positions
     records, is absent.
     """
-    out = {}
-    for (partition, key), value in _latest_state(bootstrap, namespace, extra).items():
-        if key != POSITIONS_KEY or value is None:
+    return _positions(_latest_state(bootstrap, namespace, extra))
+
+
+def _positions(latest: Mapping[tuple[int, bytes], bytes | None]) -> dict[int, Positions]:
+    """Each partition's positions (:func:`~txbridge.wire.current_positions`) in ``latest``, the
+    last value of each key of each ``<ns>_state`` partition, in the order they were written."""
+    owners: dict[int, list[tuple[str, int | None]]] = {}
+    journals: dict[tuple[str, int], Positions] = {}
+    legacy: dict[int, Positions] = {}
+    for (partition, key), value in latest.items():
+        if value is None:
             continue
         try:
-            out[partition] = Positions.decode(value)
+            if is_owner_key(key):
+                record = OwnerRecord.decode(value)
+                owners.setdefault(partition, []).append((record.transactional_id, record.journal))
+            elif key == POSITIONS_KEY:
+                legacy[partition] = Positions.decode(value)
+            elif (owned := parse_journal_key(key)) is not None:
+                journals[owned] = Positions.decode(value)
         except WireFormatError:
             continue
+    out = {}
+    for partition in sorted({*owners, *legacy}):
+        where = current_positions(owners.get(partition, []), journals, partition, legacy.get(partition))
+        if where is not None:
+            out[partition] = where
     return out
 
 

@@ -24,7 +24,7 @@ from txbridge.admin.side_topics import read_committed, watermarks
 from txbridge.errors import KafkaOperationError, ProducerFencedError, TxBridgeError, WireFormatError
 from txbridge.spark.decisions import BatchDecision, JournalEntry, TxRef, decode_record, sink_topic
 from txbridge.spark.options import SinkOptions
-from txbridge.wire import POSITIONS_KEY, OpRecord, OpSource, Positions, Topics, TxState
+from txbridge.wire import POSITIONS_KEY, OpRecord, OpSource, Positions, Topics, TxState, parse_journal_key
 
 logger = logging.getLogger(__name__)
 
@@ -179,27 +179,39 @@ def wait_read_past(
 def following_positions(
     opts: SinkOptions, partitions: set[int]
 ) -> Iterator[Callable[[], Mapping[int, Positions]]]:
-    """A function returning the latest positions the coordinators committed to the
-    ``<ns>_state`` partitions ``partitions`` since this was entered (read_committed: only
-    those of committed coordinator transactions)."""
+    """A function returning the furthest op positions the coordinators committed for the
+    partitions ``partitions`` since this was entered (read_committed: only those of committed
+    coordinator transactions).
+
+    A partition's positions are in its owner's journal, any ``<ns>_state`` partition
+    (:func:`txbridge.wire.journal_key`), or, written by a txbridge from before the journal, in
+    its own: every partition is followed. Each owner starts from where the one before it
+    stopped, so the furthest op position any of them committed is where the partition stands.
+    """
     latest: dict[int, Positions] = {}
     if not partitions:
         yield lambda: latest
         return
     extra = kafka.settings_for("consumer", opts.librdkafka())
     state = Topics(opts.namespace).state
-    marks = watermarks(opts.bootstrap, state, sorted(partitions), extra=extra, open_included=True)
+    marks = watermarks(opts.bootstrap, state, None, extra=extra, open_included=True)
     consumer = kafka.consumer(opts.bootstrap, f"txbridge-admin-{uuid.uuid4().hex[:8]}", extra)
     consumer.assign([kafka.partition_at(state, p, high) for p, (_low, high) in marks.items()])
 
     def read() -> Mapping[int, Positions]:
         for msg in kafka.consume_available(consumer, 1000, 0.05):
-            if msg.error() is not None or msg.key() != POSITIONS_KEY or not msg.value():
+            if msg.error() is not None or not msg.value():
+                continue
+            owned = parse_journal_key(msg.key())
+            number = owned[1] if owned is not None else (msg.partition() or 0)
+            if (owned is None and msg.key() != POSITIONS_KEY) or number not in partitions:
                 continue
             try:
-                latest[msg.partition() or 0] = Positions.decode(msg.value())
+                where = Positions.decode(msg.value())
             except WireFormatError:
                 continue
+            if number not in latest or (where.op or 0) > (latest[number].op or 0):
+                latest[number] = where
         return latest
 
     try:
